@@ -1,0 +1,208 @@
+"""hipq's configuration: one YAML file, environment variables override (``HIPQ_...``).
+
+Nested keys use a double underscore in the environment, e.g. ``HIPQ_SERVER__PORT=9000``.
+Every key is documented with its default in ``config.example.yaml``.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+
+from hipq.durations import parse_duration
+
+Seconds = Annotated[float, BeforeValidator(parse_duration)]
+
+
+class ConfigError(ValueError):
+    """A bad configuration: the message is one line that names the key."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class ServerConfig(_Strict):
+    host: str = "127.0.0.1"
+    port: int = Field(8000, ge=0, le=65535)
+    # Base of the callback URLs handed to external systems.
+    public_url: str | None = None
+    # Request bodies above this are refused with 413 before they are read whole.
+    max_body_bytes: int = Field(32 * 1024 * 1024, ge=1024)
+    max_batch_jobs: int = Field(10_000, ge=1, le=100_000)
+
+    def base_url(self) -> str:
+        return (self.public_url or f"http://{self.host}:{self.port}").rstrip("/")
+
+
+class QueueConfig(_Strict):
+    concurrency: int | None = Field(None, ge=1)  # capacity units; None = unlimited
+    order: Literal["time_priority", "priority_time"] = "time_priority"
+    batch_interval: Seconds = 1.0
+    batch_size: int = Field(1000, ge=1, le=100_000)
+    # Applied in order; each item is {name: settings} naming a hipq.throttlers entry point.
+    throttlers: list[dict[str, dict[str, Any] | None]] = Field(default_factory=list)
+
+    @field_validator("throttlers")
+    @classmethod
+    def _one_name_each(cls, items: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        for i, item in enumerate(items):
+            if len(item) != 1:
+                raise ValueError(
+                    f"item {i} must name exactly one throttler, e.g. {{rate: {{...}}}}"
+                )
+        return items
+
+
+class PythonTransport(_Strict):
+    handler: str  # "package.module:function"
+
+    @field_validator("handler")
+    @classmethod
+    def _shape(cls, value: str) -> str:
+        module, _, attr = value.partition(":")
+        if not module or not attr:
+            raise ValueError("must look like 'package.module:function'")
+        return value
+
+
+class HttpTransport(_Strict):
+    method: str = "POST"
+    url: str
+    headers: dict[str, str] = Field(default_factory=dict)
+    # Wait for the callback; false: the HTTP response itself is the result.
+    callback: bool = True
+    timeout: Seconds = 30.0
+    body: Any = None  # template of the request body; None sends the payload as JSON
+    non_retryable_statuses: list[int] = Field(default_factory=list)
+    max_response_bytes: int = Field(1024 * 1024, ge=1)
+
+
+class KafkaTransport(_Strict):
+    topic: str
+    key: bool = True  # the correlation key as the message key
+    header: str | None = "correlation_id"  # ... and/or in this header
+
+
+class TransportConfig(_Strict):
+    python: PythonTransport | None = None
+    http: HttpTransport | None = None
+    kafka: KafkaTransport | None = None
+
+    @model_validator(mode="after")
+    def _exactly_one(self) -> TransportConfig:
+        chosen = [n for n in ("python", "http", "kafka") if getattr(self, n) is not None]
+        if len(chosen) != 1:
+            raise ValueError("name exactly one transport: python, http or kafka")
+        return self
+
+    @property
+    def kind(self) -> str:
+        return next(n for n in ("python", "http", "kafka") if getattr(self, n) is not None)
+
+
+class JobTypeConfig(_Strict):
+    queue: str = "default"
+    priority: int = 100
+    weight: int = Field(1, ge=1)
+    timeout: Seconds = 24 * 3600.0
+    retry: dict[str, Any] = Field(default_factory=lambda: {"strategy": "exponential"})
+    correlation_key: str | None = None
+    transport: TransportConfig
+    outcome: dict[str, Any] | None = None
+
+
+class KafkaResponseSource(_Strict):
+    topic: str
+    key: str = "{key}"
+    outcome: dict[str, Any] | None = None
+
+
+class KafkaConfig(_Strict):
+    enabled: bool = False
+    bootstrap_servers: str = "127.0.0.1:9092"
+    group_id: str = "hipq"
+    responses: list[KafkaResponseSource] = Field(default_factory=list)
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(
+        env_prefix="HIPQ_", env_nested_delimiter="__", extra="forbid", case_sensitive=False
+    )
+
+    database_url: str = "sqlite+aiosqlite:///hipq.db"
+    # Apply pending migrations at `hipq serve`; off: serve refuses a schema that is behind.
+    migrate_on_start: bool = False
+    log_level: Literal["debug", "info", "warning", "error"] = "info"
+    # A queue's loop is owned by one process through a lease; another takes over
+    # when it has not been renewed for this long.
+    lease_ttl: Seconds = 15.0
+    idempotency_ttl: Seconds = 24 * 3600.0
+    server: ServerConfig = Field(default_factory=ServerConfig)
+    queues: dict[str, QueueConfig] = Field(default_factory=lambda: {"default": QueueConfig()})
+    job_types: dict[str, JobTypeConfig] = Field(default_factory=dict)
+    kafka: KafkaConfig = Field(default_factory=KafkaConfig)
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        # The YAML file arrives as init kwargs; the environment overrides it.
+        return (env_settings, init_settings)
+
+    @model_validator(mode="after")
+    def _references(self) -> Settings:
+        for name, jt in self.job_types.items():
+            if jt.queue not in self.queues:
+                known = ", ".join(sorted(self.queues))
+                raise ValueError(f"job_types.{name}.queue: unknown queue {jt.queue!r} ({known})")
+        if self.lease_ttl < 1:
+            raise ValueError("lease_ttl: must be at least 1s")
+        return self
+
+
+def _one_line(exc: ValidationError) -> str:
+    err = exc.errors()[0]
+    where = ".".join(str(p) for p in err["loc"])
+    msg = err["msg"].removeprefix("Value error, ")
+    return f"{where}: {msg}" if where else msg
+
+
+def load_settings(path: str | os.PathLike[str] | None = None, **overrides: Any) -> Settings:
+    """Settings from a YAML file (``path`` or ``HIPQ_CONFIG``), with env overrides."""
+    path = path or os.environ.get("HIPQ_CONFIG")
+    data: dict[str, Any] = {}
+    if path:
+        try:
+            data = yaml.safe_load(Path(path).read_text()) or {}
+        except OSError as exc:
+            raise ConfigError(f"cannot read config {path}: {exc.strerror}") from None
+        except yaml.YAMLError as exc:
+            raise ConfigError(
+                f"config {path} is not valid YAML: {exc}".replace("\n", " ")
+            ) from None
+        if not isinstance(data, dict):
+            raise ConfigError(f"config {path} must be a mapping of keys")
+    data.update(overrides)
+    try:
+        return Settings(**data)
+    except ValidationError as exc:
+        raise ConfigError(f"config error: {_one_line(exc)}") from None

@@ -1,0 +1,84 @@
+"""Plain, frozen records of jobs and attempts as the core sees them (pydantic stays at the edges)."""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field, replace
+from datetime import datetime
+from typing import Any
+
+from hipq.lifecycle import State
+
+DEFAULT_PRIORITY = 100
+DEFAULT_TIMEOUT_SECONDS = 24 * 3600.0
+
+
+@dataclass(frozen=True, slots=True)
+class Job:
+    id: int
+    type: str
+    queue: str
+    state: State
+    payload: dict[str, Any]
+    run_at: datetime
+    priority: int
+    weight: int
+    labels: dict[str, str]
+    windows: list[dict[str, Any]] | None
+    timeout_seconds: float
+    retry: dict[str, Any]
+    attempt: int  # number of the current (or last) attempt; 0 before the first claim
+    created_at: datetime
+    updated_at: datetime
+    critical: bool = False
+    correlation_key: str | None = None
+    job_key: str | None = None
+    claimed_at: datetime | None = None
+    deadline: datetime | None = None
+    finished_at: datetime | None = None
+    result: Any = None
+    last_error: str | None = None
+    waiting_reason: str | None = None
+    cancel_requested: bool = False
+
+    def defensive_copy(self) -> Job:
+        """A deep copy that a plugin may inspect or mutate without touching the loop's view."""
+        return replace(
+            self,
+            payload=copy.deepcopy(self.payload),
+            labels=dict(self.labels),
+            windows=copy.deepcopy(self.windows),
+            retry=copy.deepcopy(self.retry),
+            result=copy.deepcopy(self.result),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class NewJob:
+    """A job ready to insert: the API and the scheduler resolved every default already."""
+
+    type: str
+    queue: str
+    payload: dict[str, Any]
+    run_at: datetime
+    priority: int = DEFAULT_PRIORITY
+    weight: int = 1
+    labels: dict[str, str] = field(default_factory=dict)
+    windows: list[dict[str, Any]] | None = None
+    timeout_seconds: float = DEFAULT_TIMEOUT_SECONDS
+    retry: dict[str, Any] = field(default_factory=dict)
+    critical: bool = False
+    correlation_key: str | None = None
+    job_key: str | None = None
+    job_key_mode: str = "replace"
+
+
+@dataclass(frozen=True, slots=True)
+class Attempt:
+    job_id: int
+    attempt: int
+    started_at: datetime | None
+    finished_at: datetime
+    outcome: str  # completed | failed | retried | timeout | cancelled
+    error: str | None = None
+    response: Any = None

@@ -1,0 +1,337 @@
+"""The batch loop of one queue: the single writer of its in-flight jobs.
+
+Each tick, in one transaction fenced by the queue's lease:
+  1. settle the outcomes that transports reported (and timeouts, cancellations),
+  2. load due jobs in the queue's order,
+  3. run the throttler chain against the in-flight view,
+  4. claim what it admits, defer or annotate the rest,
+then, after the commit, dispatch the claimed jobs. A job that reached an outcome
+in memory is persisted before it is forgotten, and only ever runs again after it
+was loaded back from the database.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timedelta
+from typing import Any
+
+from hipq.config import QueueConfig
+from hipq.events import Events
+from hipq.jobs import Job
+from hipq.lifecycle import State
+from hipq.outcomes import Cancelled, Failed, Outcome, settle
+from hipq.plugins import RetryStrategies
+from hipq.retry import AttemptError
+from hipq.store import LeaseLost, Settlement, Store
+from hipq.throttling import InFlight, RunningView, Stage, run_chain
+from hipq.transports.base import Transport
+
+log = logging.getLogger("hipq.loop")
+
+Clock = Callable[[], datetime]
+
+
+@dataclass(slots=True)
+class TickReport:
+    settled: int = 0
+    admitted: int = 0
+    held: int = 0
+    deferred: int = 0
+    loaded: int = 0
+    full: bool = False  # the due scan filled a whole batch: more may be waiting
+
+
+@dataclass(slots=True)
+class _Inbox:
+    """What transports reported since the last tick (swapped out whole each tick)."""
+
+    outcomes: dict[tuple[int, int], Outcome] = field(default_factory=dict)
+    sent: set[tuple[int, int]] = field(default_factory=set)
+    deadlines: dict[int, datetime] = field(default_factory=dict)
+    payloads: dict[int, dict[str, Any]] = field(default_factory=dict)
+
+    def merge_back(self, newer: _Inbox) -> None:
+        """Put a failed tick's reports back in front of what arrived meanwhile."""
+        self.outcomes = {**self.outcomes, **newer.outcomes}
+        self.sent |= newer.sent
+        self.deadlines.update(newer.deadlines)
+        self.payloads.update(newer.payloads)
+
+
+class QueueLoop:
+    def __init__(
+        self,
+        name: str,
+        config: QueueConfig,
+        store: Store,
+        *,
+        owner: str,
+        stages: Sequence[Stage],
+        transports: Mapping[str, Transport],
+        retry: RetryStrategies,
+        clock: Clock,
+        events: Events | None = None,
+        lease_ttl: float = 15.0,
+    ) -> None:
+        self.name, self.config, self.store = name, config, store
+        self.owner, self.stages, self.transports = owner, list(stages), transports
+        self.retry, self.clock = retry, clock
+        self.events = events or Events()
+        self.lease_ttl = lease_ttl
+        self.token: int | None = None
+        self.in_flight: dict[int, Job] = {}
+        self._inbox = _Inbox()
+        self._reasons: dict[int, str] = {}  # last waiting reason written per held job
+        self.wake = asyncio.Event()
+        self._stopping = False
+
+    # -- what transports call (through the Reporter protocol) ---------------------
+
+    def outcome(self, job: Job, outcome: Outcome) -> None:
+        self._inbox.outcomes.setdefault((job.id, job.attempt), outcome)
+        self.wake.set()
+
+    def sent(self, job: Job) -> None:
+        self._inbox.sent.add((job.id, job.attempt))
+        self.wake.set()
+
+    def heartbeat(self, job: Job, deadline: datetime) -> None:
+        if job.id in self.in_flight:
+            self._inbox.deadlines[job.id] = deadline
+
+    def checkpoint(self, job: Job, payload: dict[str, Any]) -> None:
+        if job.id in self.in_flight:
+            self._inbox.payloads[job.id] = payload
+
+    # -- ownership ------------------------------------------------------------------
+
+    async def acquire(self) -> bool:
+        """Take the queue's lease if free; then reload and resume its in-flight jobs."""
+        token = await self.store.lease_acquire(self.name, self.owner, self.clock(), self.lease_ttl)
+        if token is None:
+            return False
+        self.token = token
+        self.in_flight = {j.id: j for j in await self.store.job_in_flight(self.name)}
+        self._inbox, self._reasons = _Inbox(), {}
+        # After a crash, `running` jobs may or may not have sent their request: send again
+        # (at-least-once). `awaiting` jobs keep waiting for their response until the deadline.
+        resumed = [j for j in self.in_flight.values() if j.state == State.RUNNING]
+        self.events.emit("lease_acquired", queue=self.name, token=token, resumed=len(resumed))
+        self._dispatch(resumed)
+        return True
+
+    def _lose_lease(self) -> None:
+        self.events.emit("lease_lost", queue=self.name, token=self.token)
+        for job_id in list(self.in_flight):
+            self._transport_of(self.in_flight[job_id]).abandon(job_id)
+        self.token, self.in_flight, self._inbox, self._reasons = None, {}, _Inbox(), {}
+
+    async def release(self) -> None:
+        if self.token is not None:
+            await self.store.lease_release(self.name, self.owner, self.token)
+            self.token = None
+
+    # -- one tick -------------------------------------------------------------------
+
+    async def run_once(self) -> TickReport:
+        """One tick; the caller must own the lease (``acquire``)."""
+        if self.token is None:
+            raise RuntimeError(f"queue {self.name}: run_once without the lease")
+        now = self.clock()
+        inbox, self._inbox = self._inbox, _Inbox()
+        report = TickReport()
+        try:
+            async with self.store.queue_batch(
+                self.name, self.owner, self.token, now, self.lease_ttl
+            ) as batch:
+                cancels = await batch.cancel_requests()
+                settlements = self._settlements(inbox, cancels, now)
+                await batch.settle(settlements, now)
+                await batch.mark_awaiting(self._sent_pairs(inbox, settlements), now)
+                await batch.extend_deadlines(self._live(inbox.deadlines, settlements))
+                await batch.update_payloads(self._live(inbox.payloads, settlements))
+                claimed: list[Job] = []
+                if not batch.paused:
+                    claimed = await self._admit(batch, settlements, now, report)
+        except LeaseLost:
+            self._lose_lease()
+            return report
+        except Exception:
+            self._inbox, fresh = inbox, self._inbox
+            self._inbox.merge_back(fresh)
+            raise
+        self._apply(inbox, settlements, claimed, now)
+        report.settled = len(settlements)
+        self._dispatch(claimed)
+        return report
+
+    def _settlements(self, inbox: _Inbox, cancels: list[int], now: datetime) -> list[Settlement]:
+        outcomes: dict[int, Outcome] = {}
+        for (job_id, attempt), outcome in inbox.outcomes.items():
+            job = self.in_flight.get(job_id)
+            if job is not None and job.attempt == attempt:  # else: stale, already settled
+                outcomes[job_id] = outcome
+        for job_id in cancels:
+            if job_id in self.in_flight:
+                outcomes[job_id] = Cancelled()
+        for job in self.in_flight.values():
+            if job.id not in outcomes and job.deadline is not None and job.deadline <= now:
+                if job.id in inbox.deadlines and inbox.deadlines[job.id] > now:
+                    continue  # a heartbeat arrived in time
+                took = job.timeout_seconds
+                outcomes[job.id] = Failed(AttemptError(f"timed out after {took:g}s", "timeout"))
+        out = []
+        for job_id, outcome in outcomes.items():
+            job = self.in_flight[job_id]
+            if job_id in inbox.payloads:
+                job = replace(job, payload=inbox.payloads[job_id])
+            strategy = self._strategy(job)
+            out.append(settle(job, outcome, strategy, now))
+        return out
+
+    def _strategy(self, job: Job) -> Any:
+        try:
+            return self.retry.get(job.retry)
+        except Exception:  # a config that no longer loads: fall back to the default
+            log.exception("job %s: retry config %r does not load", job.id, job.retry)
+            return self.retry.get({"strategy": "exponential"})
+
+    def _sent_pairs(self, inbox: _Inbox, settled: list[Settlement]) -> list[tuple[int, int]]:
+        done = {s.job_id for s in settled}
+        return [
+            (i, a) for i, a in inbox.sent
+            if i not in done and (j := self.in_flight.get(i)) is not None and j.attempt == a
+        ]
+
+    def _live(self, items: dict[int, Any], settled: list[Settlement]) -> dict[int, Any]:
+        done = {s.job_id for s in settled}
+        return {i: v for i, v in items.items() if i in self.in_flight and i not in done}
+
+    async def _admit(
+        self, batch: Any, settled: list[Settlement], now: datetime, report: TickReport
+    ) -> list[Job]:
+        done = {s.job_id for s in settled}
+        candidates = await batch.due(now, self.config.batch_size, self.config.order)
+        report.loaded = len(candidates)
+        report.full = len(candidates) >= self.config.batch_size
+        if not candidates:
+            return []
+        view = RunningView(_in_flight_view(j) for j in self.in_flight.values() if j.id not in done)
+        chain = run_chain(self.stages, candidates, view, now)
+        for stage, message in chain.errors:
+            self.events.emit("throttler_error", queue=self.name, throttler=stage, error=message)
+        claimed = await batch.claim(chain.admitted, now)
+        await batch.defer(chain.deferred, "outside its time windows", now)
+        changed = {i: r for i, r in chain.held.items() if self._reasons.get(i) != r}
+        await batch.note_waiting(changed)
+        self._reasons = dict(chain.held)
+        report.admitted, report.held = len(claimed), len(chain.held)
+        report.deferred = len(chain.deferred)
+        if chain.held_by:
+            self.events.emit("throttled", queue=self.name, held_by=dict(chain.held_by))
+        return claimed
+
+    def _apply(
+        self, inbox: _Inbox, settled: list[Settlement], claimed: list[Job], now: datetime
+    ) -> None:
+        """The transaction committed: bring the in-memory view in line with it."""
+        for s in settled:
+            job = self.in_flight.pop(s.job_id, None)
+            if job is not None:
+                self._transport_of(job).abandon(job.id)
+            self.events.emit("job_settled", queue=self.name, job_id=s.job_id, state=s.state.value,
+                             attempt=s.attempt, error=s.last_error)
+        for job_id, attempt in inbox.sent:
+            job = self.in_flight.get(job_id)
+            if job is not None and job.attempt == attempt and job.state == State.RUNNING:
+                self.in_flight[job_id] = replace(job, state=State.AWAITING)
+        for job_id, deadline in inbox.deadlines.items():
+            if job_id in self.in_flight:
+                self.in_flight[job_id] = replace(self.in_flight[job_id], deadline=deadline)
+        for job_id, payload in inbox.payloads.items():
+            if job_id in self.in_flight:
+                self.in_flight[job_id] = replace(self.in_flight[job_id], payload=payload)
+        for job in claimed:
+            self.in_flight[job.id] = job
+        if claimed:
+            self.events.emit("jobs_admitted", queue=self.name, count=len(claimed))
+
+    def _transport_of(self, job: Job) -> Transport:
+        return self.transports.get(job.type) or _UNKNOWN_TYPE
+
+    def _dispatch(self, jobs: list[Job]) -> None:
+        for job in jobs:
+            transport = self.transports.get(job.type)
+            if transport is None:
+                error = AttemptError(f"unknown job type {job.type!r}", retryable=False)
+                self.outcome(job, Failed(error))
+                continue
+            transport.dispatch(job, self)
+
+    # -- the service around ticks ---------------------------------------------------
+
+    def next_wake(self, now: datetime, next_run_at: datetime | None) -> float:
+        """Seconds to sleep: until the tick, the next due job or the next deadline."""
+        wake = now + timedelta(seconds=self.config.batch_interval)
+        # The lease must be renewed well within its TTL, even on an idle queue.
+        wake = min(wake, now + timedelta(seconds=self.lease_ttl / 3))
+        if next_run_at is not None:
+            wake = min(wake, next_run_at)
+        deadlines = [j.deadline for j in self.in_flight.values() if j.deadline is not None]
+        if deadlines:
+            wake = min(wake, min(deadlines))
+        return max(0.0, (wake - now).total_seconds())
+
+    async def run(self) -> None:
+        """Own the queue when possible and tick until ``stop``."""
+        failures = 0
+        while not self._stopping:
+            try:
+                if self.token is None and not await self.acquire():
+                    await self._sleep(self.lease_ttl / 3)
+                    continue
+                report = await self.run_once()
+                failures = 0
+                if self.token is None or report.full or self._inbox.outcomes:
+                    continue
+                now = self.clock()
+                await self._sleep(self.next_wake(now, await self.store.job_next_run_at(self.name, now)))
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                failures += 1
+                log.exception("queue %s: tick failed (%d in a row)", self.name, failures)
+                self.events.emit("tick_failed", queue=self.name)
+                await self._sleep(min(30.0, 0.5 * 2 ** min(failures, 6)))
+
+    async def _sleep(self, seconds: float) -> None:
+        if self.wake.is_set():
+            self.wake.clear()
+            return
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self.wake.wait(), timeout=seconds)
+        self.wake.clear()
+
+    def stop(self) -> None:
+        self._stopping = True
+        self.wake.set()
+
+
+def _in_flight_view(job: Job) -> InFlight:
+    return InFlight(
+        id=job.id, type=job.type, weight=job.weight, labels=job.labels,
+        claimed_at=job.claimed_at or job.updated_at, critical=job.critical, payload=job.payload,
+    )
+
+
+class _UnknownType:
+    def abandon(self, job_id: int) -> None:
+        return None
+
+
+_UNKNOWN_TYPE: Any = _UnknownType()

@@ -1,0 +1,85 @@
+"""Turning an attempt's outcome into one persisted change of its job (a pure function).
+
+The retry strategy receives a defensive copy of the job, so nothing it does can
+touch the loop's view; what it decides is persisted before the job is forgotten.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from hipq.jobs import Attempt, Job
+from hipq.lifecycle import State, check_transition
+from hipq.retry import AttemptError, GiveUp, RetryAt, RetryStrategy
+from hipq.store.records import Settlement
+
+log = logging.getLogger("hipq.outcomes")
+
+# When a retry strategy itself raises, the job is retried after this delay rather
+# than dead-lettered by a bug in a plugin.
+STRATEGY_FAULT_DELAY = timedelta(seconds=60)
+
+
+@dataclass(frozen=True, slots=True)
+class Succeeded:
+    result: Any = None
+
+
+@dataclass(frozen=True, slots=True)
+class Failed:
+    error: AttemptError
+
+
+@dataclass(frozen=True, slots=True)
+class Cancelled:
+    reason: str = "cancelled by request"
+
+
+Outcome = Succeeded | Failed | Cancelled
+
+
+def settle(job: Job, outcome: Outcome, strategy: RetryStrategy, now: datetime) -> Settlement:
+    """The one change that ``outcome`` makes to ``job`` (an in-flight job)."""
+    if isinstance(outcome, Succeeded):
+        return _final(job, State.COMPLETED, now, "completed", result=outcome.result)
+    if isinstance(outcome, Cancelled):
+        return _final(job, State.CANCELLED, now, "cancelled", error=outcome.reason)
+    error = outcome.error
+    try:
+        decision = strategy.decide(job.defensive_copy(), error, now)
+        if not isinstance(decision, RetryAt | GiveUp):
+            raise TypeError(f"returned {type(decision).__name__}, not RetryAt or GiveUp")
+    except Exception as exc:
+        log.exception("retry strategy failed for job %s; retrying it later", job.id)
+        decision = RetryAt(now + STRATEGY_FAULT_DELAY, None)
+        error = AttemptError(f"{error.message} (retry strategy failed: {exc})", error.kind)
+    if isinstance(decision, GiveUp):
+        return _final(job, State.FAILED, now, "failed", error=decision.reason)
+    check_transition(job.state, State.SCHEDULED)
+    payload = decision.payload if decision.payload is not None else job.payload
+    return Settlement(
+        job_id=job.id, attempt=job.attempt, state=State.SCHEDULED, run_at=decision.at,
+        payload=payload, finished_at=None, result=None, last_error=error.message,
+        record=_record(job, now, "retried", error.message),
+    )
+
+
+def _final(
+    job: Job, state: State, now: datetime, label: str, *, result: Any = None, error: str | None = None
+) -> Settlement:
+    check_transition(job.state, state)
+    return Settlement(
+        job_id=job.id, attempt=job.attempt, state=state, run_at=job.run_at, payload=job.payload,
+        finished_at=now, result=result, last_error=error,
+        record=_record(job, now, label, error, result),
+    )
+
+
+def _record(job: Job, now: datetime, outcome: str, error: str | None, response: Any = None) -> Attempt:
+    return Attempt(
+        job_id=job.id, attempt=job.attempt, started_at=job.claimed_at, finished_at=now,
+        outcome=outcome, error=error, response=response,
+    )

@@ -1,0 +1,75 @@
+"""Parameter and result records of the store's methods."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from hipq.jobs import Attempt, Job
+from hipq.lifecycle import State
+
+
+class StoreError(Exception):
+    """Base of the errors the store reports to its callers (the API maps them to 4xx)."""
+
+    status = 409
+
+    def __init__(self, message: str, field: str | None = None) -> None:
+        super().__init__(message)
+        self.message, self.field = message, field
+
+
+class NotFound(StoreError):
+    status = 404
+
+
+class Conflict(StoreError):
+    """A uniqueness rule or a job's state refuses the change."""
+
+
+class LeaseLost(Exception):
+    """This process no longer owns the queue: its batch was rolled back, nothing changed."""
+
+
+@dataclass(frozen=True, slots=True)
+class Settlement:
+    """The persisted form of one attempt's outcome (made by ``hipq.outcomes.settle``)."""
+
+    job_id: int
+    attempt: int  # the attempt it settles: a guard against settling a newer one
+    state: State
+    run_at: datetime
+    payload: dict[str, Any]
+    finished_at: datetime | None
+    result: Any
+    last_error: str | None
+    record: Attempt | None
+
+
+@dataclass(frozen=True, slots=True)
+class JobFilter:
+    queue: str | None = None
+    states: tuple[str, ...] = ()
+    type: str | None = None
+    labels: dict[str, str] = field(default_factory=dict)
+    after_id: int | None = None  # cursor: jobs with a smaller id (newest first)
+    limit: int = 100
+
+
+@dataclass(frozen=True, slots=True)
+class InsertResult:
+    jobs: list[Job]
+    replayed: bool = False  # an Idempotency-Key matched an earlier request
+
+
+@dataclass(frozen=True, slots=True)
+class QueueCounts:
+    scheduled: int = 0
+    due: int = 0
+    running: int = 0
+    awaiting: int = 0
+    failed: int = 0
+    weight_in_flight: int = 0
+    paused: bool = False
+    lease_owner: str | None = None

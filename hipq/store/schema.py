@@ -1,0 +1,156 @@
+"""The tables, as SQLAlchemy Core metadata. alembic/ holds the migrations that build them."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Boolean,
+    Column,
+    Dialect,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Table,
+    Text,
+    text,
+)
+from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy.types import DateTime, TypeDecorator, TypeEngine
+
+
+class UTCDateTime(TypeDecorator[datetime]):
+    """An aware UTC instant on both engines.
+
+    PostgreSQL stores ``timestamptz``. SQLite has no time type: we store a
+    fixed-width ISO string so that comparisons and ORDER BY in SQL are correct,
+    and parse it with ``fromisoformat`` (much faster than a regex per value).
+    """
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def load_dialect_impl(self, dialect: Dialect) -> TypeEngine[Any]:
+        if dialect.name == "sqlite":
+            return dialect.type_descriptor(String(32))
+        return dialect.type_descriptor(DateTime(timezone=True))
+
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> Any:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            raise ValueError("naive datetime given to the store; hipq uses aware UTC instants")
+        value = value.astimezone(UTC)
+        if dialect.name == "sqlite":
+            return value.strftime("%Y-%m-%d %H:%M:%S.%f")
+        return value
+
+    def process_result_value(self, value: Any, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        if isinstance(value, str):
+            return datetime.fromisoformat(value).replace(tzinfo=UTC)
+        return value if value.tzinfo else value.replace(tzinfo=UTC)
+
+
+Json = JSON().with_variant(JSONB(), "postgresql")
+Id = BigInteger().with_variant(Integer(), "sqlite")  # INTEGER PRIMARY KEY is SQLite's rowid
+
+metadata = MetaData()
+
+OPEN_STATES_SQL = "state IN ('scheduled', 'running', 'awaiting')"
+
+jobs = Table(
+    "hipq_jobs",
+    metadata,
+    Column("id", Id, primary_key=True, autoincrement=True),
+    Column("queue", String(200), nullable=False),
+    Column("type", String(200), nullable=False),
+    Column("state", String(16), nullable=False),
+    Column("payload", Json, nullable=False),
+    Column("labels", Json, nullable=False),
+    Column("windows", Json, nullable=True),
+    Column("retry", Json, nullable=False),
+    Column("run_at", UTCDateTime, nullable=False),
+    Column("priority", Integer, nullable=False),
+    Column("weight", Integer, nullable=False),
+    Column("timeout_seconds", Float, nullable=False),
+    Column("critical", Boolean, nullable=False),
+    Column("correlation_key", String(500), nullable=True),
+    Column("job_key", String(500), nullable=True),
+    Column("attempt", Integer, nullable=False),
+    Column("created_at", UTCDateTime, nullable=False),
+    Column("updated_at", UTCDateTime, nullable=False),
+    Column("claimed_at", UTCDateTime, nullable=True),
+    Column("deadline", UTCDateTime, nullable=True),
+    Column("finished_at", UTCDateTime, nullable=True),
+    Column("result", Json, nullable=True),
+    Column("last_error", Text, nullable=True),
+    Column("waiting_reason", Text, nullable=True),
+    Column("cancel_requested", Boolean, nullable=False),
+    # The loop's due-jobs scan, one index per queue order.
+    Index("ix_hipq_jobs_due_time", "queue", "state", "run_at", "priority", "id"),
+    Index("ix_hipq_jobs_due_priority", "queue", "state", "priority", "run_at", "id"),
+    Index("ix_hipq_jobs_state", "state", "id"),
+    Index(
+        "uq_hipq_jobs_open_correlation_key",
+        "correlation_key",
+        unique=True,
+        postgresql_where=text(f"correlation_key IS NOT NULL AND {OPEN_STATES_SQL}"),
+        sqlite_where=text(f"correlation_key IS NOT NULL AND {OPEN_STATES_SQL}"),
+    ),
+    Index(
+        "uq_hipq_jobs_open_job_key",
+        "job_key",
+        unique=True,
+        postgresql_where=text(f"job_key IS NOT NULL AND {OPEN_STATES_SQL}"),
+        sqlite_where=text(f"job_key IS NOT NULL AND {OPEN_STATES_SQL}"),
+    ),
+    Index(
+        "ix_hipq_jobs_cancel_requested",
+        "queue",
+        postgresql_where=text("cancel_requested"),
+        sqlite_where=text("cancel_requested"),
+    ),
+)
+
+attempts = Table(
+    "hipq_attempts",
+    metadata,
+    Column("id", Id, primary_key=True, autoincrement=True),
+    Column("job_id", Id, ForeignKey("hipq_jobs.id", ondelete="CASCADE"), nullable=False),
+    Column("attempt", Integer, nullable=False),
+    Column("started_at", UTCDateTime, nullable=True),
+    Column("finished_at", UTCDateTime, nullable=False),
+    Column("outcome", String(16), nullable=False),
+    Column("error", Text, nullable=True),
+    Column("response", Json, nullable=True),
+    Index("ix_hipq_attempts_job", "job_id", "attempt"),
+)
+
+# One row per queue: its lease (which process runs its loop) and operator flags.
+queues = Table(
+    "hipq_queues",
+    metadata,
+    Column("name", String(200), primary_key=True),
+    Column("paused", Boolean, nullable=False),
+    Column("lease_owner", String(200), nullable=True),
+    Column("lease_token", BigInteger, nullable=False),
+    Column("lease_expires_at", UTCDateTime, nullable=True),
+)
+
+idempotency_keys = Table(
+    "hipq_idempotency_keys",
+    metadata,
+    Column("key", String(300), primary_key=True),
+    Column("request_hash", String(64), nullable=False),
+    Column("job_ids", Json, nullable=False),
+    Column("created_at", UTCDateTime, nullable=False),
+    Index("ix_hipq_idempotency_created", "created_at"),
+)

@@ -1,0 +1,632 @@
+"""The one storage seam of hipq: noun-first methods over SQLAlchemy Core.
+
+The API side inserts and edits jobs that are not in flight; the queue loop changes
+everything else inside ``queue_batch`` (one transaction per tick, fenced by the
+queue's lease). Dialect differences live in ``hipq.store.dialects``.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import asdict
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy import and_, func, select, update
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+
+from hipq.jobs import Attempt, Job, NewJob
+from hipq.lifecycle import IN_FLIGHT, OPEN, State, check_transition
+from hipq.store import dialects
+from hipq.store.records import (
+    Conflict,
+    InsertResult,
+    JobFilter,
+    LeaseLost,
+    NotFound,
+    QueueCounts,
+    Settlement,
+)
+from hipq.store.schema import attempts, idempotency_keys, jobs, queues
+
+_OPEN = [s.value for s in OPEN]
+_IN_FLIGHT = [s.value for s in IN_FLIGHT]
+_NEW_JOB_COLUMNS = (
+    "type queue payload run_at priority weight labels windows timeout_seconds retry critical "
+    "correlation_key job_key"
+).split()
+_EDITABLE = frozenset(
+    {"run_at", "priority", "payload", "weight", "labels", "windows", "timeout_seconds"}
+)
+
+
+def row_to_job(row: Any) -> Job:
+    data = row._asdict()
+    data["state"] = State(data["state"])
+    return Job(**data)
+
+
+def _new_row(job: NewJob, now: datetime) -> dict[str, Any]:
+    row = {name: getattr(job, name) for name in _NEW_JOB_COLUMNS}
+    row.update(
+        state=State.SCHEDULED.value,
+        attempt=0,
+        created_at=now,
+        updated_at=now,
+        cancel_requested=False,
+    )
+    return row
+
+
+def _job_from_new(job_id: int, row: dict[str, Any]) -> Job:
+    return Job(id=job_id, **{**row, "state": State.SCHEDULED})
+
+
+def _conflict_from(exc: IntegrityError) -> Conflict:
+    text = str(exc.orig)
+    for name in ("correlation_key", "job_key"):
+        if name in text:
+            return Conflict(f"{name} is already used by an open job", field=name)
+    return Conflict(f"conflicting write: {text.splitlines()[0]}")
+
+
+class Store:
+    def __init__(self, engine: AsyncEngine) -> None:
+        self.engine = engine
+        self.dialect = engine.dialect.name
+
+    @classmethod
+    def from_url(cls, url: str, **engine_kwargs: Any) -> Store:
+        return cls(dialects.create_engine(url, **engine_kwargs))
+
+    async def close(self) -> None:
+        await self.engine.dispose()
+
+    @asynccontextmanager
+    async def _write(self) -> AsyncIterator[AsyncConnection]:
+        async with self.engine.connect() as conn:
+            await conn.execution_options(hipq_write=True)
+            async with conn.begin():
+                yield conn
+
+    @asynccontextmanager
+    async def _read(self) -> AsyncIterator[AsyncConnection]:
+        async with self.engine.connect() as conn, conn.begin():
+            yield conn
+
+    async def check(self) -> None:
+        async with self._read() as conn:
+            await dialects.check_engine(conn)
+
+    # -- jobs, API side -------------------------------------------------------------
+
+    async def job_insert_many(
+        self,
+        new_jobs: Sequence[NewJob],
+        now: datetime,
+        idempotency: tuple[str, str] | None = None,
+    ) -> InsertResult:
+        """Insert all of ``new_jobs`` in one transaction, or none of them.
+
+        ``idempotency`` is (key, request hash): a repeated key returns the jobs of
+        the first request instead of inserting again.
+        """
+        try:
+            async with self._write() as conn:
+                if idempotency:
+                    earlier = await self._idempotency_claim(conn, *idempotency, now)
+                    if earlier is not None:
+                        return InsertResult(await self._jobs_by_ids(conn, earlier), replayed=True)
+                result = await self._insert(conn, new_jobs, now)
+                if idempotency:
+                    await conn.execute(
+                        update(idempotency_keys)
+                        .where(idempotency_keys.c.key == idempotency[0])
+                        .values(job_ids=[j.id for j in result])
+                    )
+                await dialects.notify(conn, {j.queue for j in new_jobs})
+                return InsertResult(result)
+        except IntegrityError as exc:
+            raise _conflict_from(exc) from None
+
+    async def _idempotency_claim(
+        self, conn: AsyncConnection, key: str, request_hash: str, now: datetime
+    ) -> list[int] | None:
+        stmt = (
+            dialects.dialect_insert(conn, idempotency_keys)
+            .values(key=key, request_hash=request_hash, job_ids=[], created_at=now)
+            .on_conflict_do_nothing()
+            .returning(idempotency_keys.c.key)
+        )
+        if (await conn.execute(stmt)).first() is not None:
+            return None
+        row = (
+            await conn.execute(select(idempotency_keys).where(idempotency_keys.c.key == key))
+        ).one()
+        if row.request_hash != request_hash:
+            raise Conflict(
+                "Idempotency-Key was already used with a different request", field="Idempotency-Key"
+            )
+        return list(row.job_ids)
+
+    async def _insert(
+        self, conn: AsyncConnection, new_jobs: Sequence[NewJob], now: datetime
+    ) -> list[Job]:
+        out: list[Job | None] = [None] * len(new_jobs)
+        plain = [(i, _new_row(j, now)) for i, j in enumerate(new_jobs) if not j.job_key]
+        if plain:
+            stmt = jobs.insert().returning(jobs.c.id, sort_by_parameter_order=True)
+            ids = (await conn.execute(stmt, [row for _, row in plain])).scalars().all()
+            for (i, row), job_id in zip(plain, ids, strict=True):
+                out[i] = _job_from_new(job_id, row)
+        for i, job in enumerate(new_jobs):
+            if job.job_key:
+                out[i] = await self._insert_keyed(conn, job, now)
+        return [j for j in out if j is not None]
+
+    async def _insert_keyed(self, conn: AsyncConnection, job: NewJob, now: datetime) -> Job:
+        """job_key de-duplication, with graphile-worker's three modes."""
+        query = select(jobs).where(jobs.c.job_key == job.job_key, jobs.c.state.in_(_OPEN))
+        if self.dialect == "postgresql":
+            query = query.with_for_update()
+        existing = (await conn.execute(query)).first()
+        row = _new_row(job, now)
+        if existing is not None:
+            current = row_to_job(existing)
+            if job.job_key_mode == "unsafe_dedupe":
+                return current
+            if current.state == State.SCHEDULED:
+                changes = {k: row[k] for k in _NEW_JOB_COLUMNS if k not in ("job_key", "queue")}
+                if job.job_key_mode == "preserve_run_at":
+                    changes.pop("run_at")
+                changes.update(updated_at=now, waiting_reason=None)
+                return await self._update_guarded(conn, current.id, State.SCHEDULED, changes)
+            # In flight: the running job lets go of the key and a new job takes it.
+            await conn.execute(update(jobs).where(jobs.c.id == current.id).values(job_key=None))
+        job_id = (await conn.execute(jobs.insert().returning(jobs.c.id), row)).scalar_one()
+        return _job_from_new(job_id, row)
+
+    async def _update_guarded(
+        self, conn: AsyncConnection, job_id: int, expected: State, values: dict[str, Any]
+    ) -> Job:
+        stmt = (
+            update(jobs)
+            .where(jobs.c.id == job_id, jobs.c.state == expected.value)
+            .values(**values)
+            .returning(*jobs.c)
+        )
+        row = (await conn.execute(stmt)).first()
+        if row is None:
+            raise Conflict(f"job {job_id} changed state meanwhile; try again")
+        return row_to_job(row)
+
+    async def _jobs_by_ids(self, conn: AsyncConnection, ids: Sequence[int]) -> list[Job]:
+        rows = (await conn.execute(select(jobs).where(jobs.c.id.in_(list(ids))))).all()
+        by_id = {r.id: row_to_job(r) for r in rows}
+        return [by_id[i] for i in ids if i in by_id]
+
+    async def job_get(self, job_id: int) -> Job:
+        async with self._read() as conn:
+            row = (await conn.execute(select(jobs).where(jobs.c.id == job_id))).first()
+        if row is None:
+            raise NotFound(f"job {job_id} does not exist", field="id")
+        return row_to_job(row)
+
+    async def job_attempts(self, job_id: int) -> list[Attempt]:
+        async with self._read() as conn:
+            rows = (
+                await conn.execute(
+                    select(attempts).where(attempts.c.job_id == job_id).order_by(attempts.c.id)
+                )
+            ).all()
+        return [Attempt(**{k: v for k, v in r._asdict().items() if k != "id"}) for r in rows]
+
+    async def job_list(self, flt: JobFilter) -> list[Job]:
+        query = select(jobs).order_by(jobs.c.id.desc()).limit(flt.limit)
+        conds = []
+        if flt.queue:
+            conds.append(jobs.c.queue == flt.queue)
+        if flt.states:
+            conds.append(jobs.c.state.in_(flt.states))
+        if flt.type:
+            conds.append(jobs.c.type == flt.type)
+        for name, value in flt.labels.items():
+            conds.append(jobs.c.labels[name].as_string() == value)
+        if flt.after_id is not None:
+            conds.append(jobs.c.id < flt.after_id)
+        if conds:
+            query = query.where(and_(*conds))
+        async with self._read() as conn:
+            return [row_to_job(r) for r in (await conn.execute(query)).all()]
+
+    async def _locked(self, conn: AsyncConnection, job_id: int) -> Job:
+        query = select(jobs).where(jobs.c.id == job_id)
+        if self.dialect == "postgresql":
+            query = query.with_for_update()
+        row = (await conn.execute(query)).first()
+        if row is None:
+            raise NotFound(f"job {job_id} does not exist", field="id")
+        return row_to_job(row)
+
+    async def job_cancel(self, job_id: int, now: datetime) -> Job:
+        """Cancel a scheduled job now; ask the loop to cancel one in flight."""
+        async with self._write() as conn:
+            job = await self._locked(conn, job_id)
+            if job.state == State.SCHEDULED:
+                return await self._update_guarded(
+                    conn,
+                    job_id,
+                    State.SCHEDULED,
+                    {
+                        "state": State.CANCELLED.value,
+                        "finished_at": now,
+                        "updated_at": now,
+                        "waiting_reason": None,
+                    },
+                )
+            if job.state in IN_FLIGHT:
+                await conn.execute(
+                    update(jobs)
+                    .where(jobs.c.id == job_id)
+                    .values(cancel_requested=True, updated_at=now)
+                )
+                await dialects.notify(conn, {job.queue})
+                return await self._locked(conn, job_id)
+            raise Conflict(
+                f"job {job_id} is {job.state}; only open jobs can be cancelled", field="state"
+            )
+
+    async def job_update_pending(self, job_id: int, changes: dict[str, Any], now: datetime) -> Job:
+        unknown = set(changes) - _EDITABLE
+        if unknown:
+            raise Conflict(f"cannot change {', '.join(sorted(unknown))}", field=sorted(unknown)[0])
+        async with self._write() as conn:
+            job = await self._locked(conn, job_id)
+            if job.state != State.SCHEDULED:
+                raise Conflict(
+                    f"job {job_id} is {job.state}; only scheduled jobs can be changed",
+                    field="state",
+                )
+            job = await self._update_guarded(
+                conn,
+                job_id,
+                State.SCHEDULED,
+                {**changes, "updated_at": now, "waiting_reason": None},
+            )
+            await dialects.notify(conn, {job.queue})
+            return job
+
+    async def job_retry(self, job_id: int, now: datetime, run_at: datetime | None = None) -> Job:
+        """An operator's retry of a failed or cancelled job: it runs again as a new attempt."""
+        try:
+            async with self._write() as conn:
+                job = await self._locked(conn, job_id)
+                if job.state not in (State.FAILED, State.CANCELLED):
+                    raise Conflict(
+                        f"job {job_id} is {job.state}; only failed or cancelled jobs can be retried",
+                        field="state",
+                    )
+                check_transition(job.state, State.SCHEDULED)
+                job = await self._update_guarded(
+                    conn,
+                    job_id,
+                    job.state,
+                    {
+                        "state": State.SCHEDULED.value,
+                        "run_at": run_at or now,
+                        "finished_at": None,
+                        "updated_at": now,
+                        "cancel_requested": False,
+                        "waiting_reason": None,
+                    },
+                )
+                await dialects.notify(conn, {job.queue})
+                return job
+        except IntegrityError as exc:
+            raise _conflict_from(exc) from None
+
+    # -- queues ---------------------------------------------------------------------
+
+    async def queue_counts(self, queue: str, now: datetime) -> QueueCounts:
+        async with self._read() as conn:
+            rows = (
+                await conn.execute(
+                    select(jobs.c.state, func.count(), func.coalesce(func.sum(jobs.c.weight), 0))
+                    .where(jobs.c.queue == queue, jobs.c.state.in_([*_OPEN, State.FAILED.value]))
+                    .group_by(jobs.c.state)
+                )
+            ).all()
+            due = (
+                await conn.execute(
+                    select(func.count()).where(
+                        jobs.c.queue == queue,
+                        jobs.c.state == State.SCHEDULED.value,
+                        jobs.c.run_at <= now,
+                    )
+                )
+            ).scalar_one()
+            q = (await conn.execute(select(queues).where(queues.c.name == queue))).first()
+        counts = {r[0]: (r[1], r[2]) for r in rows}
+        live = q is not None and q.lease_expires_at is not None and q.lease_expires_at > now
+        return QueueCounts(
+            scheduled=counts.get("scheduled", (0, 0))[0],
+            due=due,
+            running=counts.get("running", (0, 0))[0],
+            awaiting=counts.get("awaiting", (0, 0))[0],
+            failed=counts.get("failed", (0, 0))[0],
+            weight_in_flight=sum(counts.get(s, (0, 0))[1] for s in _IN_FLIGHT),
+            paused=bool(q and q.paused),
+            lease_owner=q.lease_owner if live else None,
+        )
+
+    async def _queue_row(self, conn: AsyncConnection, queue: str) -> None:
+        await conn.execute(
+            dialects.dialect_insert(conn, queues)
+            .values(name=queue, paused=False, lease_token=0)
+            .on_conflict_do_nothing()
+        )
+
+    async def queue_set_paused(self, queue: str, paused: bool) -> None:
+        async with self._write() as conn:
+            await self._queue_row(conn, queue)
+            await conn.execute(update(queues).where(queues.c.name == queue).values(paused=paused))
+            await dialects.notify(conn, {queue})
+
+    async def lease_acquire(self, queue: str, owner: str, now: datetime, ttl: float) -> int | None:
+        """Take the queue's lease if it is free or expired; the new fencing token, or None."""
+        async with self._write() as conn:
+            await self._queue_row(conn, queue)
+            stmt = (
+                update(queues)
+                .where(
+                    queues.c.name == queue,
+                    (queues.c.lease_owner.is_(None))
+                    | (queues.c.lease_expires_at < now)
+                    | (queues.c.lease_owner == owner),
+                )
+                .values(
+                    lease_owner=owner,
+                    lease_token=queues.c.lease_token + 1,
+                    lease_expires_at=now + timedelta(seconds=ttl),
+                )
+                .returning(queues.c.lease_token)
+            )
+            return (await conn.execute(stmt)).scalar_one_or_none()
+
+    async def lease_release(self, queue: str, owner: str, token: int) -> None:
+        async with self._write() as conn:
+            await conn.execute(
+                update(queues)
+                .where(
+                    queues.c.name == queue,
+                    queues.c.lease_owner == owner,
+                    queues.c.lease_token == token,
+                )
+                .values(lease_owner=None, lease_expires_at=None)
+            )
+
+    # -- the loop's side --------------------------------------------------------------
+
+    async def job_in_flight(self, queue: str) -> list[Job]:
+        async with self._read() as conn:
+            rows = await conn.execute(
+                select(jobs).where(jobs.c.queue == queue, jobs.c.state.in_(_IN_FLIGHT))
+            )
+            return [row_to_job(r) for r in rows.all()]
+
+    async def job_next_run_at(self, queue: str, after: datetime) -> datetime | None:
+        async with self._read() as conn:
+            return (
+                await conn.execute(
+                    select(func.min(jobs.c.run_at)).where(
+                        jobs.c.queue == queue,
+                        jobs.c.state == State.SCHEDULED.value,
+                        jobs.c.run_at > after,
+                    )
+                )
+            ).scalar_one_or_none()
+
+    @asynccontextmanager
+    async def queue_batch(
+        self, queue: str, owner: str, token: int, now: datetime, ttl: float
+    ) -> AsyncIterator[QueueBatch]:
+        """One transaction of a queue's loop, fenced by its lease token.
+
+        The fence is the first statement: if another process took the lease, this
+        raises ``LeaseLost`` and nothing of the batch is written. On PostgreSQL the
+        fence also row-locks the queue, so a takeover waits for this commit.
+        """
+        async with self._write() as conn:
+            fence = (
+                update(queues)
+                .where(
+                    queues.c.name == queue,
+                    queues.c.lease_owner == owner,
+                    queues.c.lease_token == token,
+                )
+                .values(lease_expires_at=now + timedelta(seconds=ttl))
+                .returning(queues.c.paused)
+            )
+            paused = (await conn.execute(fence)).scalar_one_or_none()
+            if paused is None:
+                raise LeaseLost(queue)
+            yield QueueBatch(conn, queue, bool(paused))
+
+
+class QueueBatch:
+    """The writes of one tick of a queue's loop, all inside one transaction."""
+
+    def __init__(self, conn: AsyncConnection, queue: str, paused: bool) -> None:
+        self.conn, self.queue, self.paused = conn, queue, paused
+
+    async def settle(self, settlements: Sequence[Settlement], now: datetime) -> None:
+        if not settlements:
+            return
+        stmt = (
+            update(jobs)
+            .where(
+                jobs.c.id == _bind("b_id"),
+                jobs.c.attempt == _bind("b_attempt"),
+                jobs.c.state.in_(_IN_FLIGHT),
+            )
+            .values(
+                state=_bind("state"),
+                run_at=_bind("run_at"),
+                payload=_bind("payload"),
+                finished_at=_bind("finished_at"),
+                result=_bind("result"),
+                last_error=_bind("last_error"),
+                claimed_at=None,
+                deadline=None,
+                cancel_requested=False,
+                updated_at=now,
+            )
+        )
+        params = [
+            {
+                "b_id": s.job_id,
+                "b_attempt": s.attempt,
+                "state": s.state.value,
+                "run_at": s.run_at,
+                "payload": s.payload,
+                "finished_at": s.finished_at,
+                "result": s.result,
+                "last_error": s.last_error,
+            }
+            for s in settlements
+        ]
+        await self.conn.execute(stmt, params)
+        records = [asdict(s.record) for s in settlements if s.record is not None]
+        if records:
+            await self.conn.execute(attempts.insert(), records)
+
+    async def due(self, now: datetime, limit: int, order: str) -> list[Job]:
+        keys = (
+            (jobs.c.run_at, jobs.c.priority, jobs.c.id)
+            if order == "time_priority"
+            else (jobs.c.priority, jobs.c.run_at, jobs.c.id)
+        )
+        query = (
+            select(jobs)
+            .where(
+                jobs.c.queue == self.queue,
+                jobs.c.state == State.SCHEDULED.value,
+                jobs.c.run_at <= now,
+            )
+            .order_by(*keys)
+            .limit(limit)
+        )
+        rows = await self.conn.execute(dialects.lock_due(self.conn, query))
+        return [row_to_job(r) for r in rows.all()]
+
+    async def claim(self, admitted: Sequence[Job], now: datetime) -> list[Job]:
+        """scheduled -> running for ``admitted`` (rows the due scan locked in this transaction)."""
+        by_timeout: dict[float, list[int]] = defaultdict(list)
+        for job in admitted:
+            by_timeout[job.timeout_seconds].append(job.id)
+        for timeout, ids in by_timeout.items():
+            await self.conn.execute(
+                update(jobs)
+                .where(jobs.c.id.in_(ids), jobs.c.state == State.SCHEDULED.value)
+                .values(
+                    state=State.RUNNING.value,
+                    attempt=jobs.c.attempt + 1,
+                    claimed_at=now,
+                    deadline=now + timedelta(seconds=timeout),
+                    waiting_reason=None,
+                    updated_at=now,
+                )
+            )
+        return [
+            Job(
+                **{
+                    **_fields(j),
+                    "state": State.RUNNING,
+                    "attempt": j.attempt + 1,
+                    "claimed_at": now,
+                    "deadline": now + timedelta(seconds=j.timeout_seconds),
+                    "waiting_reason": None,
+                    "updated_at": now,
+                }
+            )
+            for j in admitted
+        ]
+
+    async def defer(self, deferred: dict[int, datetime], reason: str, now: datetime) -> None:
+        if not deferred:
+            return
+        await self.conn.execute(
+            update(jobs)
+            .where(jobs.c.id == _bind("b_id"), jobs.c.state == State.SCHEDULED.value)
+            .values(run_at=_bind("run_at"), waiting_reason=reason, updated_at=now),
+            [{"b_id": i, "run_at": at} for i, at in deferred.items()],
+        )
+
+    async def note_waiting(self, reasons: dict[int, str]) -> None:
+        """Record why held jobs wait; callers pass only the reasons that changed."""
+        grouped: dict[str, list[int]] = defaultdict(list)
+        for job_id, reason in reasons.items():
+            grouped[reason].append(job_id)
+        for reason, ids in grouped.items():
+            await self.conn.execute(
+                update(jobs)
+                .where(jobs.c.id.in_(ids), jobs.c.state == State.SCHEDULED.value)
+                .values(waiting_reason=reason[:500])
+            )
+
+    async def mark_awaiting(self, items: Sequence[tuple[int, int]], now: datetime) -> None:
+        """running -> awaiting for (job id, attempt) pairs whose request was sent."""
+        if not items:
+            return
+        await self.conn.execute(
+            update(jobs)
+            .where(
+                jobs.c.id == _bind("b_id"),
+                jobs.c.attempt == _bind("b_attempt"),
+                jobs.c.state == State.RUNNING.value,
+            )
+            .values(state=State.AWAITING.value, updated_at=now),
+            [{"b_id": i, "b_attempt": a} for i, a in items],
+        )
+
+    async def extend_deadlines(self, deadlines: dict[int, datetime]) -> None:
+        if deadlines:
+            await self.conn.execute(
+                update(jobs)
+                .where(jobs.c.id == _bind("b_id"), jobs.c.state.in_(_IN_FLIGHT))
+                .values(deadline=_bind("deadline")),
+                [{"b_id": i, "deadline": d} for i, d in deadlines.items()],
+            )
+
+    async def update_payloads(self, payloads: dict[int, dict[str, Any]]) -> None:
+        """Checkpoints of in-flight jobs: a retry starts from the saved payload."""
+        if payloads:
+            await self.conn.execute(
+                update(jobs)
+                .where(jobs.c.id == _bind("b_id"), jobs.c.state.in_(_IN_FLIGHT))
+                .values(payload=_bind("payload")),
+                [{"b_id": i, "payload": p} for i, p in payloads.items()],
+            )
+
+    async def cancel_requests(self) -> list[int]:
+        rows = await self.conn.execute(
+            select(jobs.c.id).where(
+                jobs.c.queue == self.queue,
+                jobs.c.cancel_requested.is_(True),
+                jobs.c.state.in_(_IN_FLIGHT),
+            )
+        )
+        return list(rows.scalars().all())
+
+
+def _bind(name: str) -> Any:
+    from sqlalchemy import bindparam
+
+    return bindparam(name)
+
+
+def _fields(job: Job) -> dict[str, Any]:
+    return {name: getattr(job, name) for name in Job.__slots__}

@@ -1,0 +1,150 @@
+"""The throttler protocol and the chain that applies a queue's throttlers in order.
+
+A throttler is a plugin of the entry-point group ``hipq.throttlers``. Each tick the
+queue's loop gives it the due candidates (in queue order, already filtered by the
+throttlers before it) and a read-only view of the queue's in-flight jobs, and it
+returns a ``Verdict``: which candidates it admits, which it defers to a later
+instant, and a short reason for each one it holds. Decisions are pure functions of
+(candidates, view, now); the loop persists them.
+
+The chain is conservative by construction: a throttler counts the candidates it
+admits against its own limits even if a later throttler holds them, so every
+limit holds for the final set (it may admit less than it could for one tick).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Protocol, runtime_checkable
+
+from hipq.jobs import Job
+
+log = logging.getLogger("hipq.throttling")
+
+
+@dataclass(frozen=True, slots=True)
+class InFlight:
+    """A running or awaiting job, as throttlers see it."""
+
+    id: int
+    type: str
+    weight: int
+    labels: Mapping[str, str]
+    claimed_at: datetime
+    critical: bool = False
+    payload: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class Start:
+    """A recent start of a job in this queue (for rate limits)."""
+
+    at: datetime
+    labels: Mapping[str, str]
+
+
+class RunningView:
+    """Read-only view of a queue's in-flight jobs and recent starts."""
+
+    def __init__(self, in_flight: Iterable[InFlight], recent_starts: Sequence[Start] = ()) -> None:
+        self.jobs: tuple[InFlight, ...] = tuple(in_flight)
+        self.recent_starts: tuple[Start, ...] = tuple(recent_starts)
+        self.total_weight: int = sum(j.weight for j in self.jobs)
+
+    def weight_by(self, label: str) -> Counter[str | None]:
+        """In-flight weight per value of ``label`` (None for jobs without it)."""
+        counts: Counter[str | None] = Counter()
+        for job in self.jobs:
+            counts[job.labels.get(label)] += job.weight
+        return counts
+
+    def count_by(self, label: str) -> Counter[str | None]:
+        return Counter(job.labels.get(label) for job in self.jobs)
+
+    def starts_since(self, since: datetime) -> list[Start]:
+        return [s for s in self.recent_starts if s.at >= since]
+
+
+@dataclass(slots=True)
+class Verdict:
+    admitted: list[int] = field(default_factory=list)  # job ids, in the order given
+    deferred: dict[int, datetime] = field(default_factory=dict)  # not before this instant
+    held: dict[int, str] = field(default_factory=dict)  # why it waits
+
+
+@runtime_checkable
+class Throttler(Protocol):
+    def decide(self, candidates: Sequence[Job], view: RunningView, now: datetime) -> Verdict: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Stage:
+    """One configured throttler of a queue's chain."""
+
+    name: str
+    throttler: Throttler
+    lets_critical_through: bool = False
+    # Seconds of start history the throttler needs in its view (rate limits).
+    lookback_seconds: float = 0.0
+
+
+@dataclass(slots=True)
+class ChainResult:
+    admitted: list[Job] = field(default_factory=list)
+    deferred: dict[int, datetime] = field(default_factory=dict)
+    held: dict[int, str] = field(default_factory=dict)
+    held_by: Counter[str] = field(default_factory=Counter)  # stage name -> jobs it held
+    errors: list[tuple[str, str]] = field(default_factory=list)  # (stage, message)
+
+
+class ThrottlerFault(Exception):
+    """A throttler raised or answered something that is not a valid verdict."""
+
+
+def _checked(verdict: object, given: Mapping[int, Job], name: str) -> Verdict:
+    if not isinstance(verdict, Verdict):
+        raise ThrottlerFault(f"returned {type(verdict).__name__}, not a Verdict")
+    decided = [*verdict.admitted, *verdict.deferred, *verdict.held]
+    unknown = [i for i in decided if i not in given]
+    if unknown:
+        raise ThrottlerFault(f"decided on jobs it was not given: {unknown[:5]}")
+    if len(decided) != len(set(decided)):
+        raise ThrottlerFault("decided twice on the same job")
+    for at in verdict.deferred.values():
+        if not isinstance(at, datetime) or at.tzinfo is None:
+            raise ThrottlerFault("deferred to something that is not an aware datetime")
+    return verdict
+
+
+def run_chain(
+    stages: Sequence[Stage], candidates: Sequence[Job], view: RunningView, now: datetime
+) -> ChainResult:
+    """Apply ``stages`` in order; only what every stage admits is admitted."""
+    result = ChainResult()
+    survivors = list(candidates)
+    for stage in stages:
+        if not survivors:
+            break
+        bypass = {j.id for j in survivors if j.critical and stage.lets_critical_through}
+        judged = [j for j in survivors if j.id not in bypass]
+        by_id = {j.id: j for j in judged}
+        try:
+            verdict = _checked(stage.throttler.decide(judged, view, now), by_id, stage.name)
+        except Exception as exc:  # a faulty plugin holds its candidates, never the queue
+            log.exception("throttler %s failed; it admits nothing this tick", stage.name)
+            result.errors.append((stage.name, f"{type(exc).__name__}: {exc}"))
+            verdict = Verdict(held={i: f"throttler {stage.name} failed" for i in by_id})
+        admitted = set(verdict.admitted)
+        for job_id, at in verdict.deferred.items():
+            result.deferred[job_id] = at
+        for job_id in by_id:
+            if job_id not in admitted and job_id not in verdict.deferred:
+                result.held[job_id] = verdict.held.get(job_id) or f"held by {stage.name}"
+                result.held_by[stage.name] += 1
+        survivors = [j for j in survivors if j.id in admitted or j.id in bypass]
+    result.admitted = survivors
+    return result

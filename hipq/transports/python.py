@@ -1,0 +1,122 @@
+"""The ``python`` transport: an in-process async callable runs the job.
+
+A job type names its handler as ``package.module:function``. The handler receives
+a ``JobContext`` and returns a JSON-serialisable result, or raises. Raising
+``PermanentError`` gives up without retries.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import importlib
+import logging
+from collections.abc import Awaitable, Callable
+from datetime import datetime, timedelta
+from typing import Any
+
+import orjson
+
+from hipq.jobs import Job
+from hipq.outcomes import Failed, Succeeded
+from hipq.retry import AttemptError
+from hipq.transports.base import Reporter
+
+log = logging.getLogger("hipq.transports.python")
+
+Handler = Callable[["JobContext"], Awaitable[Any]]
+
+
+class PermanentError(Exception):
+    """Raised by a handler: the job fails now, whatever its retry strategy says."""
+
+
+class HandlerImportError(ValueError):
+    pass
+
+
+def import_handler(spec: str) -> Handler:
+    module_name, _, attr = spec.partition(":")
+    try:
+        target: Any = importlib.import_module(module_name)
+        for part in attr.split("."):
+            target = getattr(target, part)
+    except (ImportError, AttributeError) as exc:
+        raise HandlerImportError(f"cannot import handler {spec!r}: {exc}") from None
+    if not callable(target):
+        raise HandlerImportError(f"handler {spec!r} is not callable")
+    return target
+
+
+class JobContext:
+    """What a python handler sees of its job, and how it talks back to the loop."""
+
+    def __init__(self, job: Job, reporter: Reporter, clock: Callable[[], datetime]) -> None:
+        self.id = job.id
+        self.type = job.type
+        self.queue = job.queue
+        self.attempt = job.attempt
+        self.labels = dict(job.labels)
+        self.payload: dict[str, Any] = copy.deepcopy(job.payload)
+        self._job, self._reporter, self._clock = job, reporter, clock
+
+    def heartbeat(self, extend_by: float | None = None) -> None:
+        """Push the deadline to now + ``extend_by`` seconds (default: the job's timeout)."""
+        seconds = extend_by if extend_by is not None else self._job.timeout_seconds
+        self._reporter.heartbeat(self._job, self._clock() + timedelta(seconds=seconds))
+
+    def checkpoint(self, payload: dict[str, Any]) -> None:
+        """Persist ``payload``: a retry of this job starts from it."""
+        self.payload = copy.deepcopy(payload)
+        self._reporter.checkpoint(self._job, self.payload)
+
+
+class PythonTransport:
+    def __init__(self, handlers: dict[str, Handler], clock: Callable[[], datetime]) -> None:
+        self._handlers = handlers  # job type -> handler
+        self._clock = clock
+        self._tasks: dict[int, asyncio.Task[None]] = {}
+
+    async def start(self) -> None:
+        return None
+
+    async def stop(self) -> None:
+        tasks = list(self._tasks.values())
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+    def dispatch(self, job: Job, reporter: Reporter) -> None:
+        task = asyncio.create_task(self._run(job, reporter), name=f"hipq-job-{job.id}")
+        self._tasks[job.id] = task
+        task.add_done_callback(lambda _t, job_id=job.id: self._tasks.pop(job_id, None))
+
+    def abandon(self, job_id: int) -> None:
+        task = self._tasks.pop(job_id, None)
+        if task is not None:
+            task.cancel()
+
+    @property
+    def busy(self) -> int:
+        return len(self._tasks)
+
+    async def _run(self, job: Job, reporter: Reporter) -> None:
+        handler = self._handlers[job.type]
+        try:
+            result = await handler(JobContext(job, reporter, self._clock))
+            orjson.dumps(result)  # refuse a result the store could not keep
+        except asyncio.CancelledError:
+            raise
+        except PermanentError as exc:
+            reporter.outcome(job, Failed(AttemptError(_describe(exc), retryable=False)))
+        except orjson.JSONEncodeError as exc:
+            reporter.outcome(job, Failed(AttemptError(f"result is not JSON: {exc}")))
+        except Exception as exc:
+            reporter.outcome(job, Failed(AttemptError(_describe(exc))))
+        else:
+            reporter.outcome(job, Succeeded(result))
+
+
+def _describe(exc: BaseException) -> str:
+    text = str(exc)
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__

@@ -1,0 +1,48 @@
+"""Weighted concurrency: a capacity in units that in-flight jobs hold by their weight."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from typing import ClassVar
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from hipq.jobs import Job
+from hipq.throttling import RunningView, Verdict
+
+
+class ConcurrencySettings(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    limit: int = Field(ge=1, description="capacity units held by running + awaiting jobs")
+
+
+class WeightedConcurrency:
+    """Admits candidates in queue order while their weight fits the free capacity.
+
+    It stops at the first candidate that does not fit instead of letting lighter
+    jobs behind it pass: otherwise a stream of weight-1 jobs could starve a
+    weight-5 job forever.
+    """
+
+    config_model: ClassVar[type[BaseModel]] = ConcurrencySettings
+
+    def __init__(self, settings: ConcurrencySettings) -> None:
+        self.limit = settings.limit
+
+    def decide(self, candidates: Sequence[Job], view: RunningView, now: datetime) -> Verdict:
+        verdict = Verdict()
+        in_use = view.total_weight
+        blocked_by: Job | None = None
+        for job in candidates:
+            if blocked_by is None and in_use + job.weight <= self.limit:
+                verdict.admitted.append(job.id)
+                in_use += job.weight
+            elif blocked_by is None:
+                blocked_by = job
+                verdict.held[job.id] = (
+                    f"concurrency {in_use}/{self.limit} in use, needs {job.weight}"
+                )
+            else:
+                verdict.held[job.id] = f"concurrency {in_use}/{self.limit} in use (queue order)"
+        return verdict

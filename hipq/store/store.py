@@ -33,6 +33,8 @@ from hipq.store.records import (
 from hipq.store.schema import attempts, idempotency_keys, jobs, queues
 
 _OPEN = [s.value for s in OPEN]
+# Spelled out rather than IN (...): executemany cannot expand an IN list.
+_IS_IN_FLIGHT = (jobs.c.state == State.RUNNING.value) | (jobs.c.state == State.AWAITING.value)
 _IN_FLIGHT = [s.value for s in IN_FLIGHT]
 _NEW_JOB_COLUMNS = (
     "type queue payload run_at priority weight labels windows timeout_seconds retry critical "
@@ -470,7 +472,7 @@ class QueueBatch:
             .where(
                 jobs.c.id == _bind("b_id"),
                 jobs.c.attempt == _bind("b_attempt"),
-                jobs.c.state.in_(_IN_FLIGHT),
+                _IS_IN_FLIGHT,
             )
             .values(
                 state=_bind("state"),
@@ -596,7 +598,7 @@ class QueueBatch:
         if deadlines:
             await self.conn.execute(
                 update(jobs)
-                .where(jobs.c.id == _bind("b_id"), jobs.c.state.in_(_IN_FLIGHT))
+                .where(jobs.c.id == _bind("b_id"), _IS_IN_FLIGHT)
                 .values(deadline=_bind("deadline")),
                 [{"b_id": i, "deadline": d} for i, d in deadlines.items()],
             )
@@ -606,7 +608,7 @@ class QueueBatch:
         if payloads:
             await self.conn.execute(
                 update(jobs)
-                .where(jobs.c.id == _bind("b_id"), jobs.c.state.in_(_IN_FLIGHT))
+                .where(jobs.c.id == _bind("b_id"), _IS_IN_FLIGHT)
                 .values(payload=_bind("payload")),
                 [{"b_id": i, "payload": p} for i, p in payloads.items()],
             )

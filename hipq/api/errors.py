@@ -1,0 +1,147 @@
+"""Every error the API answers is JSON naming the field and the problem; never a bare 500."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from typing import Any
+
+import orjson
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from fastapi.routing import APIRoute
+from starlette.exceptions import HTTPException
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from hipq.intake import IntakeError
+from hipq.store import StoreError
+
+log = logging.getLogger("hipq.api")
+
+
+def error_body(code: str, items: Sequence[tuple[str | None, str]]) -> dict[str, Any]:
+    field, message = items[0]
+    return {
+        "error": code,
+        "field": field,
+        "message": f"{field}: {message}" if field else message,
+        "errors": [{"field": f, "message": m} for f, m in items],
+    }
+
+
+def _field(loc: Sequence[Any]) -> str | None:
+    parts = [p for p in loc if p not in ("body", "query", "path", "header")]
+    out = ""
+    for part in parts:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out or None
+
+
+def _message(err: dict[str, Any]) -> str:
+    if err["type"] == "json_invalid":
+        return f"body is not valid JSON ({err.get('ctx', {}).get('error', 'parse error')})"
+    if err["type"] == "missing":
+        return "field required"
+    if err["type"] == "extra_forbidden":
+        return "unknown field"
+    return str(err["msg"]).removeprefix("Value error, ")
+
+
+class StrictJSONRequest(Request):
+    """Request bodies decoded by orjson: NaN, Infinity and overflowing numbers are refused."""
+
+    async def json(self) -> Any:
+        if not hasattr(self, "_json"):
+            self._json = orjson.loads(await self.body())
+        return self._json
+
+
+class StrictJSONRoute(APIRoute):
+    def get_route_handler(self):  # type: ignore[no-untyped-def]
+        handler = super().get_route_handler()
+
+        async def strict_handler(request: Request):  # type: ignore[no-untyped-def]
+            return await handler(StrictJSONRequest(request.scope, request.receive))
+
+        return strict_handler
+
+
+class BodyLimit:
+    """413 for bodies over the limit, before they are read whole (by header or by count)."""
+
+    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+        self.app, self.max_bytes = app, max_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        declared = dict(scope.get("headers") or []).get(b"content-length")
+        if declared is not None and declared.isdigit() and int(declared) > self.max_bytes:
+            await self._refuse(send)
+            return
+        seen = 0
+        started = False
+
+        async def counted() -> Message:
+            nonlocal seen
+            message = await receive()
+            if message["type"] == "http.request":
+                seen += len(message.get("body", b""))
+                if seen > self.max_bytes:
+                    raise _TooLarge
+            return message
+
+        async def tracking_send(message: Message) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, counted, tracking_send)
+        except _TooLarge:
+            if not started:
+                await self._refuse(send)
+
+    async def _refuse(self, send: Send) -> None:
+        body = orjson.dumps(
+            error_body("body_too_large", [(None, f"request body exceeds {self.max_bytes} bytes")])
+        )
+        await send({"type": "http.response.start", "status": 413,
+                    "headers": [(b"content-type", b"application/json"),
+                                (b"content-length", str(len(body)).encode())]})
+        await send({"type": "http.response.body", "body": body})
+
+
+class _TooLarge(Exception):
+    pass
+
+
+def install(app: FastAPI) -> None:
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(_r: Request, exc: RequestValidationError) -> JSONResponse:
+        items = [
+            (None if e["type"] == "json_invalid" else _field(e["loc"]), _message(e))
+            for e in exc.errors()
+        ]
+        return JSONResponse(error_body("invalid_request", items or [(None, "invalid")]), 422)
+
+    @app.exception_handler(IntakeError)
+    async def _intake(_r: Request, exc: IntakeError) -> JSONResponse:
+        return JSONResponse(error_body("invalid_request", [(exc.field, exc.message)]), 422)
+
+    @app.exception_handler(StoreError)
+    async def _store(_r: Request, exc: StoreError) -> JSONResponse:
+        code = "not_found" if exc.status == 404 else "conflict"
+        return JSONResponse(error_body(code, [(exc.field, exc.message)]), exc.status)
+
+    @app.exception_handler(HTTPException)
+    async def _http(_r: Request, exc: HTTPException) -> JSONResponse:
+        code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
+        return JSONResponse(error_body(code, [(None, str(exc.detail))]), exc.status_code)
+
+    @app.exception_handler(Exception)
+    async def _unexpected(_r: Request, exc: Exception) -> JSONResponse:
+        log.exception("unexpected error")
+        return JSONResponse(error_body("internal_error", [(None, "internal error; see the log")]), 500)

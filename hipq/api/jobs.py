@@ -1,0 +1,177 @@
+"""/v1/jobs: create (one or a batch), read, list, cancel, change, retry."""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Annotated, Any
+
+import orjson
+from fastapi import APIRouter, Header, Query, Request, Response
+
+from hipq.api.errors import StrictJSONRoute
+from hipq.api.models import (
+    ErrorOut,
+    JobBatchIn,
+    JobBatchOut,
+    JobIn,
+    JobListOut,
+    JobOut,
+    JobPatch,
+    JobRef,
+    RetryRequest,
+)
+from hipq.durations import parse_duration
+from hipq.intake import IntakeError
+from hipq.lifecycle import State
+from hipq.service import Service
+from hipq.store import JobFilter
+from hipq.windows import WindowError, next_opening, parse_windows
+
+router = APIRouter(prefix="/v1/jobs", tags=["jobs"], route_class=StrictJSONRoute)
+
+_ERRORS: dict[int | str, dict[str, Any]] = {
+    404: {"model": ErrorOut}, 409: {"model": ErrorOut}, 413: {"model": ErrorOut},
+    422: {"model": ErrorOut},
+}
+IdempotencyKey = Annotated[
+    str | None,
+    Header(alias="Idempotency-Key", max_length=300,
+           description="a retried POST with the same key returns the first one's jobs"),
+]
+
+
+def _service(request: Request) -> Service:
+    return request.app.state.service
+
+
+def _request_hash(body: Any) -> str:
+    return hashlib.sha256(orjson.dumps(body, option=orjson.OPT_SORT_KEYS)).hexdigest()
+
+
+async def _insert(request: Request, items: list[JobIn], key: str | None, prefix: str) -> Any:
+    service = _service(request)
+    now = service.clock()
+    new = []
+    for i, item in enumerate(items):
+        try:
+            new.append(service.intake.resolve(item.fields_set(), now))
+        except IntakeError as exc:
+            raise IntakeError(f"{prefix}{i}].{exc.field}" if prefix else exc.field, exc.message) from None
+    body = [item.model_dump(mode="json", exclude_unset=True) for item in items]
+    result = await service.store.job_insert_many(
+        new, now, (key, _request_hash(body)) if key else None
+    )
+    service.wake(j.queue for j in new)
+    return result
+
+
+@router.post("", status_code=201, response_model=JobOut, responses=_ERRORS,
+             summary="Create a job")
+async def create_job(
+    job: JobIn, request: Request, response: Response, idempotency_key: IdempotencyKey = None
+) -> JobOut:
+    result = await _insert(request, [job], idempotency_key, "")
+    if result.replayed:
+        response.status_code = 200
+        response.headers["Idempotent-Replayed"] = "true"
+    return JobOut.of(result.jobs[0])
+
+
+@router.post("/batch", status_code=201, response_model=JobBatchOut, responses=_ERRORS,
+             summary="Create many jobs in one transaction (all or none)")
+async def create_jobs(
+    batch: JobBatchIn, request: Request, response: Response,
+    idempotency_key: IdempotencyKey = None,
+) -> JobBatchOut:
+    limit = _service(request).settings.server.max_batch_jobs
+    if len(batch.jobs) > limit:
+        raise IntakeError("jobs", f"at most {limit} jobs per batch, got {len(batch.jobs)}")
+    result = await _insert(request, batch.jobs, idempotency_key, "jobs[")
+    if result.replayed:
+        response.status_code = 200
+        response.headers["Idempotent-Replayed"] = "true"
+    refs = [JobRef(id=j.id, state=j.state.value, queue=j.queue, run_at=j.run_at) for j in result.jobs]
+    return JobBatchOut(count=len(refs), jobs=refs)
+
+
+@router.get("/{job_id}", response_model=JobOut, responses=_ERRORS, summary="A job and its attempts")
+async def get_job(job_id: int, request: Request) -> JobOut:
+    store = _service(request).store
+    job = await store.job_get(job_id)
+    return JobOut.of(job, await store.job_attempts(job_id))
+
+
+@router.get("", response_model=JobListOut, responses=_ERRORS, summary="List jobs, newest first")
+async def list_jobs(
+    request: Request,
+    queue: str | None = None,
+    state: Annotated[list[State] | None, Query(description="repeat for several")] = None,
+    type: str | None = None,
+    label: Annotated[list[str] | None, Query(description="name:value, repeat for several")] = None,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+    cursor: Annotated[str | None, Query(description="next_cursor of the previous page")] = None,
+) -> JobListOut:
+    labels: dict[str, str] = {}
+    for item in label or []:
+        name, sep, value = item.partition(":")
+        if not sep or not name:
+            raise IntakeError("label", f"{item!r} must look like name:value")
+        labels[name] = value
+    after = None
+    if cursor is not None:
+        if not cursor.isdigit():
+            raise IntakeError("cursor", "not a cursor returned by this API")
+        after = int(cursor)
+    flt = JobFilter(queue=queue, states=tuple(s.value for s in state or ()), type=type,
+                    labels=labels, after_id=after, limit=limit)
+    found = await _service(request).store.job_list(flt)
+    next_cursor = str(found[-1].id) if len(found) == limit else None
+    return JobListOut(jobs=[JobOut.of(j) for j in found], next_cursor=next_cursor)
+
+
+@router.post("/{job_id}/cancel", response_model=JobOut, responses=_ERRORS,
+             summary="Cancel a job (a running one is cancelled by its queue's loop)")
+async def cancel_job(job_id: int, request: Request, response: Response) -> JobOut:
+    service = _service(request)
+    job = await service.store.job_cancel(job_id, service.clock())
+    if job.state != State.CANCELLED:
+        response.status_code = 202  # requested: the loop settles it at its next tick
+        service.wake([job.queue])
+    return JobOut.of(job)
+
+
+@router.patch("/{job_id}", response_model=JobOut, responses=_ERRORS,
+              summary="Change a scheduled job (run_at, priority, payload, weight, labels, ...)")
+async def patch_job(job_id: int, patch: JobPatch, request: Request) -> JobOut:
+    service = _service(request)
+    changes: dict[str, Any] = patch.model_dump(exclude_unset=True)
+    if any(v is None for k, v in changes.items() if k != "windows"):
+        null = next(k for k, v in changes.items() if v is None and k != "windows")
+        raise IntakeError(null, "cannot be null")
+    if "timeout" in changes:
+        try:
+            changes["timeout_seconds"] = parse_duration(changes.pop("timeout"))
+        except ValueError as exc:
+            raise IntakeError("timeout", str(exc)) from None
+        if changes["timeout_seconds"] <= 0:
+            raise IntakeError("timeout", "must be greater than zero")
+    if changes.get("windows"):
+        try:
+            parsed = parse_windows(changes["windows"])
+        except WindowError as exc:
+            raise IntakeError("windows", str(exc)) from None
+        changes["windows"] = [w.to_dict() for w in parsed]
+        current = await service.store.job_get(job_id)
+        changes["run_at"] = next_opening(parsed, changes.get("run_at") or current.run_at)
+    job = await service.store.job_update_pending(job_id, changes, service.clock())
+    service.wake([job.queue])
+    return JobOut.of(job)
+
+
+@router.post("/{job_id}/retry", response_model=JobOut, responses=_ERRORS,
+             summary="Run a failed or cancelled job again (a new attempt)")
+async def retry_job(job_id: int, request: Request, body: RetryRequest | None = None) -> JobOut:
+    service = _service(request)
+    job = await service.store.job_retry(job_id, service.clock(), body.run_at if body else None)
+    service.wake([job.queue])
+    return JobOut.of(job)

@@ -1,0 +1,176 @@
+"""The REST API's request and response bodies (pydantic lives at the edges only)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Literal
+
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, StrictBool, StrictInt
+
+from hipq.jobs import Attempt, Job
+
+_INT32 = 2**31 - 1
+
+
+class _In(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class WindowIn(_In):
+    start: str = Field(description="opening wall-clock time, HH:MM")
+    end: str = Field(description="closing wall-clock time, HH:MM; earlier than start wraps midnight")
+    tz: str = Field("UTC", description="IANA time zone")
+    days: str | list[str] | None = Field(None, description="e.g. 'mon-fri' (the day it opens)")
+
+
+class RetryIn(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    strategy: str | None = Field(None, description="exponential, fixed, none, or a plugin")
+    max_attempts: StrictInt | None = Field(None, ge=1, le=10_000)
+
+
+class JobIn(_In):
+    type: str = Field(min_length=1, max_length=200, description="a job type from the config")
+    payload: dict[str, Any] = Field(default_factory=dict, description="a JSON object")
+    queue: str | None = Field(None, max_length=200, description="default: the job type's queue")
+    run_at: AwareDatetime | None = Field(None, description="not before this instant (RFC 3339)")
+    priority: StrictInt | None = Field(None, ge=-_INT32, le=_INT32, description="lower runs first")
+    weight: StrictInt | None = Field(None, ge=1, le=1_000_000, description="capacity units")
+    labels: dict[str, str] = Field(default_factory=dict, description="used by throttlers")
+    windows: list[WindowIn] | None = Field(None, max_length=100)
+    timeout: float | str | None = Field(None, description="seconds, or a duration such as '24h'")
+    retry: RetryIn | None = None
+    correlation_key: str | None = Field(None, min_length=1, max_length=500)
+    job_key: str | None = Field(None, min_length=1, max_length=500)
+    job_key_mode: Literal["replace", "preserve_run_at", "unsafe_dedupe"] | None = None
+    critical: StrictBool = Field(False, description="passes throttlers that let critical work through")
+
+    def fields_set(self) -> dict[str, Any]:
+        data = self.model_dump(exclude_unset=True, exclude_none=True)
+        data["type"] = self.type
+        return data
+
+
+class JobBatchIn(_In):
+    jobs: list[JobIn] = Field(min_length=1)
+
+
+class JobPatch(_In):
+    run_at: AwareDatetime | None = None
+    priority: StrictInt | None = Field(None, ge=-_INT32, le=_INT32)
+    payload: dict[str, Any] | None = None
+    weight: StrictInt | None = Field(None, ge=1, le=1_000_000)
+    labels: dict[str, str] | None = None
+    windows: list[WindowIn] | None = None
+    timeout: float | str | None = None
+
+
+class RetryRequest(_In):
+    run_at: AwareDatetime | None = None
+
+
+class AttemptOut(BaseModel):
+    attempt: int
+    started_at: datetime | None
+    finished_at: datetime
+    outcome: str
+    error: str | None = None
+    response: Any = None
+
+    @classmethod
+    def of(cls, a: Attempt) -> AttemptOut:
+        return cls(attempt=a.attempt, started_at=a.started_at, finished_at=a.finished_at,
+                   outcome=a.outcome, error=a.error, response=a.response)
+
+
+class JobOut(BaseModel):
+    id: int
+    type: str
+    queue: str
+    state: str
+    payload: dict[str, Any]
+    run_at: datetime
+    priority: int
+    weight: int
+    labels: dict[str, str]
+    windows: list[dict[str, Any]] | None
+    timeout: float = Field(description="seconds")
+    retry: dict[str, Any]
+    critical: bool
+    correlation_key: str | None
+    job_key: str | None
+    attempt: int
+    created_at: datetime
+    updated_at: datetime
+    claimed_at: datetime | None
+    deadline: datetime | None
+    finished_at: datetime | None
+    result: Any
+    last_error: str | None
+    waiting_reason: str | None = Field(description="why a due job still waits (its throttler)")
+    cancel_requested: bool
+    attempts: list[AttemptOut] | None = None
+
+    @classmethod
+    def of(cls, job: Job, attempts: list[Attempt] | None = None) -> JobOut:
+        return cls(
+            id=job.id, type=job.type, queue=job.queue, state=job.state.value,
+            payload=job.payload, run_at=job.run_at, priority=job.priority, weight=job.weight,
+            labels=job.labels, windows=job.windows, timeout=job.timeout_seconds,
+            retry=job.retry, critical=job.critical, correlation_key=job.correlation_key,
+            job_key=job.job_key, attempt=job.attempt, created_at=job.created_at,
+            updated_at=job.updated_at, claimed_at=job.claimed_at, deadline=job.deadline,
+            finished_at=job.finished_at, result=job.result, last_error=job.last_error,
+            waiting_reason=job.waiting_reason, cancel_requested=job.cancel_requested,
+            attempts=None if attempts is None else [AttemptOut.of(a) for a in attempts],
+        )
+
+
+class JobRef(BaseModel):
+    id: int
+    state: str
+    queue: str
+    run_at: datetime
+
+
+class JobBatchOut(BaseModel):
+    count: int
+    jobs: list[JobRef]
+
+
+class JobListOut(BaseModel):
+    jobs: list[JobOut]
+    next_cursor: str | None = Field(description="pass as ?cursor= for the next page")
+
+
+class QueueOut(BaseModel):
+    name: str
+    concurrency: int | None = Field(description="capacity units; null is unlimited")
+    order: str
+    batch_interval: float
+    batch_size: int
+    throttlers: list[str]
+    paused: bool
+    owner: str | None = Field(description="the process whose loop runs this queue now")
+    scheduled: int
+    due: int
+    running: int
+    awaiting: int
+    failed: int
+    capacity_in_use: int = Field(description="weight held by running and awaiting jobs")
+
+
+class QueueListOut(BaseModel):
+    queues: list[QueueOut]
+
+
+class ErrorItem(BaseModel):
+    field: str | None
+    message: str
+
+
+class ErrorOut(BaseModel):
+    error: str = Field(description="a short code, e.g. invalid_request, not_found, conflict")
+    field: str | None = Field(description="the first field at fault")
+    message: str
+    errors: list[ErrorItem] = Field(default_factory=list)

@@ -1,0 +1,57 @@
+"""/v1/queues: each queue's config, live counts, pause and resume."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Request
+
+from hipq.api.errors import StrictJSONRoute
+from hipq.api.models import ErrorOut, QueueListOut, QueueOut
+from hipq.service import Service
+from hipq.store import NotFound
+
+router = APIRouter(prefix="/v1/queues", tags=["queues"], route_class=StrictJSONRoute)
+_ERRORS = {404: {"model": ErrorOut}}
+
+
+async def queue_out(service: Service, name: str) -> QueueOut:
+    if name not in service.settings.queues:
+        raise NotFound(f"queue {name!r} is not configured", field="name")
+    config = service.settings.queues[name]
+    counts = await service.store.queue_counts(name, service.clock())
+    return QueueOut(
+        name=name, concurrency=config.concurrency, order=config.order,
+        batch_interval=config.batch_interval, batch_size=config.batch_size,
+        throttlers=[s.name for s in service.loops[name].stages],
+        paused=counts.paused, owner=counts.lease_owner, scheduled=counts.scheduled,
+        due=counts.due, running=counts.running, awaiting=counts.awaiting, failed=counts.failed,
+        capacity_in_use=counts.weight_in_flight,
+    )
+
+
+@router.get("", response_model=QueueListOut, summary="All queues with live counts")
+async def list_queues(request: Request) -> QueueListOut:
+    service: Service = request.app.state.service
+    return QueueListOut(queues=[await queue_out(service, n) for n in sorted(service.settings.queues)])
+
+
+@router.get("/{name}", response_model=QueueOut, responses=_ERRORS, summary="One queue")
+async def get_queue(name: str, request: Request) -> QueueOut:
+    return await queue_out(request.app.state.service, name)
+
+
+@router.post("/{name}/pause", response_model=QueueOut, responses=_ERRORS,
+             summary="Stop admitting jobs (in-flight jobs still finish)")
+async def pause_queue(name: str, request: Request) -> QueueOut:
+    service: Service = request.app.state.service
+    await queue_out(service, name)
+    await service.store.queue_set_paused(name, True)
+    return await queue_out(service, name)
+
+
+@router.post("/{name}/resume", response_model=QueueOut, responses=_ERRORS, summary="Admit again")
+async def resume_queue(name: str, request: Request) -> QueueOut:
+    service: Service = request.app.state.service
+    await queue_out(service, name)
+    await service.store.queue_set_paused(name, False)
+    service.wake([name])
+    return await queue_out(service, name)

@@ -1,0 +1,269 @@
+"""The ``hipq`` command: serve, migrate, and an operator's client of the REST API."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import sys
+from typing import Annotated, Any, NoReturn
+
+import httpx
+import typer
+
+from hipq.config import ConfigError, Settings, load_settings
+
+app = typer.Typer(help="hipq: durable, throttled jobs against external systems.",
+                  no_args_is_help=True, pretty_exceptions_enable=False)
+jobs_app = typer.Typer(help="Add, inspect, cancel and retry jobs (through the REST API).",
+                       no_args_is_help=True)
+app.add_typer(jobs_app, name="jobs")
+
+ConfigOpt = Annotated[str | None, typer.Option("--config", "-c", envvar="HIPQ_CONFIG",
+                                               help="YAML config file")]
+UrlOpt = Annotated[str | None, typer.Option("--url", envvar="HIPQ_URL",
+                                            help="hipq's API (default: from the config's server)")]
+
+
+def fail(message: str) -> NoReturn:
+    typer.echo(f"error: {message}", err=True)
+    raise typer.Exit(1)
+
+
+def settings_or_fail(config: str | None) -> Settings:
+    try:
+        return load_settings(config)
+    except ConfigError as exc:
+        fail(str(exc))
+
+
+@app.command()
+def serve(
+    config: ConfigOpt = None,
+    host: Annotated[str | None, typer.Option(help="overrides server.host")] = None,
+    port: Annotated[int | None, typer.Option(help="overrides server.port")] = None,
+) -> None:
+    """Run the API and the queues' loops."""
+    settings = settings_or_fail(config)
+    if host:
+        settings.server.host = host
+    if port is not None:
+        settings.server.port = port
+    logging.basicConfig(level=settings.log_level.upper(),
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        asyncio.run(_serve(settings))
+    except KeyboardInterrupt:
+        pass
+
+
+async def _serve(settings: Settings) -> None:
+    import uvicorn
+
+    from hipq.api.app import create_app
+    from hipq.service import Service, ServiceError
+    from hipq.store.dialects import StoreSetupError
+
+    try:
+        service = Service(settings)
+        await service.start()
+    except (ServiceError, StoreSetupError, ConfigError) as exc:
+        fail(str(exc))
+    except OSError as exc:
+        fail(f"cannot open the database: {exc}")
+    try:
+        server = uvicorn.Server(uvicorn.Config(
+            create_app(service, manage_service=False), host=settings.server.host,
+            port=settings.server.port, log_level=settings.log_level, access_log=False,
+        ))
+        await server.serve()
+        if not server.started:
+            fail(f"cannot listen on {settings.server.host}:{settings.server.port}")
+    finally:
+        await service.stop()
+
+
+@app.command()
+def migrate(config: ConfigOpt = None) -> None:
+    """Apply pending database migrations."""
+    settings = settings_or_fail(config)
+
+    async def run() -> str:
+        from hipq import migrations
+        from hipq.store import Store
+
+        store = Store.from_url(settings.database_url)
+        try:
+            await migrations.upgrade(store.engine)
+            return await migrations.current_revision(store.engine) or ""
+        finally:
+            await store.close()
+
+    try:
+        revision = asyncio.run(run())
+    except Exception as exc:
+        fail(f"migration failed: {type(exc).__name__}: {str(exc).splitlines()[0]}")
+    typer.echo(f"database at revision {revision}")
+
+
+# -- the API client ------------------------------------------------------------------
+
+
+def _base_url(url: str | None, config: str | None) -> str:
+    if url:
+        return url.rstrip("/")
+    if config or os.environ.get("HIPQ_CONFIG"):
+        return settings_or_fail(config).server.base_url()
+    return "http://127.0.0.1:8000"
+
+
+def call(method: str, url: str, path: str, **kwargs: Any) -> Any:
+    try:
+        response = httpx.request(method, url + path, timeout=30, **kwargs)
+    except httpx.HTTPError as exc:
+        fail(f"cannot reach hipq at {url}: {exc}")
+    try:
+        body = response.json()
+    except ValueError:
+        body = None
+    if response.status_code >= 400:
+        message = body.get("message") if isinstance(body, dict) else None
+        fail(message or f"HTTP {response.status_code}")
+    return body
+
+
+def _parse_json(text: str, what: str) -> Any:
+    try:
+        return json.loads(text, parse_constant=lambda c: fail(f"{what}: {c} is not JSON"))
+    except json.JSONDecodeError as exc:
+        fail(f"{what} is not valid JSON: {exc}")
+
+
+def _labels(items: list[str] | None) -> dict[str, str]:
+    out = {}
+    for item in items or []:
+        name, sep, value = item.partition("=")
+        if not sep or not name:
+            fail(f"--label {item!r} must look like name=value")
+        out[name] = value
+    return out
+
+
+def _print(body: Any) -> None:
+    typer.echo(json.dumps(body, indent=2, sort_keys=False))
+
+
+@jobs_app.command("add")
+def jobs_add(
+    type: Annotated[str, typer.Argument(help="job type from the config")],
+    payload: Annotated[str, typer.Option(help="JSON object")] = "{}",
+    queue: str | None = None,
+    run_at: Annotated[str | None, typer.Option(help="RFC 3339 instant")] = None,
+    priority: int | None = None,
+    weight: int | None = None,
+    label: Annotated[list[str] | None, typer.Option(help="name=value, repeatable")] = None,
+    timeout: Annotated[str | None, typer.Option(help="e.g. 30s, 24h")] = None,
+    job_key: str | None = None,
+    correlation_key: str | None = None,
+    critical: bool = False,
+    url: UrlOpt = None,
+    config: ConfigOpt = None,
+) -> None:
+    """Create a job and print it."""
+    body: dict[str, Any] = {"type": type, "payload": _parse_json(payload, "--payload")}
+    optional = {"queue": queue, "run_at": run_at, "priority": priority, "weight": weight,
+                "timeout": timeout, "job_key": job_key, "correlation_key": correlation_key}
+    body.update({k: v for k, v in optional.items() if v is not None})
+    if label:
+        body["labels"] = _labels(label)
+    if critical:
+        body["critical"] = True
+    _print(call("POST", _base_url(url, config), "/v1/jobs", json=body))
+
+
+@jobs_app.command("list")
+def jobs_list(
+    queue: str | None = None,
+    state: Annotated[list[str] | None, typer.Option(help="repeatable")] = None,
+    type: str | None = None,
+    label: Annotated[list[str] | None, typer.Option(help="name=value, repeatable")] = None,
+    limit: int = 50,
+    cursor: str | None = None,
+    as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
+    url: UrlOpt = None,
+    config: ConfigOpt = None,
+) -> None:
+    """List jobs, newest first."""
+    params: list[tuple[str, Any]] = [("limit", limit)]
+    params += [("queue", queue)] if queue else []
+    params += [("type", type)] if type else []
+    params += [("cursor", cursor)] if cursor else []
+    params += [("state", s) for s in state or []]
+    params += [("label", f"{k}:{v}") for k, v in _labels(label).items()]
+    body = call("GET", _base_url(url, config), "/v1/jobs", params=params)
+    if as_json:
+        _print(body)
+        return
+    typer.echo(f"{'ID':>8}  {'STATE':<10} {'QUEUE':<12} {'TYPE':<20} {'ATT':>3}  RUN_AT / WAITING")
+    for job in body["jobs"]:
+        note = job["waiting_reason"] or job["last_error"] or ""
+        typer.echo(f"{job['id']:>8}  {job['state']:<10} {job['queue']:<12} {job['type']:<20} "
+                   f"{job['attempt']:>3}  {job['run_at']}  {note}")
+    if body["next_cursor"]:
+        typer.echo(f"more: --cursor {body['next_cursor']}")
+
+
+@jobs_app.command("show")
+def jobs_show(job_id: int, url: UrlOpt = None, config: ConfigOpt = None) -> None:
+    """A job with its attempts."""
+    _print(call("GET", _base_url(url, config), f"/v1/jobs/{job_id}"))
+
+
+@jobs_app.command("cancel")
+def jobs_cancel(job_id: int, url: UrlOpt = None, config: ConfigOpt = None) -> None:
+    """Cancel a job (a running one at its queue's next tick)."""
+    _print(call("POST", _base_url(url, config), f"/v1/jobs/{job_id}/cancel"))
+
+
+@jobs_app.command("retry")
+def jobs_retry(job_id: int, url: UrlOpt = None, config: ConfigOpt = None) -> None:
+    """Run a failed or cancelled job again."""
+    _print(call("POST", _base_url(url, config), f"/v1/jobs/{job_id}/retry"))
+
+
+@app.command()
+def queues(
+    name: Annotated[str | None, typer.Argument(help="one queue")] = None,
+    pause: bool = False,
+    resume: bool = False,
+    url: UrlOpt = None,
+    config: ConfigOpt = None,
+) -> None:
+    """Queues with live counts; --pause / --resume one."""
+    base = _base_url(url, config)
+    if (pause or resume) and not name:
+        fail("--pause and --resume need a queue name")
+    if pause and resume:
+        fail("choose one of --pause and --resume")
+    if pause or resume:
+        _print(call("POST", base, f"/v1/queues/{name}/{'pause' if pause else 'resume'}"))
+        return
+    if name:
+        _print(call("GET", base, f"/v1/queues/{name}"))
+        return
+    body = call("GET", base, "/v1/queues")
+    typer.echo(f"{'QUEUE':<14} {'SCHED':>7} {'DUE':>7} {'RUN':>6} {'AWAIT':>6} {'FAILED':>6} "
+               f"{'IN USE':>8}  OWNER")
+    for q in body["queues"]:
+        cap = f"{q['capacity_in_use']}/{q['concurrency'] or '∞'}"
+        typer.echo(f"{q['name']:<14} {q['scheduled']:>7} {q['due']:>7} {q['running']:>6} "
+                   f"{q['awaiting']:>6} {q['failed']:>6} {cap:>8}  "
+                   f"{'paused ' if q['paused'] else ''}{q['owner'] or '-'}")
+
+
+def main() -> None:
+    try:
+        app()
+    except BrokenPipeError:
+        sys.exit(1)

@@ -1,0 +1,125 @@
+"""Turning a job as a client posts it into a ``NewJob`` with every default resolved.
+
+The job type supplies the queue, priority, weight, timeout, retry and correlation
+key template; the job may override each. Windows move ``run_at`` to the first
+opening. Errors name the field, as the API reports them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from hipq.config import JobTypeConfig, Settings
+from hipq.durations import parse_duration
+from hipq.jobs import NewJob
+from hipq.plugins import PluginError, RetryStrategies
+from hipq.templates import JOB_ROOTS, KeyTemplate, TemplateError, compile_template
+from hipq.windows import WindowError, next_opening, parse_windows
+
+JOB_KEY_MODES = ("replace", "preserve_run_at", "unsafe_dedupe")
+# Roots known only once the job exists / is claimed: such keys are built at dispatch.
+_LATE_ROOTS = frozenset({"id", "attempt"})
+
+
+class IntakeError(ValueError):
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(f"{field}: {message}")
+        self.field, self.message = field, message
+
+
+@dataclass(frozen=True, slots=True)
+class JobTypeInfo:
+    name: str
+    config: JobTypeConfig
+    correlation: KeyTemplate | None
+
+    @property
+    def key_at_dispatch(self) -> bool:
+        return self.correlation is not None and bool(self.correlation.roots & _LATE_ROOTS)
+
+
+class Intake:
+    def __init__(self, settings: Settings, retry: RetryStrategies) -> None:
+        self.settings, self.retry = settings, retry
+        self.types: dict[str, JobTypeInfo] = {}
+        for name, jt in settings.job_types.items():
+            template = None
+            if jt.correlation_key:
+                try:
+                    template = compile_template(jt.correlation_key, JOB_ROOTS)
+                except TemplateError as exc:
+                    raise IntakeError(f"job_types.{name}.correlation_key", str(exc)) from None
+            try:
+                retry.validate(jt.retry)
+            except PluginError as exc:
+                raise IntakeError(f"job_types.{name}.retry", str(exc)) from None
+            self.types[name] = JobTypeInfo(name, jt, template)
+
+    def job_type(self, name: Any) -> JobTypeInfo:
+        info = self.types.get(name) if isinstance(name, str) else None
+        if info is None:
+            known = ", ".join(sorted(self.types)) or "none configured"
+            raise IntakeError("type", f"unknown job type {name!r} (known: {known})")
+        return info
+
+    def resolve(self, job: dict[str, Any], now: datetime) -> NewJob:
+        """``job`` holds the API fields that the client set (validated for shape)."""
+        info = self.job_type(job["type"])
+        jt = info.config
+        queue = job.get("queue") or jt.queue
+        if queue not in self.settings.queues:
+            raise IntakeError("queue", f"unknown queue {queue!r}")
+        run_at = job.get("run_at") or now
+        windows = job.get("windows") or None
+        if windows:
+            try:
+                parsed = parse_windows(windows)
+            except WindowError as exc:
+                raise IntakeError("windows", str(exc)) from None
+            windows = [w.to_dict() for w in parsed]
+            run_at = next_opening(parsed, run_at)
+        timeout = jt.timeout
+        if job.get("timeout") is not None:
+            try:
+                timeout = parse_duration(job["timeout"])
+            except ValueError as exc:
+                raise IntakeError("timeout", str(exc)) from None
+        if timeout <= 0:
+            raise IntakeError("timeout", "must be greater than zero")
+        retry = jt.retry
+        if job.get("retry"):
+            retry = {**jt.retry, **job["retry"]} if "strategy" not in job["retry"] else job["retry"]
+            try:
+                self.retry.validate(retry)
+            except PluginError as exc:
+                raise IntakeError("retry", str(exc)) from None
+        payload = job.get("payload") or {}
+        labels = job.get("labels") or {}
+        correlation_key = job.get("correlation_key")
+        if correlation_key is None and info.correlation is not None and not info.key_at_dispatch:
+            context = {"payload": payload, "labels": labels, "type": info.name}
+            try:
+                correlation_key = info.correlation.render(context)
+            except TemplateError as exc:
+                raise IntakeError("payload", f"correlation key: {exc}") from None
+        mode = job.get("job_key_mode") or "replace"
+        if mode not in JOB_KEY_MODES:
+            raise IntakeError("job_key_mode", f"must be one of {', '.join(JOB_KEY_MODES)}")
+        return NewJob(
+            type=info.name,
+            queue=queue,
+            payload=payload,
+            run_at=run_at,
+            priority=job["priority"] if job.get("priority") is not None else jt.priority,
+            weight=job["weight"] if job.get("weight") is not None else jt.weight,
+            labels=labels,
+            windows=windows,
+            timeout_seconds=timeout,
+            retry=retry,
+            critical=bool(job.get("critical", False)),
+            correlation_key=correlation_key,
+            job_key=job.get("job_key"),
+            job_key_mode=mode,
+        )

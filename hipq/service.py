@@ -1,0 +1,233 @@
+"""A hipq process: the store, one loop per queue, transports, wake-ups and upkeep.
+
+``hipq serve`` runs one ``Service`` inside the API's lifespan; tests build one
+directly and drive its loops tick by tick.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import fcntl
+import logging
+import os
+import socket
+import uuid
+from collections.abc import Callable, Iterable
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import IO, Any
+
+from sqlalchemy import delete
+from sqlalchemy.engine import make_url
+
+from hipq import migrations
+from hipq.config import Settings
+from hipq.events import Events
+from hipq.intake import Intake
+from hipq.loop import QueueLoop
+from hipq.plugins import THROTTLERS, PluginError, RetryStrategies, build
+from hipq.store import Store
+from hipq.store.schema import idempotency_keys
+from hipq.throttling import Stage
+from hipq.transports.base import Transport
+from hipq.transports.python import HandlerImportError, PythonTransport, import_handler
+from hipq.wakeup import PgListener
+from throttlers.concurrency import ConcurrencySettings, WeightedConcurrency
+from throttlers.windows import TimeWindows
+
+log = logging.getLogger("hipq.service")
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+class ServiceError(RuntimeError):
+    """hipq cannot start as configured; the message is one readable line."""
+
+
+def build_stages(name: str, settings: Settings) -> list[Stage]:
+    """The queue's throttler chain: its capacity, then the configured throttlers.
+
+    Time windows are always enforced; a chain that does not list ``window`` gets it first.
+    """
+    queue = settings.queues[name]
+    stages: list[Stage] = []
+    if queue.concurrency is not None:
+        limit = ConcurrencySettings(limit=queue.concurrency)
+        stages.append(Stage("concurrency", WeightedConcurrency(limit)))
+    names = [next(iter(item)) for item in queue.throttlers]
+    if "window" not in names:
+        stages.insert(0, Stage("window", TimeWindows()))
+    for i, item in enumerate(queue.throttlers):
+        (plugin, raw), = item.items()
+        options = dict(raw or {})
+        lets_critical = bool(options.pop("let_critical_through", False))
+        try:
+            throttler = build(THROTTLERS, plugin, options)
+        except PluginError as exc:
+            raise ServiceError(f"config error: queues.{name}.throttlers[{i}].{plugin}: {exc}") from None
+        lookback = float(getattr(throttler, "lookback_seconds", 0.0) or 0.0)
+        stages.append(Stage(plugin, throttler, lets_critical, lookback))
+    return stages
+
+
+class SqliteLock:
+    """One ``hipq serve`` per SQLite file: an exclusive lock on ``<file>.lock``.
+
+    SQLite serialises writers and has no LISTEN/NOTIFY, so hipq does not pretend to
+    share a file between processes: the second one is refused with a clear message.
+    """
+
+    def __init__(self, database_url: str) -> None:
+        db = make_url(database_url).database
+        if not db or db == ":memory:":
+            raise ServiceError("database_url: hipq serve needs a SQLite file, not an in-memory DB")
+        self.path = Path(db).resolve().with_name(Path(db).name + ".lock")
+        self._file: IO[str] | None = None
+
+    def acquire(self) -> None:
+        self._file = open(self.path, "a+")  # noqa: SIM115 - held for the process lifetime
+        try:
+            fcntl.flock(self._file, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            self._file.seek(0)
+            holder = self._file.read().strip() or "another process"
+            self._file.close()
+            raise ServiceError(
+                f"{self.path.with_suffix('')} is already served by {holder}; SQLite allows one "
+                "hipq process per database file (use PostgreSQL to run several)"
+            ) from None
+        self._file.truncate(0)
+        self._file.write(f"pid {os.getpid()}")
+        self._file.flush()
+
+    def release(self) -> None:
+        if self._file is not None:
+            fcntl.flock(self._file, fcntl.LOCK_UN)
+            self._file.close()
+            self._file = None
+
+
+class Service:
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        clock: Callable[[], datetime] = utcnow,
+        owner: str | None = None,
+        run_loops: bool = True,
+    ) -> None:
+        self.settings, self.clock = settings, clock
+        self.owner = owner or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        self.events = Events()
+        self.retry = RetryStrategies()
+        self.intake = Intake(settings, self.retry)
+        self.store = Store.from_url(settings.database_url)
+        self.run_loops = run_loops
+        self.transports = self._transports()
+        self.loops = {
+            name: QueueLoop(
+                name, queue, self.store, owner=self.owner, stages=build_stages(name, settings),
+                transports=self.transports, retry=self.retry, clock=clock, events=self.events,
+                lease_ttl=settings.lease_ttl,
+            )
+            for name, queue in settings.queues.items()
+        }
+        self._tasks: list[asyncio.Task[None]] = []
+        self._sqlite_lock: SqliteLock | None = None
+        self._listener: PgListener | None = None
+        self.started = False
+
+    def _transports(self) -> dict[str, Transport]:
+        handlers = {}
+        for name, jt in self.settings.job_types.items():
+            if jt.transport.python is not None:
+                try:
+                    handlers[name] = import_handler(jt.transport.python.handler)
+                except HandlerImportError as exc:
+                    raise ServiceError(f"config error: job_types.{name}.transport.python: {exc}") from None
+        python = PythonTransport(handlers, self.clock)
+        return {name: python for name in handlers}
+
+    async def start(self) -> None:
+        if self.store.dialect == "sqlite":
+            self._sqlite_lock = SqliteLock(self.settings.database_url)
+            self._sqlite_lock.acquire()
+        try:
+            await self.store.check()
+            await migrations.ensure_current(self.store.engine, self.settings.migrate_on_start)
+        except migrations.SchemaBehind as exc:
+            await self._close_store()
+            raise ServiceError(str(exc)) from None
+        except Exception:
+            await self._close_store()
+            raise
+        for transport in set(map(id, self.transports.values())):
+            await next(t for t in self.transports.values() if id(t) == transport).start()
+        if self.store.dialect == "postgresql":
+            self._listener = PgListener(self.settings.database_url, self.wake_queue)
+            self._listener.start()
+        if self.run_loops:
+            for loop in self.loops.values():
+                self._tasks.append(asyncio.create_task(loop.run(), name=f"hipq-loop-{loop.name}"))
+        self._tasks.append(asyncio.create_task(self._upkeep(), name="hipq-upkeep"))
+        self.started = True
+
+    async def stop(self) -> None:
+        for loop in self.loops.values():
+            loop.stop()
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        self._tasks.clear()
+        seen: set[int] = set()
+        for transport in self.transports.values():
+            if id(transport) not in seen:
+                seen.add(id(transport))
+                await transport.stop()
+        for loop in self.loops.values():
+            with contextlib.suppress(Exception):
+                await loop.release()
+        if self._listener:
+            await self._listener.stop()
+        await self._close_store()
+        self.started = False
+
+    async def _close_store(self) -> None:
+        await self.store.close()
+        if self._sqlite_lock:
+            self._sqlite_lock.release()
+            self._sqlite_lock = None
+
+    def wake_queue(self, queue: str) -> None:
+        loop = self.loops.get(queue)
+        if loop is not None:
+            loop.wake.set()
+
+    def wake(self, queues: Iterable[str]) -> None:
+        for queue in set(queues):
+            self.wake_queue(queue)
+
+    async def _upkeep(self) -> None:
+        """Forget idempotency keys past their TTL (hourly)."""
+        while True:
+            try:
+                cutoff = self.clock() - timedelta(seconds=self.settings.idempotency_ttl)
+                async with self.store._write() as conn:
+                    await conn.execute(
+                        delete(idempotency_keys).where(idempotency_keys.c.created_at < cutoff)
+                    )
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("upkeep failed")
+            await asyncio.sleep(3600)
+
+    def status(self) -> dict[str, Any]:
+        return {
+            "owner": self.owner,
+            "queues_owned": sorted(n for n, lp in self.loops.items() if lp.token is not None),
+            "listener": None if self._listener is None else self._listener.connected.is_set(),
+        }

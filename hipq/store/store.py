@@ -481,7 +481,6 @@ class QueueBatch:
                 finished_at=_bind("finished_at"),
                 result=_bind("result"),
                 last_error=_bind("last_error"),
-                claimed_at=None,
                 deadline=None,
                 cancel_requested=False,
                 updated_at=now,

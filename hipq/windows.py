@@ -289,7 +289,7 @@ def _change_points(windows: Sequence[Window], lo: datetime, hi: datetime) -> lis
             points.update(_instants_of(day, window.start, window.zone))
             points.update(_instants_of(day, window.end, window.zone))
             day += timedelta(days=1)
-        pass
+        points.update(_offset_changes(window.zone, lo, hi))
     return sorted(p for p in points if lo < p <= hi)
 
 
@@ -297,7 +297,7 @@ def _instants_of(day: date, wall: time, zone: ZoneInfo) -> set[datetime]:
     """The UTC instants whose wall clock in ``zone`` reads ``day`` ``wall``: 0, 1 or 2."""
     naive = datetime.combine(day, wall)
     found: set[datetime] = set()
-    for fold in (0, 1):
+    for fold in (0,):
         instant = naive.replace(tzinfo=zone, fold=fold).astimezone(UTC)
         # A wall time in a gap does not survive the round trip; the gap's end is an
         # offset change and is found there instead.

@@ -419,6 +419,8 @@ def test_next_opening_is_the_first_open_instant(
     probes = [at, found - timedelta(microseconds=1), found - timedelta(seconds=1)]
     probes += [at + gap * (i / 200) for i in range(1, 200)]
     probes += [at + gap * f for f in fractions]
+    # Every minute of the first hours too, where a DST change near ``at`` would show.
+    probes += [at + timedelta(minutes=m) for m in range(1, 361)]
     for probe in probes:
         if at <= probe < found:
             assert not is_open(windows, probe), probe
@@ -443,9 +445,11 @@ def test_current_closing_ends_the_open_stretch(
     assert not is_open(windows, closing)
     assert not brute_is_open(raws, closing)
     gap = closing - opened
-    for i in range(200):
-        probe = opened + gap * (i / 200)
-        assert is_open(windows, probe), probe
+    probes = [opened + gap * (i / 200) for i in range(200)]
+    probes += [opened + timedelta(minutes=m) for m in range(1, 361)]
+    for probe in probes:
+        if probe < closing:
+            assert is_open(windows, probe), probe
     assert is_open(windows, closing - timedelta(microseconds=1))
 
 

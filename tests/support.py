@@ -1,0 +1,67 @@
+"""Helpers shared by the tests: a pinned clock, settings, waiting for a condition."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from hipq.config import Settings, load_settings
+
+
+class FakeClock:
+    """A clock the test moves by hand: nothing in hipq reads the wall clock directly."""
+
+    def __init__(self, start: datetime | None = None) -> None:
+        self.now = start or datetime(2026, 1, 5, 12, 0, tzinfo=UTC)
+
+    def __call__(self) -> datetime:
+        return self.now
+
+    def advance(self, seconds: float) -> datetime:
+        self.now += timedelta(seconds=seconds)
+        return self.now
+
+
+def make_settings(database_url: str, **overrides: Any) -> Settings:
+    """Settings with a python job type per handler of tests/handlers.py."""
+    job_types = {
+        name: {"transport": {"python": {"handler": f"tests.handlers:{name}"}},
+               "retry": {"strategy": "fixed", "delay": "10s", "max_attempts": 3}}
+        for name in ("ok", "fail", "hang", "record", "permanent", "checkpointing")
+    }
+    job_types.update(overrides.pop("job_types", {}))
+    base: dict[str, Any] = {
+        "database_url": database_url,
+        "migrate_on_start": True,
+        "queues": {"default": {}},
+        "job_types": job_types,
+    }
+    base.update(overrides)
+    return load_settings(None, **base)
+
+
+async def eventually(
+    check: Callable[[], Awaitable[Any]] | Callable[[], Any], timeout: float = 10.0,
+    interval: float = 0.02,
+) -> Any:
+    """Wait until ``check()`` returns something truthy (or raise with its last value)."""
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while time.monotonic() < deadline:
+        last = check()
+        if asyncio.iscoroutine(last):
+            last = await last
+        if last:
+            return last
+        await asyncio.sleep(interval)
+    raise AssertionError(f"condition not met within {timeout}s (last value: {last!r})")
+
+
+async def settle_ticks(loop: Any, ticks: int = 5, pause: float = 0.01) -> None:
+    """Run a loop's ticks, yielding between them so python handlers can finish."""
+    for _ in range(ticks):
+        await loop.run_once()
+        await asyncio.sleep(pause)

@@ -53,6 +53,11 @@ class QueueConfig(_Strict):
     order: Literal["time_priority", "priority_time"] = "time_priority"
     batch_interval: Seconds = 1.0
     batch_size: int = Field(1000, ge=1, le=100_000)
+    # Aging (priority_time order only): a due job's effective priority improves by one
+    # for every `aging` it has waited, so low priorities are not starved forever.
+    aging: Seconds | None = Field(None, gt=0)
+    # A throttler that takes longer than this admits nothing that tick.
+    throttler_time_limit: Seconds = Field(1.0, gt=0)
     # Applied in order; each item is {name: settings} naming a hipq.throttlers entry point.
     throttlers: list[dict[str, dict[str, Any] | None]] = Field(default_factory=list)
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections import Counter, deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
@@ -28,7 +29,7 @@ from hipq.outcomes import Cancelled, Failed, Outcome, settle
 from hipq.plugins import RetryStrategies
 from hipq.retry import AttemptError
 from hipq.store import LeaseLost, Settlement, Store
-from hipq.throttling import InFlight, RunningView, Stage, run_chain
+from hipq.throttling import GuardedChain, InFlight, RunningView, Stage, Start
 from hipq.transports.base import Transport
 
 log = logging.getLogger("hipq.loop")
@@ -87,6 +88,16 @@ class QueueLoop:
         self.in_flight: dict[int, Job] = {}
         self._inbox = _Inbox()
         self._reasons: dict[int, str] = {}  # last waiting reason written per held job
+        self.chain = GuardedChain(self.stages, config.throttler_time_limit)
+        # Start history for rate limits: kept in memory by the owner, rebuilt from the
+        # database when the lease is taken (so limits hold across restarts and processes).
+        self._lookback = max((s.lookback_seconds for s in self.stages), default=0.0)
+        self._starts: deque[Start] = deque()
+        self._stat_labels = sorted(
+            {lbl for s in self.stages if isinstance(lbl := getattr(s.throttler, "label", None), str)}
+        )
+        self._stats: dict[str, Any] | None = None
+        self._errors: Counter[str] = Counter()
         self.wake = asyncio.Event()
         self._stopping = False
 
@@ -117,7 +128,11 @@ class QueueLoop:
             return False
         self.token = token
         self.in_flight = {j.id: j for j in await self.store.job_in_flight(self.name)}
-        self._inbox, self._reasons = _Inbox(), {}
+        self._inbox, self._reasons, self._stats = _Inbox(), {}, None
+        self._starts = deque()
+        if self._lookback > 0:
+            since = self.clock() - timedelta(seconds=self._lookback)
+            self._starts.extend(await self.store.job_recent_starts(self.name, since))
         # After a crash, `running` jobs may or may not have sent their request: send again
         # (at-least-once). `awaiting` jobs keep waiting for their response until the deadline.
         resumed = [j for j in self.in_flight.values() if j.state == State.RUNNING]
@@ -216,14 +231,20 @@ class QueueLoop:
         self, batch: Any, settled: list[Settlement], now: datetime, report: TickReport
     ) -> list[Job]:
         done = {s.job_id for s in settled}
-        candidates = await batch.due(now, self.config.batch_size, self.config.order)
+        candidates = await batch.due(
+            now, self.config.batch_size, self.config.order, self.config.aging
+        )
         report.loaded = len(candidates)
         report.full = len(candidates) >= self.config.batch_size
+        live = [j for j in self.in_flight.values() if j.id not in done]
         if not candidates:
+            await self._write_stats(batch, live, Counter(), now)
             return []
-        view = RunningView(_in_flight_view(j) for j in self.in_flight.values() if j.id not in done)
-        chain = run_chain(self.stages, candidates, view, now)
+        self._forget_starts(now)
+        view = RunningView((_in_flight_view(j) for j in live), tuple(self._starts))
+        chain = await self.chain.run(candidates, view, now)
         for stage, message in chain.errors:
+            self._errors[stage] += 1
             self.events.emit("throttler_error", queue=self.name, throttler=stage, error=message)
         claimed = await batch.claim(chain.admitted, now)
         await batch.defer(chain.deferred, "outside its time windows", now)
@@ -232,9 +253,36 @@ class QueueLoop:
         self._reasons = dict(chain.held)
         report.admitted, report.held = len(claimed), len(chain.held)
         report.deferred = len(chain.deferred)
+        if self._lookback > 0:
+            self._starts.extend(Start(at=now, labels=j.labels) for j in claimed)
+        await self._write_stats(batch, live + claimed, chain.held_by, now)
         if chain.held_by:
             self.events.emit("throttled", queue=self.name, held_by=dict(chain.held_by))
         return claimed
+
+    def _forget_starts(self, now: datetime) -> None:
+        horizon = now - timedelta(seconds=self._lookback)
+        while self._starts and self._starts[0].at < horizon:
+            self._starts.popleft()
+
+    async def _write_stats(
+        self, batch: Any, live: list[Job], held_by: Counter[str], now: datetime
+    ) -> None:
+        """What an operator sees in GET /v1/queues/{name}; written only when it changes."""
+        in_use: dict[str, dict[str, int]] = {}
+        for label in self._stat_labels:
+            by_value: Counter[str] = Counter()
+            for job in live:
+                by_value[job.labels.get(label, "(none)")] += job.weight
+            in_use[label] = dict(by_value)
+        stats = {
+            "held_by": dict(held_by),
+            "in_use_by": in_use,
+            "throttler_errors": dict(self._errors),
+        }
+        if stats != self._stats:
+            await batch.write_stats({**stats, "updated_at": now.isoformat()})
+            self._stats = stats
 
     def _apply(
         self, inbox: _Inbox, settled: list[Settlement], claimed: list[Job], now: datetime

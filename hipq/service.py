@@ -66,7 +66,9 @@ def build_stages(name: str, settings: Settings) -> list[Stage]:
         lets_critical = bool(options.pop("let_critical_through", False))
         try:
             throttler = build(THROTTLERS, plugin, options)
-        except PluginError as exc:
+            if hasattr(throttler, "bind"):
+                throttler.bind(name, queue.concurrency)
+        except (PluginError, ValueError) as exc:
             raise ServiceError(f"config error: queues.{name}.throttlers[{i}].{plugin}: {exc}") from None
         lookback = float(getattr(throttler, "lookback_seconds", 0.0) or 0.0)
         stages.append(Stage(plugin, throttler, lets_critical, lookback))
@@ -188,6 +190,7 @@ class Service:
                 seen.add(id(transport))
                 await transport.stop()
         for loop in self.loops.values():
+            loop.chain.close()
             with contextlib.suppress(Exception):
                 await loop.release()
         if self._listener:

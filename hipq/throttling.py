@@ -14,9 +14,11 @@ limit holds for the final set (it may admit less than it could for one tick).
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Protocol, runtime_checkable
@@ -120,31 +122,102 @@ def _checked(verdict: object, given: Mapping[int, Job], name: str) -> Verdict:
     return verdict
 
 
+def _judge(stage: Stage, survivors: list[Job]) -> tuple[set[int], list[Job]]:
+    bypass = {j.id for j in survivors if j.critical and stage.lets_critical_through}
+    return bypass, [j for j in survivors if j.id not in bypass]
+
+
+def _record(
+    result: ChainResult,
+    stage: Stage,
+    survivors: list[Job],
+    bypass: set[int],
+    judged: list[Job],
+    answer: object,
+) -> list[Job]:
+    """Fold one stage's answer (a verdict, or the exception it raised) into ``result``."""
+    by_id = {j.id: j for j in judged}
+    try:
+        if isinstance(answer, BaseException):
+            raise answer
+        verdict = _checked(answer, by_id, stage.name)
+    except Exception as exc:  # a faulty plugin holds its candidates, never the queue
+        log.error("throttler %s failed; it admits nothing this tick: %s", stage.name, exc)
+        result.errors.append((stage.name, f"{type(exc).__name__}: {exc}"))
+        verdict = Verdict(held={i: f"throttler {stage.name} failed" for i in by_id})
+    admitted = set(verdict.admitted)
+    result.deferred.update(verdict.deferred)
+    for job_id in by_id:
+        if job_id not in admitted and job_id not in verdict.deferred:
+            result.held[job_id] = verdict.held.get(job_id) or f"held by {stage.name}"
+            result.held_by[stage.name] += 1
+    return [j for j in survivors if j.id in admitted or j.id in bypass]
+
+
 def run_chain(
     stages: Sequence[Stage], candidates: Sequence[Job], view: RunningView, now: datetime
 ) -> ChainResult:
-    """Apply ``stages`` in order; only what every stage admits is admitted."""
+    """Apply ``stages`` in order, in this thread; only what every stage admits is admitted."""
     result = ChainResult()
     survivors = list(candidates)
     for stage in stages:
         if not survivors:
             break
-        bypass = {j.id for j in survivors if j.critical and stage.lets_critical_through}
-        judged = [j for j in survivors if j.id not in bypass]
-        by_id = {j.id: j for j in judged}
+        bypass, judged = _judge(stage, survivors)
         try:
-            verdict = _checked(stage.throttler.decide(judged, view, now), by_id, stage.name)
-        except Exception as exc:  # a faulty plugin holds its candidates, never the queue
-            log.exception("throttler %s failed; it admits nothing this tick", stage.name)
-            result.errors.append((stage.name, f"{type(exc).__name__}: {exc}"))
-            verdict = Verdict(held={i: f"throttler {stage.name} failed" for i in by_id})
-        admitted = set(verdict.admitted)
-        for job_id, at in verdict.deferred.items():
-            result.deferred[job_id] = at
-        for job_id in by_id:
-            if job_id not in admitted and job_id not in verdict.deferred:
-                result.held[job_id] = verdict.held.get(job_id) or f"held by {stage.name}"
-                result.held_by[stage.name] += 1
-        survivors = [j for j in survivors if j.id in admitted or j.id in bypass]
+            answer: object = stage.throttler.decide(judged, view, now) if judged else Verdict()
+        except Exception as exc:
+            answer = exc
+        survivors = _record(result, stage, survivors, bypass, judged, answer)
     result.admitted = survivors
     return result
+
+
+class GuardedChain:
+    """Runs a queue's stages off the event loop, each with a time limit.
+
+    Each stage has one worker thread: a throttler that overruns its limit admits
+    nothing that tick, and while it is still busy it is not called again (so a hung
+    plugin costs one thread, not one per tick).
+    """
+
+    def __init__(self, stages: Sequence[Stage], time_limit: float) -> None:
+        self.stages = list(stages)
+        self.time_limit = time_limit
+        self._executors = [
+            ThreadPoolExecutor(1, thread_name_prefix=f"hipq-throttler-{s.name}") for s in stages
+        ]
+        self._busy: list[asyncio.Future[Any] | None] = [None] * len(self.stages)
+
+    async def run(self, candidates: Sequence[Job], view: RunningView, now: datetime) -> ChainResult:
+        result = ChainResult()
+        survivors = list(candidates)
+        loop = asyncio.get_running_loop()
+        for i, stage in enumerate(self.stages):
+            if not survivors:
+                break
+            bypass, judged = _judge(stage, survivors)
+            answer: object = Verdict()
+            busy = self._busy[i]
+            if not judged:
+                pass
+            elif busy is not None and not busy.done():
+                answer = ThrottlerFault(f"still busy after its time limit of {self.time_limit:g}s")
+            else:
+                future = loop.run_in_executor(
+                    self._executors[i], stage.throttler.decide, judged, view, now
+                )
+                self._busy[i] = future
+                try:
+                    answer = await asyncio.wait_for(asyncio.shield(future), self.time_limit)
+                except TimeoutError:
+                    answer = ThrottlerFault(f"took longer than its time limit of {self.time_limit:g}s")
+                except Exception as exc:
+                    answer = exc
+            survivors = _record(result, stage, survivors, bypass, judged, answer)
+        result.admitted = survivors
+        return result
+
+    def close(self) -> None:
+        for executor in self._executors:
+            executor.shutdown(wait=False, cancel_futures=True)

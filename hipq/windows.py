@@ -130,7 +130,9 @@ def _parse_window(item: object, where: str) -> Window:
         raise WindowError(f"{where}: expected an object with start, end, tz, days")
     for key in item:
         if key not in _FIELDS:
-            raise WindowError(f"{where}.{key}: unknown field (expected one of start, end, tz, days)")
+            raise WindowError(
+                f"{where}.{key}: unknown field (expected one of start, end, tz, days)"
+            )
     start = _parse_time(item.get("start"), f"{where}.start")
     end = _parse_time(item.get("end"), f"{where}.end")
     if start == end:
@@ -297,7 +299,7 @@ def _instants_of(day: date, wall: time, zone: ZoneInfo) -> set[datetime]:
     """The UTC instants whose wall clock in ``zone`` reads ``day`` ``wall``: 0, 1 or 2."""
     naive = datetime.combine(day, wall)
     found: set[datetime] = set()
-    for fold in (0,):
+    for fold in (0, 1):
         instant = naive.replace(tzinfo=zone, fold=fold).astimezone(UTC)
         # A wall time in a gap does not survive the round trip; the gap's end is an
         # offset change and is found there instead.

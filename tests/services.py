@@ -182,7 +182,8 @@ def start_pgserver() -> PgServer:
                 database="postgres",
                 query={"host": str(info.socket_dir)},
             )
-            if info.port:
+            # The socket file name carries the port; 5432 is the default anyway.
+            if info.port and info.port != 5432:
                 url = url.set(port=info.port)
         else:
             url = _asyncpg_url(server.get_uri())
@@ -377,8 +378,9 @@ def _tansu_command(binary: str, port: int) -> list[str]:
 
 
 class _StartFailed(RuntimeError):
-    def __init__(self, reason: str, log_tail: str, exited: bool) -> None:
+    def __init__(self, reason: str, command: list[str], log_tail: str, exited: bool) -> None:
         super().__init__(reason)
+        self.command = command
         self.log_tail = log_tail
         self.exited = exited
 
@@ -405,12 +407,13 @@ def _wait_ready(broker: TansuBroker, port: int, deadline: float) -> None:
 
 def _start_tansu_once(binary: str, deadline: float) -> TansuBroker:
     port = _free_port()
+    command = _tansu_command(binary, port)
     tmpdir = Path(tempfile.mkdtemp(prefix="hipq-tansu-"))
     log_path = tmpdir / "broker.log"
     env = {k: v for k, v in os.environ.items() if k not in _TANSU_ENV_VARS}
     with open(log_path, "wb") as log_file:
         process = subprocess.Popen(
-            _tansu_command(binary, port),
+            command,
             stdin=subprocess.DEVNULL,
             stdout=log_file,
             stderr=subprocess.STDOUT,
@@ -428,7 +431,7 @@ def _start_tansu_once(binary: str, deadline: float) -> TansuBroker:
         exited = process.poll() is not None
         broker.stop()
         if isinstance(exc, Exception):
-            raise _StartFailed(str(exc), tail, exited) from exc
+            raise _StartFailed(str(exc), command, tail, exited) from exc
         raise
     return broker
 
@@ -455,7 +458,7 @@ def start_tansu(timeout: float = 30.0) -> TansuBroker:
                 continue
             raise RuntimeError(
                 f"Tansu broker ({binary}) failed to start: {exc}\n"
-                f"command: {' '.join(_tansu_command(binary, 0))}\n"
+                f"command: {' '.join(exc.command)}\n"
                 f"broker log tail:\n{exc.log_tail}"
             ) from None
     raise AssertionError("unreachable")

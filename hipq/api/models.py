@@ -158,6 +158,16 @@ class QueueOut(BaseModel):
     awaiting: int
     failed: int
     capacity_in_use: int = Field(description="weight held by running and awaiting jobs")
+    in_use_by: dict[str, dict[str, int]] = Field(
+        default_factory=dict,
+        description="capacity in use per value of each label the throttlers use",
+    )
+    held_by: dict[str, int] = Field(
+        default_factory=dict, description="due jobs each throttler held at the last tick"
+    )
+    throttler_errors: dict[str, int] = Field(
+        default_factory=dict, description="faults per throttler since this owner took the queue"
+    )
 
 
 class QueueListOut(BaseModel):

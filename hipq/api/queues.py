@@ -25,6 +25,9 @@ async def queue_out(service: Service, name: str) -> QueueOut:
         paused=counts.paused, owner=counts.lease_owner, scheduled=counts.scheduled,
         due=counts.due, running=counts.running, awaiting=counts.awaiting, failed=counts.failed,
         capacity_in_use=counts.weight_in_flight,
+        in_use_by=counts.stats.get("in_use_by", {}),
+        held_by=counts.stats.get("held_by", {}),
+        throttler_errors=counts.stats.get("throttler_errors", {}),
     )
 
 

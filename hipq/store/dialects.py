@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 import orjson
-from sqlalchemy import Select, event
+from sqlalchemy import Select, event, func
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 from sqlalchemy.sql import text
@@ -84,6 +84,14 @@ def lock_due(conn: AsyncConnection, query: Select[Any]) -> Select[Any]:
     if conn.dialect.name == "postgresql":
         return query.with_for_update(skip_locked=True)
     return query
+
+
+def epoch_seconds(conn: AsyncConnection, column: Any) -> Any:
+    """Seconds since 1970 of a timestamp column, in SQL (for aging's ORDER BY)."""
+    if conn.dialect.name == "postgresql":
+        return func.extract("epoch", column)
+    # Our SQLite timestamps are ISO strings in UTC, which julianday() reads.
+    return (func.julianday(column) - 2440587.5) * 86400.0
 
 
 async def notify(conn: AsyncConnection, queues: set[str]) -> None:

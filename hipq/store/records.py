@@ -73,3 +73,4 @@ class QueueCounts:
     weight_in_flight: int = 0
     paused: bool = False
     lease_owner: str | None = None
+    stats: dict[str, Any] = field(default_factory=dict)  # written by the owner's loop

@@ -132,6 +132,7 @@ attempts = Table(
     Column("error", Text, nullable=True),
     Column("response", Json, nullable=True),
     Index("ix_hipq_attempts_job", "job_id", "attempt"),
+    Index("ix_hipq_attempts_started", "started_at"),
 )
 
 # One row per queue: its lease (which process runs its loop) and operator flags.
@@ -143,6 +144,9 @@ queues = Table(
     Column("lease_owner", String(200), nullable=True),
     Column("lease_token", BigInteger, nullable=False),
     Column("lease_expires_at", UTCDateTime, nullable=True),
+    # Written by the owner's loop when it changes: held jobs per throttler, capacity in
+    # use per label value, throttler faults. Read by GET /v1/queues/{name}.
+    Column("stats", Json, nullable=True),
 )
 
 idempotency_keys = Table(

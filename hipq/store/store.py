@@ -31,6 +31,7 @@ from hipq.store.records import (
     Settlement,
 )
 from hipq.store.schema import attempts, idempotency_keys, jobs, queues
+from hipq.throttling import Start
 
 _OPEN = [s.value for s in OPEN]
 # Spelled out rather than IN (...): executemany cannot expand an IN list.
@@ -362,6 +363,7 @@ class Store:
             weight_in_flight=sum(counts.get(s, (0, 0))[1] for s in _IN_FLIGHT),
             paused=bool(q and q.paused),
             lease_owner=q.lease_owner if live else None,
+            stats=(q.stats or {}) if q is not None and live else {},
         )
 
     async def _queue_row(self, conn: AsyncConnection, queue: str) -> None:
@@ -418,6 +420,20 @@ class Store:
                 select(jobs).where(jobs.c.queue == queue, jobs.c.state.in_(_IN_FLIGHT))
             )
             return [row_to_job(r) for r in rows.all()]
+
+    async def job_recent_starts(self, queue: str, since: datetime) -> list[Start]:
+        """Starts since ``since`` (finished attempts and in-flight jobs), oldest first."""
+        finished = (
+            select(attempts.c.started_at.label("at"), jobs.c.labels)
+            .join(jobs, jobs.c.id == attempts.c.job_id)
+            .where(jobs.c.queue == queue, attempts.c.started_at >= since)
+        )
+        in_flight = select(jobs.c.claimed_at.label("at"), jobs.c.labels).where(
+            jobs.c.queue == queue, jobs.c.state.in_(_IN_FLIGHT), jobs.c.claimed_at >= since
+        )
+        async with self._read() as conn:
+            rows = (await conn.execute(finished.union_all(in_flight))).all()
+        return sorted((Start(at=r[0], labels=r[1] or {}) for r in rows), key=lambda s: s.at)
 
     async def job_next_run_at(self, queue: str, after: datetime) -> datetime | None:
         async with self._read() as conn:
@@ -504,12 +520,20 @@ class QueueBatch:
         if records:
             await self.conn.execute(attempts.insert(), records)
 
-    async def due(self, now: datetime, limit: int, order: str) -> list[Job]:
-        keys = (
-            (jobs.c.run_at, jobs.c.priority, jobs.c.id)
-            if order == "time_priority"
-            else (jobs.c.priority, jobs.c.run_at, jobs.c.id)
-        )
+    async def due(
+        self, now: datetime, limit: int, order: str, aging: float | None = None
+    ) -> list[Job]:
+        """Due jobs in queue order. With ``aging`` (priority_time only), the effective
+        priority is ``priority - waited / aging``; since ``now`` is the same for every
+        row this orders by ``priority + epoch(run_at) / aging`` (no index serves it:
+        the database sorts all due jobs of the queue each tick)."""
+        if order == "time_priority":
+            keys: tuple[Any, ...] = (jobs.c.run_at, jobs.c.priority, jobs.c.id)
+        elif aging:
+            effective = jobs.c.priority + dialects.epoch_seconds(self.conn, jobs.c.run_at) / aging
+            keys = (effective, jobs.c.id)
+        else:
+            keys = (jobs.c.priority, jobs.c.run_at, jobs.c.id)
         query = (
             select(jobs)
             .where(
@@ -611,6 +635,11 @@ class QueueBatch:
                 .values(payload=_bind("payload")),
                 [{"b_id": i, "payload": p} for i, p in payloads.items()],
             )
+
+    async def write_stats(self, stats: dict[str, Any]) -> None:
+        await self.conn.execute(
+            update(queues).where(queues.c.name == self.queue).values(stats=stats)
+        )
 
     async def cancel_requests(self) -> list[int]:
         rows = await self.conn.execute(

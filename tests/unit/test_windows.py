@@ -63,7 +63,10 @@ def test_parse_errors_name_the_field(raw: Any, message: str) -> None:
 
 
 def test_parse_error_names_the_index() -> None:
-    raw = [{"start": "05:00", "end": "07:00"}, {"start": "22:00", "end": "02:00", "tz": "Mars/Olympus"}]
+    raw = [
+        {"start": "05:00", "end": "07:00"},
+        {"start": "22:00", "end": "02:00", "tz": "Mars/Olympus"},
+    ]
     with pytest.raises(ValueError, match=r"^windows\[1\]\.tz: unknown time zone 'Mars/Olympus'$"):
         parse_windows(raw)
 
@@ -183,12 +186,16 @@ def test_earliest_of_several_windows_in_different_zones() -> None:
 
 
 def test_windows_that_cover_every_instant_never_close() -> None:
-    windows = parse_windows([{"start": "00:00", "end": "12:00"}, {"start": "12:00", "end": "00:00"}])
+    windows = parse_windows(
+        [{"start": "00:00", "end": "12:00"}, {"start": "12:00", "end": "00:00"}]
+    )
     assert current_closing(windows, utc("2026-01-05T11:00Z")) is None
 
 
 def test_overlapping_windows_close_when_the_union_ends() -> None:
-    windows = parse_windows([{"start": "05:00", "end": "07:00"}, {"start": "06:00", "end": "08:00"}])
+    windows = parse_windows(
+        [{"start": "05:00", "end": "07:00"}, {"start": "06:00", "end": "08:00"}]
+    )
     assert current_closing(windows, utc("2026-01-05T05:30Z")) == utc("2026-01-05T08:00Z")
 
 

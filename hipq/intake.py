@@ -98,6 +98,11 @@ class Intake:
         payload = job.get("payload") or {}
         labels = job.get("labels") or {}
         correlation_key = job.get("correlation_key")
+        if correlation_key is not None and info.key_at_dispatch:
+            raise IntakeError(
+                "correlation_key",
+                f"job type {info.name} builds its key per attempt ({info.correlation.text})",
+            )
         if correlation_key is None and info.correlation is not None and not info.key_at_dispatch:
             context = {"payload": payload, "labels": labels, "type": info.name}
             try:

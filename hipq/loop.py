@@ -25,10 +25,11 @@ from hipq.config import QueueConfig
 from hipq.events import Events
 from hipq.jobs import Job
 from hipq.lifecycle import State
-from hipq.outcomes import Cancelled, Failed, Outcome, settle
+from hipq.outcomes import Cancelled, Failed, Outcome, response_outcome, settle
 from hipq.plugins import RetryStrategies
 from hipq.retry import AttemptError
 from hipq.store import LeaseLost, Settlement, Store
+from hipq.templates import KeyTemplate, TemplateError
 from hipq.throttling import GuardedChain, InFlight, RunningView, Stage, Start
 from hipq.transports.base import Transport
 
@@ -78,12 +79,18 @@ class QueueLoop:
         clock: Clock,
         events: Events | None = None,
         lease_ttl: float = 15.0,
+        correlated: bool = False,
+        key_templates: Mapping[str, KeyTemplate] | None = None,
     ) -> None:
         self.name, self.config, self.store = name, config, store
         self.owner, self.stages, self.transports = owner, list(stages), transports
         self.retry, self.clock = retry, clock
         self.events = events or Events()
         self.lease_ttl = lease_ttl
+        # Queues with http/kafka job types match the responses inbox every tick.
+        self.correlated = correlated
+        # Job types whose correlation key needs the job's id or attempt: built at claim.
+        self.key_templates = dict(key_templates or {})
         self.token: int | None = None
         self.in_flight: dict[int, Job] = {}
         self._inbox = _Inbox()
@@ -165,8 +172,13 @@ class QueueLoop:
                 self.name, self.owner, self.token, now, self.lease_ttl
             ) as batch:
                 cancels = await batch.cancel_requests()
-                settlements = self._settlements(inbox, cancels, now)
+                matched = await self._match(batch)
+                settlements = self._settlements(inbox, cancels, now, matched)
                 await batch.settle(settlements, now)
+                settled = {s.job_id for s in settlements}
+                await batch.mark_responses(
+                    [(r, j) for j, (r, _o) in matched.items() if j in settled], [], now
+                )
                 await batch.mark_awaiting(self._sent_pairs(inbox, settlements), now)
                 await batch.extend_deadlines(self._live(inbox.deadlines, settlements))
                 await batch.update_payloads(self._live(inbox.payloads, settlements))
@@ -185,12 +197,36 @@ class QueueLoop:
         self._dispatch(claimed)
         return report
 
-    def _settlements(self, inbox: _Inbox, cancels: list[int], now: datetime) -> list[Settlement]:
+    async def _match(self, batch: Any) -> dict[int, tuple[int, Outcome]]:
+        """job id -> (response id, outcome) for pending responses of in-flight jobs."""
+        if not self.correlated:
+            return {}
+        matches, duplicates = await batch.match_responses()
+        if duplicates:
+            await batch.mark_responses([], duplicates, self.clock())
+            self.events.emit("responses_duplicate", queue=self.name, count=len(duplicates))
+        out: dict[int, tuple[int, Outcome]] = {}
+        for m in matches:
+            if m.job_id in self.in_flight:
+                r = m.response
+                out[m.job_id] = (r.id, response_outcome(r.succeeded, r.reason, r.body))
+        return out
+
+    def _settlements(
+        self,
+        inbox: _Inbox,
+        cancels: list[int],
+        now: datetime,
+        matched: dict[int, tuple[int, Outcome]] | None = None,
+    ) -> list[Settlement]:
         outcomes: dict[int, Outcome] = {}
         for (job_id, attempt), outcome in inbox.outcomes.items():
             job = self.in_flight.get(job_id)
             if job is not None and job.attempt == attempt:  # else: stale, already settled
                 outcomes[job_id] = outcome
+        # A correlated response wins over what the transport said of the send.
+        for job_id, (_response_id, outcome) in (matched or {}).items():
+            outcomes[job_id] = outcome
         for job_id in cancels:
             if job_id in self.in_flight:
                 outcomes[job_id] = Cancelled()
@@ -247,6 +283,7 @@ class QueueLoop:
             self._errors[stage] += 1
             self.events.emit("throttler_error", queue=self.name, throttler=stage, error=message)
         claimed = await batch.claim(chain.admitted, now)
+        claimed = await self._dispatch_keys(batch, claimed)
         await batch.defer(chain.deferred, "outside its time windows", now)
         changed = {i: r for i, r in chain.held.items() if self._reasons.get(i) != r}
         await batch.note_waiting(changed)
@@ -259,6 +296,25 @@ class QueueLoop:
         if chain.held_by:
             self.events.emit("throttled", queue=self.name, held_by=dict(chain.held_by))
         return claimed
+
+    async def _dispatch_keys(self, batch: Any, claimed: list[Job]) -> list[Job]:
+        """Build correlation keys that depend on the job's id or attempt."""
+        keys: dict[int, str] = {}
+        out = []
+        for job in claimed:
+            template = self.key_templates.get(job.type)
+            if template is not None:
+                context = {"payload": job.payload, "labels": job.labels, "type": job.type,
+                           "id": job.id, "attempt": job.attempt}
+                try:
+                    keys[job.id] = template.render(context)
+                    job = replace(job, correlation_key=keys[job.id])
+                except TemplateError as exc:
+                    error = AttemptError(f"correlation key: {exc}", retryable=False)
+                    self.outcome(job, Failed(error))
+            out.append(job)
+        await batch.set_correlation_keys(keys)
+        return out
 
     def _forget_starts(self, now: datetime) -> None:
         horizon = now - timedelta(seconds=self._lookback)

@@ -31,6 +31,7 @@ class Succeeded:
 @dataclass(frozen=True, slots=True)
 class Failed:
     error: AttemptError
+    response: Any = None  # what the peer answered, kept in the attempt's record
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,24 +58,33 @@ def settle(job: Job, outcome: Outcome, strategy: RetryStrategy, now: datetime) -
         decision = RetryAt(now + STRATEGY_FAULT_DELAY, None)
         error = AttemptError(f"{error.message} (retry strategy failed: {exc})", error.kind)
     if isinstance(decision, GiveUp):
-        return _final(job, State.FAILED, now, "failed", error=decision.reason)
+        return _final(
+            job, State.FAILED, now, "failed", error=decision.reason, response=outcome.response
+        )
     check_transition(job.state, State.SCHEDULED)
     payload = decision.payload if decision.payload is not None else job.payload
     return Settlement(
         job_id=job.id, attempt=job.attempt, state=State.SCHEDULED, run_at=decision.at,
         payload=payload, finished_at=None, result=None, last_error=error.message,
-        record=_record(job, now, "retried", error.message),
+        record=_record(job, now, "retried", error.message, outcome.response),
     )
 
 
 def _final(
-    job: Job, state: State, now: datetime, label: str, *, result: Any = None, error: str | None = None
+    job: Job,
+    state: State,
+    now: datetime,
+    label: str,
+    *,
+    result: Any = None,
+    error: str | None = None,
+    response: Any = None,
 ) -> Settlement:
     check_transition(job.state, state)
     return Settlement(
         job_id=job.id, attempt=job.attempt, state=state, run_at=job.run_at, payload=job.payload,
         finished_at=now, result=result, last_error=error,
-        record=_record(job, now, label, error, result),
+        record=_record(job, now, label, error, result if response is None else response),
     )
 
 
@@ -83,3 +93,11 @@ def _record(job: Job, now: datetime, outcome: str, error: str | None, response: 
         job_id=job.id, attempt=job.attempt, started_at=job.claimed_at, finished_at=now,
         outcome=outcome, error=error, response=response,
     )
+
+
+def response_outcome(succeeded: bool, reason: str | None, body: Any) -> Outcome:
+    """The outcome a correlated response (callback or Kafka message) reports."""
+    if succeeded:
+        return Succeeded(body)
+    message = reason or "the response reports a failure"
+    return Failed(AttemptError(message, kind="response"), response=body)

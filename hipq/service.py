@@ -28,6 +28,7 @@ from hipq.intake import Intake
 from hipq.loop import QueueLoop
 from hipq.plugins import THROTTLERS, PluginError, RetryStrategies, build
 from hipq.store import Store
+from hipq.store.dialects import ALL_QUEUES
 from hipq.store.schema import idempotency_keys
 from hipq.throttling import Stage
 from hipq.transports.base import Transport
@@ -205,6 +206,10 @@ class Service:
             self._sqlite_lock = None
 
     def wake_queue(self, queue: str) -> None:
+        if queue == ALL_QUEUES:
+            for each in self.loops.values():
+                each.wake.set()
+            return
         loop = self.loops.get(queue)
         if loop is not None:
             loop.wake.set()

@@ -80,6 +80,8 @@ class Window:
     def __post_init__(self) -> None:
         if self.start == self.end:
             raise WindowError("start and end must differ")
+        # Callers may pass any set; a frozenset keeps the window hashable (cache keys).
+        object.__setattr__(self, "days", frozenset(self.days))
         if not self.days or not self.days <= ALL_DAYS:
             raise WindowError("days must be a non-empty set of weekday numbers 0-6")
         # Resolved once: zone lookups on every instant check would be wasted work.
@@ -237,6 +239,7 @@ def _format_days(days: frozenset[int]) -> str:
 
 def is_open(windows: Sequence[Window], at: datetime) -> bool:
     """Whether a job may start at ``at``: inside any window, or there are no windows."""
+    _aware(at)
     return not windows or any(w.contains(at) for w in windows)
 
 
@@ -288,15 +291,23 @@ def _change_points(windows: Sequence[Window], lo: datetime, hi: datetime) -> lis
         day = lo.astimezone(window.zone).date() - timedelta(days=1)
         last = hi.astimezone(window.zone).date() + timedelta(days=1)
         while day <= last:
-            points.update(_instants_of(day, window.start, window.zone))
-            points.update(_instants_of(day, window.end, window.zone))
+            # Only a listed day's start, and the end of a window opened on a listed day,
+            # can change anything; other crossings are skipped as wasted work.
+            if day.weekday() in window.days:
+                points.update(_instants_of(day, window.start, window.zone))
+            if (day.weekday() - window.wraps) % 7 in window.days:
+                points.update(_instants_of(day, window.end, window.zone))
             day += timedelta(days=1)
         points.update(_offset_changes(window.zone, lo, hi))
     return sorted(p for p in points if lo < p <= hi)
 
 
-def _instants_of(day: date, wall: time, zone: ZoneInfo) -> set[datetime]:
-    """The UTC instants whose wall clock in ``zone`` reads ``day`` ``wall``: 0, 1 or 2."""
+@lru_cache(maxsize=16384)
+def _instants_of(day: date, wall: time, zone: ZoneInfo) -> frozenset[datetime]:
+    """The UTC instants whose wall clock in ``zone`` reads ``day`` ``wall``: 0, 1 or 2.
+
+    Cached because a queue asks about the same few windows for many jobs every tick.
+    """
     naive = datetime.combine(day, wall)
     found: set[datetime] = set()
     for fold in (0, 1):
@@ -305,7 +316,7 @@ def _instants_of(day: date, wall: time, zone: ZoneInfo) -> set[datetime]:
         # offset change and is found there instead.
         if instant.astimezone(zone).replace(tzinfo=None) == naive:
             found.add(instant)
-    return found
+    return frozenset(found)
 
 
 def _offset_changes(zone: ZoneInfo, lo: datetime, hi: datetime) -> list[datetime]:

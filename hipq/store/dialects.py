@@ -18,6 +18,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_en
 from sqlalchemy.sql import text
 
 NOTIFY_CHANNEL = "hipq_jobs"
+ALL_QUEUES = "*"  # NOTIFY payload that wakes every queue (a response may be for any)
 SQLITE_BUSY_TIMEOUT_MS = 30_000
 
 

@@ -74,3 +74,52 @@ class QueueCounts:
     paused: bool = False
     lease_owner: str | None = None
     stats: dict[str, Any] = field(default_factory=dict)  # written by the owner's loop
+
+
+@dataclass(frozen=True, slots=True)
+class NewResponse:
+    """A correlated response as received (webhook or Kafka), with its decided outcome."""
+
+    correlation_key: str
+    source: str
+    succeeded: bool
+    reason: str | None = None
+    body: Any = None
+    headers: dict[str, str] | None = None
+    job_type: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Response:
+    id: int
+    correlation_key: str
+    source: str
+    received_at: datetime
+    expires_at: datetime
+    succeeded: bool
+    reason: str | None
+    body: Any
+    headers: dict[str, str] | None
+    job_type: str | None
+    status: str
+    job_id: int | None
+    forced_job_id: int | None
+    settled_at: datetime | None
+
+
+@dataclass(frozen=True, slots=True)
+class ParkedMessage:
+    source: str
+    reason: str
+    partition: int | None = None
+    offset: int | None = None
+    key: str | None = None
+    value: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Match:
+    """A pending response paired with the in-flight job it settles."""
+
+    response: Response
+    job_id: int

@@ -158,3 +158,49 @@ idempotency_keys = Table(
     Column("created_at", UTCDateTime, nullable=False),
     Index("ix_hipq_idempotency_created", "created_at"),
 )
+
+# The responses inbox: every callback or response message, stored before it is
+# acknowledged. The owner loop of the job's queue matches it (status pending ->
+# matched); upkeep classifies what never matches (duplicate, late, expired).
+responses = Table(
+    "hipq_responses",
+    metadata,
+    Column("id", Id, primary_key=True, autoincrement=True),
+    Column("correlation_key", String(500), nullable=False),
+    Column("source", String(300), nullable=False),  # "webhook" or "kafka:<topic>"
+    Column("received_at", UTCDateTime, nullable=False),
+    Column("expires_at", UTCDateTime, nullable=False),
+    Column("succeeded", Boolean, nullable=False),
+    Column("reason", Text, nullable=True),
+    Column("body", Json, nullable=True),
+    Column("headers", Json, nullable=True),
+    Column("job_type", String(200), nullable=True),
+    Column("status", String(16), nullable=False),  # pending matched duplicate late expired
+    Column("job_id", Id, nullable=True),
+    Column("forced_job_id", Id, nullable=True),  # an operator's match by hand
+    Column("settled_at", UTCDateTime, nullable=True),
+    Index(
+        "ix_hipq_responses_pending_key",
+        "correlation_key",
+        postgresql_where=text("status = 'pending'"),
+        sqlite_where=text("status = 'pending'"),
+    ),
+    Index("ix_hipq_responses_status", "status", "id"),
+    Index("ix_hipq_responses_expires", "expires_at"),
+)
+
+# Kafka messages that cannot become responses (not UTF-8, not JSON, no key, too
+# large): kept with the reason, and their offsets are committed.
+parked_messages = Table(
+    "hipq_parked_messages",
+    metadata,
+    Column("id", Id, primary_key=True, autoincrement=True),
+    Column("source", String(300), nullable=False),
+    Column("partition", Integer, nullable=True),
+    Column("offset", BigInteger, nullable=True),
+    Column("reason", Text, nullable=False),
+    Column("key", Text, nullable=True),
+    Column("value", Text, nullable=True),
+    Column("received_at", UTCDateTime, nullable=False),
+    Index("ix_hipq_parked_received", "received_at"),
+)

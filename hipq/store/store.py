@@ -14,7 +14,7 @@ from dataclasses import asdict
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import and_, func, select, update
+from sqlalchemy import and_, delete, func, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
@@ -23,6 +23,10 @@ from hipq.lifecycle import IN_FLIGHT, OPEN, State, check_transition
 from hipq.store import dialects
 from hipq.store.records import (
     Conflict,
+    Match,
+    NewResponse,
+    ParkedMessage,
+    Response,
     InsertResult,
     JobFilter,
     LeaseLost,
@@ -30,7 +34,14 @@ from hipq.store.records import (
     QueueCounts,
     Settlement,
 )
-from hipq.store.schema import attempts, idempotency_keys, jobs, queues
+from hipq.store.schema import (
+    attempts,
+    idempotency_keys,
+    jobs,
+    parked_messages,
+    queues,
+    responses,
+)
 from hipq.throttling import Start
 
 _OPEN = [s.value for s in OPEN]
@@ -412,6 +423,158 @@ class Store:
                 .values(lease_owner=None, lease_expires_at=None)
             )
 
+    # -- the responses inbox ------------------------------------------------------------
+
+    async def response_insert_many(
+        self,
+        new: Sequence[NewResponse],
+        now: datetime,
+        ttl: float,
+        parked: Sequence[ParkedMessage] = (),
+    ) -> list[int]:
+        """Store responses (and parked messages) durably, in one transaction."""
+        expires = now + timedelta(seconds=ttl)
+        ids: list[int] = []
+        async with self._write() as conn:
+            if new:
+                rows = [
+                    {**asdict(r), "received_at": now, "expires_at": expires, "status": "pending",
+                     "job_id": None, "forced_job_id": None, "settled_at": None}
+                    for r in new
+                ]
+                stmt = responses.insert().returning(responses.c.id, sort_by_parameter_order=True)
+                ids = list((await conn.execute(stmt, rows)).scalars().all())
+                await dialects.notify(conn, {dialects.ALL_QUEUES})
+            if parked:
+                await conn.execute(
+                    parked_messages.insert(), [{**asdict(p), "received_at": now} for p in parked]
+                )
+        return ids
+
+    async def response_get(self, response_id: int) -> Response:
+        async with self._read() as conn:
+            row = (
+                await conn.execute(select(responses).where(responses.c.id == response_id))
+            ).first()
+        if row is None:
+            raise NotFound(f"response {response_id} does not exist", field="id")
+        return Response(**row._asdict())
+
+    async def response_list(
+        self,
+        statuses: Sequence[str] = (),
+        correlation_key: str | None = None,
+        after_id: int | None = None,
+        limit: int = 100,
+    ) -> list[Response]:
+        query = select(responses).order_by(responses.c.id.desc()).limit(limit)
+        if statuses:
+            query = query.where(responses.c.status.in_(list(statuses)))
+        if correlation_key is not None:
+            query = query.where(responses.c.correlation_key == correlation_key)
+        if after_id is not None:
+            query = query.where(responses.c.id < after_id)
+        async with self._read() as conn:
+            return [Response(**r._asdict()) for r in (await conn.execute(query)).all()]
+
+    async def response_force_match(self, response_id: int, job_id: int, now: datetime) -> Response:
+        """An operator pairs an unmatched response with an in-flight job by hand."""
+        async with self._write() as conn:
+            row = (
+                await conn.execute(select(responses).where(responses.c.id == response_id))
+            ).first()
+            if row is None:
+                raise NotFound(f"response {response_id} does not exist", field="id")
+            if row.status not in ("pending", "expired", "late"):
+                raise Conflict(f"response {response_id} is {row.status}", field="id")
+            job = await self._locked(conn, job_id)
+            if job.state not in IN_FLIGHT:
+                raise Conflict(
+                    f"job {job_id} is {job.state}; a response can settle only a running or "
+                    "awaiting job", field="job_id",
+                )
+            await conn.execute(
+                update(responses)
+                .where(responses.c.id == response_id)
+                .values(status="pending", forced_job_id=job_id,
+                        expires_at=max(row.expires_at, now + timedelta(hours=1)))
+            )
+            await dialects.notify(conn, {job.queue})
+        return await self.response_get(response_id)
+
+    async def parked_list(self, after_id: int | None = None, limit: int = 100) -> list[dict[str, Any]]:
+        query = select(parked_messages).order_by(parked_messages.c.id.desc()).limit(limit)
+        if after_id is not None:
+            query = query.where(parked_messages.c.id < after_id)
+        async with self._read() as conn:
+            return [r._asdict() for r in (await conn.execute(query)).all()]
+
+    async def response_classify(self, now: datetime, limit: int = 1000) -> dict[str, int]:
+        """Upkeep: settle the inbox rows no open job will ever match.
+
+        duplicate: the key's job already has a matched response; late: the key's job
+        is finished without one (timed out, cancelled, failed); expired: past the TTL
+        with no job at all. Early responses (the job is still scheduled) stay pending.
+        """
+        counts = {"duplicate": 0, "late": 0, "expired": 0}
+        async with self._write() as conn:
+            pending = (
+                await conn.execute(
+                    select(responses.c.id, responses.c.correlation_key, responses.c.expires_at)
+                    .where(responses.c.status == "pending", responses.c.forced_job_id.is_(None))
+                    .order_by(responses.c.id)
+                    .limit(limit)
+                )
+            ).all()
+            if not pending:
+                return counts
+            keys = list({r.correlation_key for r in pending})
+            job_rows = (
+                await conn.execute(
+                    select(jobs.c.id, jobs.c.correlation_key, jobs.c.state).where(
+                        jobs.c.correlation_key.in_(keys)
+                    )
+                )
+            ).all()
+            open_keys = {r.correlation_key for r in job_rows if r.state in _OPEN}
+            finished = {r.correlation_key: r.id for r in job_rows if r.state not in _OPEN}
+            matched_jobs = set(
+                (
+                    await conn.execute(
+                        select(responses.c.job_id).where(
+                            responses.c.status == "matched",
+                            responses.c.job_id.in_(list(finished.values())),
+                        )
+                    )
+                ).scalars().all()
+            ) if finished else set()
+            for r in pending:
+                if r.correlation_key in open_keys:
+                    continue  # early, or about to be matched by the loop
+                if r.correlation_key in finished:
+                    job_id = finished[r.correlation_key]
+                    status = "duplicate" if job_id in matched_jobs else "late"
+                elif r.expires_at <= now:
+                    status, job_id = "expired", None
+                else:
+                    continue  # unknown key: kept until its TTL
+                await conn.execute(
+                    update(responses).where(responses.c.id == r.id)
+                    .values(status=status, job_id=job_id, settled_at=now)
+                )
+                counts[status] += 1
+        return counts
+
+    async def response_prune(self, before: datetime) -> int:
+        """Delete settled inbox rows and parked messages older than ``before``."""
+        async with self._write() as conn:
+            done = await conn.execute(
+                delete(responses).where(responses.c.status != "pending",
+                                        responses.c.received_at < before)
+            )
+            await conn.execute(delete(parked_messages).where(parked_messages.c.received_at < before))
+        return done.rowcount or 0
+
     # -- the loop's side --------------------------------------------------------------
 
     async def job_in_flight(self, queue: str) -> list[Job]:
@@ -634,6 +797,63 @@ class QueueBatch:
                 .where(jobs.c.id == _bind("b_id"), _IS_IN_FLIGHT)
                 .values(payload=_bind("payload")),
                 [{"b_id": i, "payload": p} for i, p in payloads.items()],
+            )
+
+    async def match_responses(self, limit: int = 1000) -> tuple[list[Match], list[int]]:
+        """Pending responses whose job is in flight in this queue.
+
+        Returns the matches (the first response per job) and the ids of further
+        responses for a job matched in this batch (duplicates).
+        """
+        by_key = (
+            select(responses, jobs.c.id.label("matched_job"))
+            .join(jobs, jobs.c.correlation_key == responses.c.correlation_key)
+            .where(responses.c.status == "pending", responses.c.forced_job_id.is_(None),
+                   jobs.c.queue == self.queue, jobs.c.state.in_(_IN_FLIGHT))
+        )
+        by_hand = (
+            select(responses, jobs.c.id.label("matched_job"))
+            .join(jobs, jobs.c.id == responses.c.forced_job_id)
+            .where(responses.c.status == "pending", jobs.c.queue == self.queue,
+                   jobs.c.state.in_(_IN_FLIGHT))
+        )
+        rows = (await self.conn.execute(by_key.union_all(by_hand).limit(limit))).all()
+        matches: list[Match] = []
+        extra: list[int] = []
+        seen: set[int] = set()
+        for row in sorted(rows, key=lambda r: r.id):
+            data = row._asdict()
+            job_id = data.pop("matched_job")
+            if job_id in seen:
+                extra.append(data["id"])
+                continue
+            seen.add(job_id)
+            matches.append(Match(Response(**data), job_id))
+        return matches, extra
+
+    async def mark_responses(
+        self, matched: Sequence[tuple[int, int]], duplicates: Sequence[int], now: datetime
+    ) -> None:
+        if matched:
+            await self.conn.execute(
+                update(responses)
+                .where(responses.c.id == _bind("b_id"), responses.c.status == "pending")
+                .values(status="matched", job_id=_bind("job_id"), settled_at=now),
+                [{"b_id": r, "job_id": j} for r, j in matched],
+            )
+        if duplicates:
+            await self.conn.execute(
+                update(responses)
+                .where(responses.c.id.in_(list(duplicates)), responses.c.status == "pending")
+                .values(status="duplicate", settled_at=now)
+            )
+
+    async def set_correlation_keys(self, keys: dict[int, str]) -> None:
+        """Keys built at dispatch (templates using the job id or attempt)."""
+        if keys:
+            await self.conn.execute(
+                update(jobs).where(jobs.c.id == _bind("b_id")).values(correlation_key=_bind("key")),
+                [{"b_id": i, "key": k} for i, k in keys.items()],
             )
 
     async def write_stats(self, stats: dict[str, Any]) -> None:

@@ -122,6 +122,8 @@ def test_window_validates_direct_construction() -> None:
         Window(time(5), time(6), days=frozenset())
     with pytest.raises(WindowError, match="unknown time zone"):
         Window(time(5), time(6), tz="Mars/Olympus")
+    built = Window(time(5), time(6), days={0, 1})  # type: ignore[arg-type]
+    assert hash(built) == hash(Window(time(5), time(6), days=frozenset({0, 1})))
 
 
 def test_naive_instants_are_refused() -> None:

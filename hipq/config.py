@@ -86,12 +86,18 @@ class PythonTransport(_Strict):
 
 class HttpTransport(_Strict):
     method: str = "POST"
-    url: str
-    headers: dict[str, str] = Field(default_factory=dict)
+    url: str  # template, e.g. "http://payments.internal/charges/{payload.order_id}"
+    headers: dict[str, str] = Field(default_factory=dict)  # values are templates
     # Wait for the callback; false: the HTTP response itself is the result.
     callback: bool = True
+    # Where the callback URL goes: this header, and this top-level body field (null: not).
+    callback_header: str | None = "X-Callback-URL"
+    callback_field: str | None = "callback_url"
     timeout: Seconds = 30.0
-    body: Any = None  # template of the request body; None sends the payload as JSON
+    # Template of the JSON body: strings that are one placeholder ("{payload.items}")
+    # keep the value's JSON type. null sends the payload itself.
+    body: Any = None
+    # 4xx statuses that fail the job at once (other 4xx, 5xx and 429 are retried).
     non_retryable_statuses: list[int] = Field(default_factory=list)
     max_response_bytes: int = Field(1024 * 1024, ge=1)
 
@@ -100,6 +106,7 @@ class KafkaTransport(_Strict):
     topic: str
     key: bool = True  # the correlation key as the message key
     header: str | None = "correlation_id"  # ... and/or in this header
+    body: Any = None  # template of the JSON value, as for http; null sends the payload
 
 
 class TransportConfig(_Strict):
@@ -119,6 +126,11 @@ class TransportConfig(_Strict):
         return next(n for n in ("python", "http", "kafka") if getattr(self, n) is not None)
 
 
+class CallbackSignature(_Strict):
+    secret: str  # "whsec_<base64>" or a plain string
+    tolerance: Seconds = 300.0  # replay window around webhook-timestamp
+
+
 class JobTypeConfig(_Strict):
     queue: str = "default"
     priority: int = 100
@@ -127,11 +139,16 @@ class JobTypeConfig(_Strict):
     retry: dict[str, Any] = Field(default_factory=lambda: {"strategy": "exponential"})
     correlation_key: str | None = None
     transport: TransportConfig
+    # Which responses mean success: {field: status, success: [ok]} or {header: ..., success: [...]}.
     outcome: dict[str, Any] | None = None
+    # Standard Webhooks signatures on POST /v1/callbacks/{key}?type=<this type>.
+    callback_signature: CallbackSignature | None = None
 
 
 class KafkaResponseSource(_Strict):
     topic: str
+    # The correlation key: "{key}" (message key), "{headers.correlation_id}", or a
+    # template over the JSON value such as "{value.order_id}:{value.request_id}".
     key: str = "{key}"
     outcome: dict[str, Any] | None = None
 
@@ -139,8 +156,16 @@ class KafkaResponseSource(_Strict):
 class KafkaConfig(_Strict):
     enabled: bool = False
     bootstrap_servers: str = "127.0.0.1:9092"
-    group_id: str = "hipq"
+    group_id: str = "hipq"  # a new group starts from the earliest offset
+    max_message_bytes: int = Field(1024 * 1024, ge=1)  # larger responses are parked
     responses: list[KafkaResponseSource] = Field(default_factory=list)
+
+
+class ResponsesConfig(_Strict):
+    # An unmatched response (unknown key, or an early one) waits this long for its job.
+    ttl: Seconds = 7 * 86400.0
+    # Settled inbox rows and parked messages are deleted after this.
+    retention: Seconds = 7 * 86400.0
 
 
 class Settings(BaseSettings):
@@ -160,6 +185,7 @@ class Settings(BaseSettings):
     queues: dict[str, QueueConfig] = Field(default_factory=lambda: {"default": QueueConfig()})
     job_types: dict[str, JobTypeConfig] = Field(default_factory=dict)
     kafka: KafkaConfig = Field(default_factory=KafkaConfig)
+    responses: ResponsesConfig = Field(default_factory=ResponsesConfig)
 
     @classmethod
     def settings_customise_sources(

@@ -14,11 +14,10 @@ import os
 import socket
 import uuid
 from collections.abc import Callable, Iterable
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO, Any
 
-from sqlalchemy import delete
 from sqlalchemy.engine import make_url
 
 from hipq import migrations
@@ -29,10 +28,10 @@ from hipq.loop import QueueLoop
 from hipq.plugins import THROTTLERS, PluginError, RetryStrategies, build
 from hipq.store import Store
 from hipq.store.dialects import ALL_QUEUES
-from hipq.store.schema import idempotency_keys
 from hipq.throttling import Stage
 from hipq.transports.base import Transport
 from hipq.transports.python import HandlerImportError, PythonTransport, import_handler
+from hipq.upkeep import Upkeep
 from hipq.wakeup import PgListener
 from throttlers.concurrency import ConcurrencySettings, WeightedConcurrency
 from throttlers.windows import TimeWindows
@@ -130,29 +129,70 @@ class Service:
         self.store = Store.from_url(settings.database_url)
         self.run_loops = run_loops
         self.transports = self._transports()
-        self.loops = {
-            name: QueueLoop(
-                name, queue, self.store, owner=self.owner, stages=build_stages(name, settings),
-                transports=self.transports, retry=self.retry, clock=clock, events=self.events,
-                lease_ttl=settings.lease_ttl,
-            )
-            for name, queue in settings.queues.items()
-        }
+        self.loops = {name: self._loop(name) for name in settings.queues}
+        self.upkeep = Upkeep(settings, self.store, clock, self.events)
+        self.consumer = self._consumer()
         self._tasks: list[asyncio.Task[None]] = []
         self._sqlite_lock: SqliteLock | None = None
         self._listener: PgListener | None = None
         self.started = False
 
+    def _loop(self, name: str) -> QueueLoop:
+        return QueueLoop(
+            name, self.settings.queues[name], self.store, owner=self.owner,
+            stages=build_stages(name, self.settings), transports=self.transports,
+            retry=self.retry, clock=self.clock, events=self.events,
+            lease_ttl=self.settings.lease_ttl,
+            # Jobs may be enqueued to another queue than their type's: any queue
+            # matches responses if any job type is external.
+            correlated=any(t.config.transport.kind != "python" for t in self.intake.types.values()),
+            key_templates={
+                t.name: t.correlation
+                for t in self.intake.types.values()
+                if t.key_at_dispatch and t.correlation
+            },
+        )
+
     def _transports(self) -> dict[str, Transport]:
-        handlers = {}
+        by_kind: dict[str, list[str]] = {"python": [], "http": [], "kafka": []}
         for name, jt in self.settings.job_types.items():
-            if jt.transport.python is not None:
-                try:
-                    handlers[name] = import_handler(jt.transport.python.handler)
-                except HandlerImportError as exc:
-                    raise ServiceError(f"config error: job_types.{name}.transport.python: {exc}") from None
+            by_kind[jt.transport.kind].append(name)
+        handlers = {}
+        for name in by_kind["python"]:
+            spec = self.settings.job_types[name].transport.python
+            assert spec is not None
+            try:
+                handlers[name] = import_handler(spec.handler)
+            except HandlerImportError as exc:
+                raise ServiceError(f"config error: job_types.{name}.transport.python: {exc}") from None
+        out: dict[str, Transport] = {}
         python = PythonTransport(handlers, self.clock)
-        return {name: python for name in handlers}
+        out.update({name: python for name in handlers})
+        types = self.intake.types
+        try:
+            if by_kind["http"]:
+                from hipq.transports.http import HttpTransport
+
+                http = HttpTransport(types, self.settings.server.base_url(), self.clock)
+                out.update({name: http for name in by_kind["http"]})
+            if by_kind["kafka"]:
+                from hipq.transports.kafka import KafkaTransport
+
+                kafka = KafkaTransport(self.settings.kafka, types, self.clock)
+                out.update({name: kafka for name in by_kind["kafka"]})
+        except ValueError as exc:
+            raise ServiceError(f"config error: {exc}") from None
+        return out
+
+    def _consumer(self) -> Any:
+        kafka = self.settings.kafka
+        if not kafka.enabled or not kafka.responses:
+            return None
+        from hipq.consumer import ResponseConsumer
+
+        return ResponseConsumer(
+            kafka, self.store, self.clock, self.settings.responses.ttl, self.wake_all
+        )
 
     async def start(self) -> None:
         if self.store.dialect == "sqlite":
@@ -175,10 +215,15 @@ class Service:
         if self.run_loops:
             for loop in self.loops.values():
                 self._tasks.append(asyncio.create_task(loop.run(), name=f"hipq-loop-{loop.name}"))
-        self._tasks.append(asyncio.create_task(self._upkeep(), name="hipq-upkeep"))
+        self.upkeep.start()
+        if self.consumer is not None:
+            await self.consumer.start()
         self.started = True
 
     async def stop(self) -> None:
+        await self.upkeep.stop()
+        if self.consumer is not None:
+            await self.consumer.stop()
         for loop in self.loops.values():
             loop.stop()
         for task in self._tasks:
@@ -214,28 +259,22 @@ class Service:
         if loop is not None:
             loop.wake.set()
 
+    def wake_all(self) -> None:
+        self.wake_queue(ALL_QUEUES)
+
     def wake(self, queues: Iterable[str]) -> None:
         for queue in set(queues):
             self.wake_queue(queue)
 
-    async def _upkeep(self) -> None:
-        """Forget idempotency keys past their TTL (hourly)."""
-        while True:
-            try:
-                cutoff = self.clock() - timedelta(seconds=self.settings.idempotency_ttl)
-                async with self.store._write() as conn:
-                    await conn.execute(
-                        delete(idempotency_keys).where(idempotency_keys.c.created_at < cutoff)
-                    )
-            except asyncio.CancelledError:
-                raise
-            except Exception:
-                log.exception("upkeep failed")
-            await asyncio.sleep(3600)
-
     def status(self) -> dict[str, Any]:
+        """What /readyz reports: None means "not used by this configuration"."""
+        kafka_producer = next(
+            (t for t in self.transports.values() if type(t).__name__ == "KafkaTransport"), None
+        )
         return {
             "owner": self.owner,
             "queues_owned": sorted(n for n, lp in self.loops.items() if lp.token is not None),
             "listener": None if self._listener is None else self._listener.connected.is_set(),
+            "kafka_producer": None if kafka_producer is None else bool(kafka_producer.ready),
+            "kafka_consumer": None if self.consumer is None else bool(self.consumer.ready),
         }

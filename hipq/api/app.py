@@ -11,7 +11,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from sqlalchemy import text
 
 from hipq import __version__
-from hipq.api import errors, jobs, queues
+from hipq.api import callbacks, errors, jobs, queues, responses
 from hipq.metrics import Metrics
 from hipq.service import Service
 
@@ -41,6 +41,8 @@ def create_app(service: Service, *, manage_service: bool = True) -> FastAPI:
     app.add_middleware(errors.BodyLimit, max_bytes=service.settings.server.max_body_bytes)
     app.include_router(jobs.router)
     app.include_router(queues.router)
+    app.include_router(callbacks.router)
+    app.include_router(responses.router)
 
     @app.get("/healthz", tags=["ops"], summary="The process is alive")
     async def healthz() -> dict[str, str]:
@@ -59,6 +61,10 @@ def create_app(service: Service, *, manage_service: bool = True) -> FastAPI:
         status = service.status()
         if status["listener"] is False:
             problems["listen"] = "PostgreSQL LISTEN connection is down (wake-ups fall back to ticks)"
+        if status["kafka_producer"] is False:
+            problems["kafka_producer"] = "not connected to the Kafka broker (reconnecting)"
+        if status["kafka_consumer"] is False:
+            problems["kafka_consumer"] = "not consuming response topics (reconnecting)"
         body = {"status": "ready" if not problems else "not ready", "problems": problems, **status}
         return JSONResponse(body, 200 if not problems else 503)
 

@@ -6,7 +6,7 @@ import hashlib
 from typing import Annotated, Any
 
 import orjson
-from fastapi import APIRouter, Header, Query, Request, Response
+from fastapi import APIRouter, Header, Path, Query, Request, Response
 
 from hipq.api.errors import StrictJSONRoute
 from hipq.api.models import (
@@ -38,6 +38,9 @@ IdempotencyKey = Annotated[
     Header(alias="Idempotency-Key", max_length=300,
            description="a retried POST with the same key returns the first one's jobs"),
 ]
+# Ids are BIGINT (PostgreSQL) / INTEGER (SQLite): a larger number is a 422, not a driver error.
+_MAX_ID = 2**63 - 1
+JobId = Annotated[int, Path(ge=1, le=_MAX_ID, description="the job's id")]
 
 
 def _service(request: Request) -> Service:
@@ -95,7 +98,7 @@ async def create_jobs(
 
 
 @router.get("/{job_id}", response_model=JobOut, responses=_ERRORS, summary="A job and its attempts")
-async def get_job(job_id: int, request: Request) -> JobOut:
+async def get_job(job_id: JobId, request: Request) -> JobOut:
     store = _service(request).store
     job = await store.job_get(job_id)
     return JobOut.of(job, await store.job_attempts(job_id))
@@ -119,7 +122,7 @@ async def list_jobs(
         labels[name] = value
     after = None
     if cursor is not None:
-        if not cursor.isdigit():
+        if not cursor.isascii() or not cursor.isdigit() or int(cursor) > _MAX_ID:
             raise IntakeError("cursor", "not a cursor returned by this API")
         after = int(cursor)
     flt = JobFilter(queue=queue, states=tuple(s.value for s in state or ()), type=type,
@@ -131,7 +134,7 @@ async def list_jobs(
 
 @router.post("/{job_id}/cancel", response_model=JobOut, responses=_ERRORS,
              summary="Cancel a job (a running one is cancelled by its queue's loop)")
-async def cancel_job(job_id: int, request: Request, response: Response) -> JobOut:
+async def cancel_job(job_id: JobId, request: Request, response: Response) -> JobOut:
     service = _service(request)
     job = await service.store.job_cancel(job_id, service.clock())
     if job.state != State.CANCELLED:
@@ -142,7 +145,7 @@ async def cancel_job(job_id: int, request: Request, response: Response) -> JobOu
 
 @router.patch("/{job_id}", response_model=JobOut, responses=_ERRORS,
               summary="Change a scheduled job (run_at, priority, payload, weight, labels, ...)")
-async def patch_job(job_id: int, patch: JobPatch, request: Request) -> JobOut:
+async def patch_job(job_id: JobId, patch: JobPatch, request: Request) -> JobOut:
     service = _service(request)
     changes: dict[str, Any] = patch.model_dump(exclude_unset=True)
     if any(v is None for k, v in changes.items() if k != "windows"):
@@ -170,7 +173,7 @@ async def patch_job(job_id: int, patch: JobPatch, request: Request) -> JobOut:
 
 @router.post("/{job_id}/retry", response_model=JobOut, responses=_ERRORS,
              summary="Run a failed or cancelled job again (a new attempt)")
-async def retry_job(job_id: int, request: Request, body: RetryRequest | None = None) -> JobOut:
+async def retry_job(job_id: JobId, request: Request, body: RetryRequest | None = None) -> JobOut:
     service = _service(request)
     job = await service.store.job_retry(job_id, service.clock(), body.run_at if body else None)
     service.wake([job.queue])

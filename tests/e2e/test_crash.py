@@ -36,7 +36,12 @@ OPEN_STATES = ("scheduled", "running", "awaiting")
 
 
 def post_jobs(servers: list[HipqServer], total: int) -> list[int]:
-    """POST ``total`` record jobs in batches, round-robin over ``servers``; their ids."""
+    """POST ``total`` record jobs in batches, round-robin over ``servers``; their ids.
+
+    The queue is paused meanwhile, so that the kill lands in the middle of the work
+    however fast or slow the posting is.
+    """
+    servers[0].post("/v1/queues/default/pause", {})
     ids: list[int] = []
     for n, start in enumerate(range(0, total, BATCH)):
         body = {"jobs": [{"type": "record", "payload": {"n": i}}
@@ -45,6 +50,8 @@ def post_jobs(servers: list[HipqServer], total: int) -> list[int]:
         assert out["count"] == len(body["jobs"])
         ids.extend(ref["id"] for ref in out["jobs"])
     assert len(set(ids)) == total
+    assert queue(servers[-1])["scheduled"] == total
+    servers[-1].post("/v1/queues/default/resume", {})
     return ids
 
 
@@ -162,7 +169,8 @@ def kill_midway(server: HipqServer, watch: HipqServer, database_url: str) -> Sna
 
 def test_sqlite_sigkill_mid_work_loses_no_job(servers: Servers, tmp_path: Path) -> None:
     url = f"sqlite+aiosqlite:///{tmp_path / 'hipq.db'}"
-    config = write_config(tmp_path / "hipq.yaml", url)
+    # The restarted process waits for the dead one's lease to expire: keep that short.
+    config = write_config(tmp_path / "hipq.yaml", url, lease_ttl="3s")
     first = servers.start("first", config, work_ms=WORK_MS)
     ids = post_jobs([first], TOTAL)
 

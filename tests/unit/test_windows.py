@@ -395,7 +395,7 @@ def _week_minutes(start: str, end: str, days: tuple[str, ...]) -> frozenset[int]
 
 # No example database: the tests write no files.
 PROPERTY = settings(
-    max_examples=150,
+    max_examples=120,
     deadline=None,
     database=None,
     suppress_health_check=[HealthCheck.too_slow],
@@ -462,7 +462,7 @@ def test_current_closing_ends_the_open_stretch(
     assert is_open(windows, closing - timedelta(microseconds=1))
 
 
-@settings(max_examples=100, deadline=None, database=None)
+@settings(max_examples=50, deadline=None, database=None)
 @given(st.lists(st.sampled_from(ZONES).flatmap(raw_window)))
 def test_to_dict_round_trip_property(raws: list[dict[str, Any]]) -> None:
     windows = parse_windows(raws)

@@ -1,0 +1,94 @@
+"""POST /v1/callbacks/{key}: an external system's answer, stored before it is acknowledged."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+import orjson
+from fastapi import APIRouter, Query, Request
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel
+
+from hipq.api.errors import error_body
+from hipq.api.models import ErrorOut
+from hipq.intake import IntakeError, JobTypeInfo
+from hipq.outcome_rules import OutcomeRule, decide
+from hipq.service import Service
+from hipq.signatures import SignatureError, verify
+from hipq.store import NewResponse
+
+router = APIRouter(tags=["callbacks"])
+
+# Headers kept with a stored response (never credentials).
+_DROPPED_HEADERS = frozenset({"authorization", "cookie", "proxy-authorization", "x-api-key"})
+_ANY_RESPONSE = OutcomeRule(field=None, success=())
+
+
+class CallbackAccepted(BaseModel):
+    status: str = "accepted"
+    response_id: int
+
+
+def outcome_rule(info: JobTypeInfo | None) -> OutcomeRule:
+    """The job type's rule; a job type without one takes any callback as success."""
+    if info is None or info.config.outcome is None:
+        return _ANY_RESPONSE
+    return OutcomeRule.from_config(info.config.outcome)
+
+
+def parse_body(raw: bytes) -> Any:
+    if not raw:
+        return None
+    try:
+        return orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return raw.decode("utf-8", errors="replace")
+
+
+@router.post(
+    "/v1/callbacks/{key}",
+    status_code=202,
+    response_model=CallbackAccepted,
+    responses={401: {"model": ErrorOut}, 413: {"model": ErrorOut}, 422: {"model": ErrorOut}},
+    summary="Deliver the correlated response of a job (stored durably before the 202)",
+    description=(
+        "hipq puts this URL, with the job's correlation key and `?type=`, in each request it "
+        "sends. Answers 202 once the response is stored, also for a duplicate or an unknown key "
+        "(kept until the TTL, see GET /v1/responses). With `?type=` naming a job type that "
+        "requires signatures, a bad or missing Standard Webhooks signature is a 401 before any "
+        "lookup."
+    ),
+)
+async def deliver_callback(
+    key: str,
+    request: Request,
+    type: Annotated[str | None, Query(description="the job type (hipq adds it)")] = None,
+) -> Any:
+    service: Service = request.app.state.service
+    raw = await request.body()
+    info: JobTypeInfo | None = None
+    if type is not None:
+        info = service.intake.types.get(type)
+        if info is None:
+            raise IntakeError("type", f"unknown job type {type!r}")
+        signature = info.config.callback_signature
+        if signature is not None:
+            try:
+                verify(signature.secret, request.headers, raw, service.clock().timestamp(),
+                       int(signature.tolerance))
+            except SignatureError as exc:
+                return JSONResponse(
+                    error_body("unauthorized", [("webhook-signature", exc.reason)]), 401
+                )
+    body = parse_body(raw)
+    headers = {k: v for k, v in request.headers.items() if k not in _DROPPED_HEADERS}
+    outcome = decide(outcome_rule(info), body, headers)
+    [response_id] = await service.store.response_insert_many(
+        [NewResponse(correlation_key=key, source="webhook", succeeded=outcome.succeeded,
+                     reason=None if outcome.succeeded else outcome.reason, body=body,
+                     headers=headers, job_type=type)],
+        service.clock(),
+        service.settings.responses.ttl,
+    )
+    service.wake_all()
+    return CallbackAccepted(response_id=response_id)

@@ -1,0 +1,115 @@
+"""/v1/responses: the responses inbox (unmatched, duplicate, late) and parked messages."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Any, Literal
+
+from fastapi import APIRouter, Query, Request
+from pydantic import BaseModel, Field
+
+from hipq.api.errors import StrictJSONRoute
+from hipq.api.models import ErrorOut
+from hipq.intake import IntakeError
+from hipq.service import Service
+from hipq.store import Response
+
+router = APIRouter(prefix="/v1/responses", tags=["responses"], route_class=StrictJSONRoute)
+Status = Literal["pending", "matched", "duplicate", "late", "expired"]
+_UNMATCHED = ("pending", "late", "expired")
+
+
+class ResponseOut(BaseModel):
+    id: int
+    correlation_key: str
+    source: str
+    received_at: datetime
+    expires_at: datetime
+    succeeded: bool
+    reason: str | None
+    body: Any
+    headers: dict[str, str] | None
+    job_type: str | None
+    status: str = Field(description="pending (early or unknown key), matched, duplicate, late, expired")
+    job_id: int | None
+    forced_job_id: int | None = Field(description="set when an operator matched it by hand")
+    settled_at: datetime | None
+
+    @classmethod
+    def of(cls, r: Response) -> ResponseOut:
+        return cls(**{name: getattr(r, name) for name in cls.model_fields})
+
+
+class ResponseListOut(BaseModel):
+    responses: list[ResponseOut]
+    next_cursor: str | None
+
+
+class MatchIn(BaseModel):
+    job_id: int = Field(description="a running or awaiting job this response settles")
+
+
+class ParkedOut(BaseModel):
+    id: int
+    source: str
+    partition: int | None
+    offset: int | None
+    reason: str
+    key: str | None
+    value: str | None
+    received_at: datetime
+
+
+def _cursor(cursor: str | None) -> int | None:
+    if cursor is None:
+        return None
+    if not cursor.isdigit():
+        raise IntakeError("cursor", "not a cursor returned by this API")
+    return int(cursor)
+
+
+@router.get("", response_model=ResponseListOut, summary="List inbox responses, newest first")
+async def list_responses(
+    request: Request,
+    status: Annotated[list[Status] | None, Query(description="repeat for several")] = None,
+    matched: Annotated[bool | None, Query(description="false: pending, late and expired")] = None,
+    key: Annotated[str | None, Query(description="correlation key")] = None,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+    cursor: str | None = None,
+) -> ResponseListOut:
+    service: Service = request.app.state.service
+    statuses: tuple[str, ...] = tuple(status or ())
+    if matched is True:
+        statuses = ("matched",)
+    elif matched is False:
+        statuses = _UNMATCHED
+    found = await service.store.response_list(statuses, key, _cursor(cursor), limit)
+    return ResponseListOut(
+        responses=[ResponseOut.of(r) for r in found],
+        next_cursor=str(found[-1].id) if len(found) == limit else None,
+    )
+
+
+@router.get("/parked", response_model=list[ParkedOut],
+            summary="Kafka messages that could not become responses, with the reason")
+async def list_parked(
+    request: Request, limit: Annotated[int, Query(ge=1, le=1000)] = 100, cursor: str | None = None
+) -> list[ParkedOut]:
+    service: Service = request.app.state.service
+    return [ParkedOut(**p) for p in await service.store.parked_list(_cursor(cursor), limit)]
+
+
+@router.get("/{response_id}", response_model=ResponseOut, responses={404: {"model": ErrorOut}})
+async def get_response(response_id: int, request: Request) -> ResponseOut:
+    service: Service = request.app.state.service
+    return ResponseOut.of(await service.store.response_get(response_id))
+
+
+@router.post("/{response_id}/match", response_model=ResponseOut,
+             responses={404: {"model": ErrorOut}, 409: {"model": ErrorOut}},
+             summary="Match a response to an in-flight job by hand (settled at the next tick)")
+async def match_response(response_id: int, body: MatchIn, request: Request) -> ResponseOut:
+    service: Service = request.app.state.service
+    response = await service.store.response_force_match(response_id, body.job_id, service.clock())
+    service.wake_all()
+    return ResponseOut.of(response)

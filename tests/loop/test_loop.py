@@ -1,0 +1,542 @@
+"""The queue loop, tick by tick, on SQLite and PostgreSQL, with a pinned clock.
+
+Python handlers run as asyncio tasks: a short ``asyncio.sleep`` after a tick lets the
+ones it dispatched report, and the next tick persists what they reported.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import tempfile
+from collections.abc import AsyncIterator, Awaitable, Callable
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from hipq.jobs import Job, NewJob
+from hipq.lifecycle import TERMINAL, State
+from hipq.loop import QueueLoop, TickReport
+from hipq.service import Service
+from hipq.transports.python import JobContext, PermanentError
+from tests import handlers
+from tests.support import FakeClock, make_settings
+
+HERE = "tests.loop.test_loop"
+
+# -- handlers that the job types below name ----------------------------------------------
+
+GATES: dict[int, asyncio.Event] = {}
+STARTED: list[int] = []  # job ids, once per dispatch
+
+
+def gate(job_id: int) -> asyncio.Event:
+    return GATES.setdefault(job_id, asyncio.Event())
+
+
+async def gated(job: JobContext) -> dict[str, Any]:
+    """Runs until the test opens the job's gate."""
+    STARTED.append(job.id)
+    await gate(job.id).wait()
+    return {"id": job.id}
+
+
+async def beat_once(job: JobContext) -> None:
+    """Heartbeats once, then works (hangs) until cancelled."""
+    job.heartbeat(job.payload["extend"])
+    await asyncio.sleep(3600)
+
+
+async def scripted(job: JobContext) -> dict[str, Any]:
+    """payload.script[attempt - 1] (or its last item) says how this attempt ends."""
+    script = job.payload["script"]
+    step = script[min(job.attempt, len(script)) - 1]
+    if step == "fail":
+        raise RuntimeError(f"scripted failure on attempt {job.attempt}")
+    if step == "permanent":
+        raise PermanentError("scripted permanent failure")
+    if step == "hang":
+        await asyncio.sleep(3600)
+    return {"attempt": job.attempt}
+
+
+def _job_type(handler: str, **extra: Any) -> dict[str, Any]:
+    retry = {"strategy": "fixed", "delay": "10s", "max_attempts": 3}
+    return {"transport": {"python": {"handler": f"{HERE}:{handler}"}}, "retry": retry, **extra}
+
+
+JOB_TYPES = {
+    "gated": _job_type("gated"),
+    "beat_once": _job_type("beat_once", timeout="30s"),
+    "scripted": _job_type(
+        "scripted", timeout="20s", retry={"strategy": "fixed", "delay": "5s", "max_attempts": 3}
+    ),
+}
+
+
+@pytest.fixture(autouse=True)
+def _clean_gates() -> None:
+    GATES.clear()
+    STARTED.clear()
+
+
+# -- driving services -------------------------------------------------------------------
+
+Factory = Callable[..., Awaitable[Service]]
+
+
+@pytest.fixture
+async def services(database_url: str) -> AsyncIterator[Factory]:
+    """Build services on the test's database; every one is stopped at the end."""
+    made: list[Service] = []
+
+    async def build(
+        clock: FakeClock, owner: str = "a", start: bool = True, **overrides: Any
+    ) -> Service:
+        overrides.setdefault("job_types", JOB_TYPES)
+        svc = Service(
+            make_settings(database_url, **overrides), clock=clock, owner=owner, run_loops=False
+        )
+        made.append(svc)
+        if start:
+            await svc.start()
+        return svc
+
+    yield build
+    for svc in reversed(made):
+        await svc.stop()
+
+
+async def owned(svc: Service, queue: str = "default") -> QueueLoop:
+    loop = svc.loops[queue]
+    assert await loop.acquire()
+    return loop
+
+
+async def add(svc: Service, **fields: Any) -> Job:
+    new = svc.intake.resolve({"type": "ok", **fields}, svc.clock())
+    [job] = (await svc.store.job_insert_many([new], svc.clock())).jobs
+    return job
+
+
+async def tick(loop: QueueLoop, pause: float = 0.01) -> TickReport:
+    """One tick, then a moment for the handlers it dispatched to report."""
+    report = await loop.run_once()
+    await asyncio.sleep(pause)
+    return report
+
+
+async def get(svc: Service, job: Job) -> Job:
+    return await svc.store.job_get(job.id)
+
+
+async def history(svc: Service, job: Job) -> list[tuple[int, str]]:
+    return [(a.attempt, a.outcome) for a in await svc.store.job_attempts(job.id)]
+
+
+# -- capacity and order -----------------------------------------------------------------
+
+
+async def test_weighted_capacity_is_never_exceeded(services: Factory) -> None:
+    clock = FakeClock()
+    svc = await services(clock, queues={"default": {"concurrency": 5}})
+    loop = await owned(svc)
+    weights = [3, 2, 1, 4, 2, 1, 5, 1, 3]
+    jobs = [await add(svc, type="gated", weight=w) for w in weights]
+    peak, ticks = 0, 0
+    while any(j.state not in TERMINAL for j in [await get(svc, j) for j in jobs]):
+        await tick(loop)
+        held = sum(j.weight for j in loop.in_flight.values())
+        stored = (await svc.store.queue_counts("default", clock())).weight_in_flight
+        assert held == stored <= 5
+        peak = max(peak, held)
+        # Finish the oldest running job; the next tick settles it and admits more.
+        running = sorted(loop.in_flight)
+        if running:
+            gate(running[0]).set()
+        ticks += 1
+        assert ticks < 50
+    assert peak == 5
+    # Weighted admission never lets a light job overtake a heavier one that waits.
+    assert STARTED == [j.id for j in jobs]
+    assert all((await get(svc, j)).state == State.COMPLETED for j in jobs)
+
+
+@pytest.mark.parametrize(
+    ("order", "expected"), [("time_priority", "ACB"), ("priority_time", "BAC")]
+)
+async def test_queue_order(services: Factory, order: str, expected: str) -> None:
+    clock = FakeClock()
+    svc = await services(clock, queues={"default": {"concurrency": 1, "order": order}})
+    loop = await owned(svc)
+    now = clock()
+    for name, ago, priority in [("A", 10, 200), ("B", 5, 50), ("C", 10, 300)]:
+        await add(svc, type="record", payload={"name": name}, priority=priority,
+                  run_at=now - timedelta(seconds=ago))
+    for _ in range(5):
+        await tick(loop)
+    assert "".join(payload["name"] for _, _, payload in handlers.SEEN) == expected
+
+
+# -- outcomes, retries, timeouts --------------------------------------------------------
+
+
+async def test_failing_job_is_retried_after_its_delay_and_then_fails(services: Factory) -> None:
+    clock = FakeClock()
+    svc = await services(clock)
+    loop = await owned(svc)
+    job = await add(svc, type="fail")
+    t0 = clock()
+    for attempt in (1, 2, 3):
+        assert (await tick(loop)).admitted == 1
+        assert (await get(svc, job)).attempt == attempt
+        report = await tick(loop)
+        assert report.settled == 1
+        current = await get(svc, job)
+        if attempt < 3:
+            assert current.state == State.SCHEDULED
+            assert current.run_at == clock() + timedelta(seconds=10)
+            assert current.last_error == f"RuntimeError: failing on attempt {attempt}"
+            clock.advance(9.999)
+            assert (await tick(loop)).admitted == 0  # not before its run_at
+            assert (await get(svc, job)).attempt == attempt
+            clock.advance(0.001)
+    done = await get(svc, job)
+    assert (done.state, done.attempt, done.finished_at) == (State.FAILED, 3, t0 + timedelta(seconds=20))
+    assert done.last_error == "gave up after 3 attempts: RuntimeError: failing on attempt 3"
+    attempts = await svc.store.job_attempts(job.id)
+    assert [(a.attempt, a.outcome) for a in attempts] == [(1, "retried"), (2, "retried"), (3, "failed")]
+    assert [a.started_at for a in attempts] == [t0 + timedelta(seconds=s) for s in (0, 10, 20)]
+    assert loop.in_flight == {}
+
+
+async def test_permanent_error_fails_at_once(services: Factory) -> None:
+    svc = await services(FakeClock())
+    loop = await owned(svc)
+    job = await add(svc, type="permanent")
+    await tick(loop)
+    await tick(loop)
+    done = await get(svc, job)
+    assert (done.state, done.attempt) == (State.FAILED, 1)
+    assert done.last_error == "not retryable: PermanentError: will never work"
+    assert await history(svc, job) == [(1, "failed")]
+
+
+async def test_success_records_the_result(services: Factory) -> None:
+    svc = await services(FakeClock())
+    loop = await owned(svc)
+    job = await add(svc, payload={"n": 1})
+    await tick(loop)
+    await tick(loop)
+    done = await get(svc, job)
+    assert (done.state, done.result, done.deadline) == (State.COMPLETED, {"echo": {"n": 1}}, None)
+    assert await history(svc, job) == [(1, "completed")]
+
+
+async def test_timeout_fails_the_attempt_and_cancels_the_handler(services: Factory) -> None:
+    clock = FakeClock()
+    svc = await services(clock)
+    loop = await owned(svc)
+    job = await add(svc, type="hang", timeout="30s")
+    await tick(loop)
+    assert job.id in handlers.RUNNING
+    clock.advance(29.9)
+    assert (await tick(loop)).settled == 0
+    assert (await get(svc, job)).state == State.RUNNING
+    clock.advance(0.1)
+    assert (await tick(loop)).settled == 1
+    retried = await get(svc, job)
+    assert (retried.state, retried.last_error) == (State.SCHEDULED, "timed out after 30s")
+    assert retried.run_at == clock() + timedelta(seconds=10)
+    assert job.id not in handlers.RUNNING  # the handler's task was cancelled
+    assert await history(svc, job) == [(1, "retried")]
+
+
+async def test_heartbeat_extends_the_deadline(services: Factory) -> None:
+    clock = FakeClock()
+    svc = await services(clock)
+    loop = await owned(svc)
+    job = await add(svc, type="beat_once", payload={"extend": 60})
+    t0 = clock()
+    await loop.run_once()
+    assert (await get(svc, job)).deadline == t0 + timedelta(seconds=30)
+    # The handler beats only once the old deadline has passed; it still counts.
+    clock.advance(35)
+    await asyncio.sleep(0.01)
+    assert (await tick(loop)).settled == 0
+    running = await get(svc, job)
+    assert (running.state, running.deadline) == (State.RUNNING, t0 + timedelta(seconds=95))
+    clock.advance(59.9)
+    assert (await tick(loop)).settled == 0
+    clock.advance(0.1)
+    assert (await tick(loop)).settled == 1
+    assert (await get(svc, job)).last_error == "timed out after 30s"
+
+
+async def test_retry_starts_from_the_checkpointed_payload(services: Factory) -> None:
+    clock = FakeClock()
+    svc = await services(clock)
+    loop = await owned(svc)
+    job = await add(svc, type="checkpointing", payload={"step": 0, "keep": "me"})
+    for step in (1, 2):
+        await tick(loop)
+        await tick(loop)
+        retried = await get(svc, job)
+        assert (retried.state, retried.payload) == (State.SCHEDULED, {"step": step, "keep": "me"})
+        clock.advance(10)
+    await tick(loop)
+    await tick(loop)
+    done = await get(svc, job)
+    assert (done.state, done.attempt, done.result) == (State.COMPLETED, 3, {"finished_at_step": 3})
+    assert done.payload == {"step": 3, "keep": "me"}
+
+
+async def test_cancel_of_a_running_job(services: Factory) -> None:
+    clock = FakeClock()
+    svc = await services(clock)
+    loop = await owned(svc)
+    job = await add(svc, type="hang")
+    await tick(loop)
+    assert job.id in handlers.RUNNING
+    asked = await svc.store.job_cancel(job.id, clock())
+    assert (asked.state, asked.cancel_requested) == (State.RUNNING, True)
+    clock.advance(1)
+    assert (await tick(loop)).settled == 1
+    done = await get(svc, job)
+    assert (done.state, done.finished_at, done.cancel_requested) == (
+        State.CANCELLED, clock(), False
+    )
+    assert job.id not in handlers.RUNNING
+    assert await history(svc, job) == [(1, "cancelled")]
+    assert loop.in_flight == {}
+
+
+async def test_unknown_job_type_in_the_database_fails_without_retry(services: Factory) -> None:
+    clock = FakeClock()
+    svc = await services(clock)
+    loop = await owned(svc)
+    new = NewJob(type="vanished", queue="default", payload={}, run_at=clock(),
+                 retry={"strategy": "fixed", "delay": 1, "max_attempts": 5})
+    [job] = (await svc.store.job_insert_many([new], clock())).jobs
+    await tick(loop)
+    await tick(loop)
+    done = await get(svc, job)
+    assert (done.state, done.attempt) == (State.FAILED, 1)
+    assert "unknown job type 'vanished'" in (done.last_error or "")
+    assert await history(svc, job) == [(1, "failed")]
+
+
+async def test_job_outside_its_windows_is_deferred_without_an_attempt(services: Factory) -> None:
+    clock = FakeClock()  # Monday 12:00 UTC
+    svc = await services(clock)
+    loop = await owned(svc)
+    # Attempt 1 runs inside the window and fails; its retry falls after the window closed.
+    window = {"start": "12:00:00", "end": "12:00:05", "tz": "UTC"}
+    job = await add(svc, type="record", payload={"fail_until": 1}, windows=[window])
+    t0 = clock()
+    await tick(loop)
+    await tick(loop)
+    assert (await get(svc, job)).run_at == t0 + timedelta(seconds=10)
+    clock.advance(10)
+    report = await tick(loop)
+    assert (report.admitted, report.deferred) == (0, 1)
+    deferred = await get(svc, job)
+    assert (deferred.state, deferred.attempt, deferred.run_at) == (
+        State.SCHEDULED, 1, t0 + timedelta(days=1)
+    )
+    assert deferred.waiting_reason == "outside its time windows"
+    assert await history(svc, job) == [(1, "retried")]
+    clock.now = t0 + timedelta(days=1) - timedelta(seconds=1)
+    assert (await tick(loop)).admitted == 0
+    clock.now = t0 + timedelta(days=1)
+    assert (await tick(loop)).admitted == 1
+    await tick(loop)
+    done = await get(svc, job)
+    assert (done.state, done.attempt) == (State.COMPLETED, 2)
+
+
+async def test_paused_queue_admits_nothing_but_still_settles(services: Factory) -> None:
+    svc = await services(FakeClock())
+    loop = await owned(svc)
+    first = await add(svc, type="gated")
+    await tick(loop)
+    await svc.store.queue_set_paused("default", True)
+    second = await add(svc)
+    gate(first.id).set()
+    await asyncio.sleep(0.01)
+    report = await tick(loop)
+    assert (report.settled, report.admitted, report.loaded) == (1, 0, 0)
+    assert (await get(svc, first)).state == State.COMPLETED
+    assert (await get(svc, second)).state == State.SCHEDULED
+    await svc.store.queue_set_paused("default", False)
+    assert (await tick(loop)).admitted == 1
+    await tick(loop)
+    assert (await get(svc, second)).state == State.COMPLETED
+
+
+# -- ownership: crashes and takeovers ----------------------------------------------------
+
+
+async def test_crash_recovery_redispatches_running_and_keeps_awaiting(services: Factory) -> None:
+    clock = FakeClock()
+    t0 = clock()
+    first = await services(clock, owner="first")
+    loop = await owned(first)
+    running = await add(first, type="gated")
+    awaiting = await add(first, type="gated", timeout="120s")
+    await tick(loop)
+    loop.sent(loop.in_flight[awaiting.id])  # what a transport reports once its request left
+    await tick(loop)
+    assert (await get(first, awaiting)).state == State.AWAITING
+    assert (await get(first, running)).state == State.RUNNING
+    # The process dies: its tasks end and its lease is never released.
+    loop.token = None
+    await first.stop()
+
+    second = await services(clock, owner="second")
+    successor = second.loops["default"]
+    assert not await successor.acquire()  # the dead owner's lease is still live
+    gate(running.id).set()
+    clock.advance(second.settings.lease_ttl + 0.001)
+    assert await successor.acquire()
+    await asyncio.sleep(0.01)
+    assert STARTED == [running.id, awaiting.id, running.id]  # only `running` is sent again
+    await tick(successor)
+    done = await get(second, running)
+    assert (done.state, done.attempt) == (State.COMPLETED, 1)
+    # `awaiting` keeps waiting for its response until its deadline.
+    clock.now = t0 + timedelta(seconds=119.9)
+    assert (await tick(successor)).settled == 0
+    assert (await get(second, awaiting)).state == State.AWAITING
+    clock.now = t0 + timedelta(seconds=120)
+    await tick(successor)
+    timed_out = await get(second, awaiting)
+    assert (timed_out.state, timed_out.last_error) == (State.SCHEDULED, "timed out after 120s")
+    clock.advance(10)
+    gate(awaiting.id).set()
+    await tick(successor)
+    await tick(successor)
+    done = await get(second, awaiting)
+    assert (done.state, done.attempt) == (State.COMPLETED, 2)
+    assert await history(second, awaiting) == [(1, "retried"), (2, "completed")]
+
+
+async def test_stale_owner_writes_nothing_and_loses_no_job(services: Factory) -> None:
+    clock = FakeClock()
+    svc = await services(clock, owner="a")
+    stale = await owned(svc)
+    quick = await add(svc)
+    slow = await add(svc, type="gated")
+    await tick(stale)  # both claimed; `quick` reports its result to the stale loop
+    assert set(stale.in_flight) == {quick.id, slow.id}
+    # Another process takes the queue over once the lease expired (a long pause, say).
+    clock.advance(svc.settings.lease_ttl + 1)
+    other = await services(clock, owner="b", start=False)
+    successor = await owned(other)
+    later = await add(svc)
+    report = await stale.run_once()
+    assert (report.settled, report.admitted) == (0, 0)
+    assert stale.token is None and stale.in_flight == {}
+    assert (await get(svc, quick)).state == State.RUNNING  # the stale result was not written
+    assert (await get(svc, later)).state == State.SCHEDULED
+    assert not await stale.acquire()
+    # The new owner re-ran what was running and finishes everything.
+    gate(slow.id).set()
+    for _ in range(4):
+        await tick(successor)
+    for job in (quick, slow, later):
+        done = await get(svc, job)
+        assert (done.state, done.attempt) == (State.COMPLETED, 1)
+        assert await history(svc, job) == [(1, "completed")]
+
+
+# -- property: capacity and no lost jobs --------------------------------------------------
+
+CAPACITY = 4
+OUTCOME = st.sampled_from(["ok", "fail", "permanent", "hang"])
+ENQUEUE = st.tuples(
+    st.just("enqueue"),
+    st.lists(st.tuples(st.integers(1, CAPACITY), st.lists(OUTCOME, min_size=1, max_size=3)),
+             min_size=1, max_size=4),
+)
+OPS = st.lists(
+    st.one_of(ENQUEUE, st.just(("tick",)), st.tuples(st.just("advance"), st.floats(0, 30))),
+    min_size=1, max_size=25,
+)
+
+
+def _fresh_sqlite(template: Path) -> tuple[str, Path]:
+    folder = Path(tempfile.mkdtemp(prefix="hipq-prop-"))
+    shutil.copy(template, folder / "hipq.db")
+    return f"sqlite+aiosqlite:///{folder / 'hipq.db'}", folder
+
+
+async def _check_in_flight(svc: Service, loop: QueueLoop) -> None:
+    held = sum(j.weight for j in loop.in_flight.values())
+    stored = (await svc.store.queue_counts("default", svc.clock())).weight_in_flight
+    assert held == stored <= CAPACITY
+
+
+async def _run_scenario(url: str, ops: list[tuple[Any, ...]]) -> None:
+    clock = FakeClock()
+    settings_ = make_settings(
+        url, queues={"default": {"concurrency": CAPACITY}}, job_types=JOB_TYPES
+    )
+    svc = Service(settings_, clock=clock, owner="prop", run_loops=False)
+    await svc.start()
+    try:
+        loop = await owned(svc)
+        ids: list[int] = []
+        for op in ops:
+            if op[0] == "enqueue":
+                new = [
+                    svc.intake.resolve(
+                        {"type": "scripted", "weight": w, "payload": {"script": script}}, clock()
+                    )
+                    for w, script in op[1]
+                ]
+                ids += [j.id for j in (await svc.store.job_insert_many(new, clock())).jobs]
+            elif op[0] == "tick":
+                await loop.run_once()
+                await _check_in_flight(svc, loop)
+                await asyncio.sleep(0)
+            else:
+                clock.advance(op[1])
+        # Let the clock run long enough for every attempt to end (timeouts are 20s).
+        for _ in range(400):
+            await loop.run_once()
+            await _check_in_flight(svc, loop)
+            await asyncio.sleep(0)
+            jobs = [await svc.store.job_get(i) for i in ids]
+            if all(j.state in (State.COMPLETED, State.FAILED) for j in jobs):
+                break
+            clock.advance(7)
+        else:
+            raise AssertionError(f"jobs never finished: {[(j.id, j.state) for j in jobs]}")
+        for job in jobs:
+            script = job.payload["script"]
+            attempts = await svc.store.job_attempts(job.id)
+            # Every attempt is recorded once, and the job ends as its script says.
+            assert [a.attempt for a in attempts] == list(range(1, job.attempt + 1))
+            last = script[min(job.attempt, len(script)) - 1]
+            assert (job.state == State.COMPLETED) == (last == "ok")
+            assert attempts[-1].outcome == job.state.value
+    finally:
+        await svc.stop()
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(ops=OPS)
+def test_property_capacity_holds_and_no_job_is_lost(
+    sqlite_template: Path, ops: list[tuple[Any, ...]]
+) -> None:
+    url, folder = _fresh_sqlite(sqlite_template)
+    try:
+        asyncio.run(_run_scenario(url, ops))
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+

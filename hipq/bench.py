@@ -285,6 +285,12 @@ def _clean_env() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if not k.upper().startswith("HIPQ_")}
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time a process used so far (Linux /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def vm_status(pid: int) -> dict[str, int]:
     """VmHWM and VmRSS of a process, in kB (Linux /proc)."""
     out: dict[str, int] = {}
@@ -403,24 +409,34 @@ async def measure_enqueue(engine: str, opts: BenchOptions, workdir: Path) -> lis
                                        for k in range(size)]})
                 for b in range(opts.batches)
             ]
+            cpu = cpu_seconds(serve.pid)
             took = await _post_all(serve.base_url, "/v1/jobs/batch", bodies,
                                    opts.batch_clients, per_request=120)
+            cpu = cpu_seconds(serve.pid) - cpu
             total = opts.batches * size
             figures.append(Figure(
                 engine, "enqueue", f"batch POST ({size}/call, {opts.batch_clients} clients)",
                 total / took, "jobs/s", TARGETS["enqueue.batch"],
-                f"{total:,} jobs in {took:.2f}s, queue paused"))
+                f"{total:,} jobs in {took:.2f}s, queue paused; {_per_cpu(total, cpu)}"))
             print(figures[-1].line(), flush=True)
             singles = [orjson.dumps({"type": NOOP_TYPE, "payload": {"i": i}})
                        for i in range(opts.single_jobs)]
+            cpu = cpu_seconds(serve.pid)
             took = await _post_all(serve.base_url, "/v1/jobs", singles, opts.single_clients,
                                    per_request=30)
+            cpu = cpu_seconds(serve.pid) - cpu
             figures.append(Figure(
                 engine, "enqueue", f"single POST ({opts.single_clients} clients)",
                 opts.single_jobs / took, "jobs/s", "",
-                f"{opts.single_jobs:,} jobs in {took:.2f}s, queue paused"))
+                f"{opts.single_jobs:,} jobs in {took:.2f}s, queue paused; "
+                f"{_per_cpu(opts.single_jobs, cpu)}"))
             print(figures[-1].line(), flush=True)
     return figures
+
+
+def _per_cpu(jobs: int, cpu: float) -> str:
+    # Jobs per CPU-second of the hipq process: steadier than wall time on a shared machine.
+    return f"{jobs / cpu:,.0f} jobs per CPU-second of hipq" if cpu > 0 else "no CPU time measured"
 
 
 # -- 2. processing rate of a backlog -------------------------------------------------------------
@@ -451,11 +467,13 @@ async def measure_process(engine: str, opts: BenchOptions, workdir: Path) -> lis
         service.events.subscribe(on_event)
         await service.start()
         started = time.perf_counter()  # the loop task is created but has not run yet
+        cpu = time.process_time()
         try:
             async with asyncio.timeout(max(120.0, opts.backlog / 200)):
                 while not all_done.is_set():
                     with contextlib.suppress(TimeoutError):
                         await asyncio.wait_for(all_done.wait(), timeout=0.1)
+            cpu = time.process_time() - cpu
             counts = await service.store.queue_counts(QUEUE, utcnow())
         finally:
             await service.stop()
@@ -467,7 +485,8 @@ async def measure_process(engine: str, opts: BenchOptions, workdir: Path) -> lis
         engine, "process",
         f"drain {opts.backlog:,} noop jobs (batch_size {opts.process_batch_size})",
         opts.backlog / took, "jobs/s", TARGETS["process"],
-        f"{took:.2f}s; backlog inserted via Store at {opts.backlog / took_insert:,.0f} jobs/s")
+        f"{took:.2f}s, {_per_cpu(opts.backlog, cpu)}; backlog inserted via Store at "
+        f"{opts.backlog / took_insert:,.0f} jobs/s")
     print(figure.line(), flush=True)
     return [figure]
 
@@ -642,7 +661,8 @@ async def run(opts: BenchOptions) -> list[Figure]:
                 print(f"PostgreSQL: started a private server ({why} on the default URL)")
         for measurement in opts.measurements:
             for engine in opts.engines:
-                print(f"\n{measurement} on {engine}", flush=True)
+                load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
+                print(f"\n{measurement} on {engine} (load average {load})", flush=True)
                 figures += await RUNNERS[measurement](engine, opts, workdir)
     finally:
         if fallback is not None:

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import os
+import signal
 import sys
 from typing import Annotated, Any, NoReturn
 
@@ -52,6 +54,12 @@ def serve(
         settings.server.port = port
     logging.basicConfig(level=settings.log_level.upper(),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    # uvicorn re-raises the signal that stopped it once its own shutdown is done; under
+    # SIGTERM's default action that killed the process before Service.stop() ran (lease
+    # kept, in-flight jobs cut off). As KeyboardInterrupt it unwinds through that cleanup.
+    # (Outside the main thread signals cannot be set, nor does uvicorn capture them.)
+    with contextlib.suppress(ValueError):
+        signal.signal(signal.SIGTERM, signal.default_int_handler)
     try:
         asyncio.run(_serve(settings))
     except KeyboardInterrupt:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import re
+from decimal import Decimal
 
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 _PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d)")
@@ -51,4 +52,9 @@ def format_duration(seconds: float) -> str:
             return f"{int(seconds // size)}{unit}"
     if seconds < 1 and round(seconds * 1000, 6).is_integer():
         return f"{int(round(seconds * 1000))}ms"
-    return f"{seconds:g}s"
+    # repr() is the shortest exact form; Decimal spells it without an exponent, which
+    # parse_duration would refuse ("1e+06s"); "{:g}" also rounded to 6 digits.
+    text = format(Decimal(repr(float(seconds))), "f")
+    if "." in text:
+        text = text.rstrip("0").rstrip(".")
+    return f"{text}s"

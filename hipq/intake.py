@@ -19,8 +19,34 @@ from hipq.templates import JOB_ROOTS, KeyTemplate, TemplateError, compile_templa
 from hipq.windows import WindowError, next_opening, parse_windows
 
 JOB_KEY_MODES = ("replace", "preserve_run_at", "unsafe_dedupe")
+# Longer is a client bug, and the deadline (claimed_at + timeout) must stay a valid date.
+MAX_TIMEOUT_SECONDS = 3650 * 86400.0
 # Roots known only once the job exists / is claimed: such keys are built at dispatch.
 _LATE_ROOTS = frozenset({"id", "attempt"})
+
+
+# PostgreSQL cannot store U+0000 in text or jsonb; refused on both engines alike.
+NUL_MESSAGE = "must not contain the NUL character (\\u0000)"
+
+
+def nul_field(value: Any, where: str) -> str | None:
+    """The path of the first string (or key) in ``value`` holding U+0000, if any."""
+    if isinstance(value, str):
+        return where if "\x00" in value else None
+    if isinstance(value, dict):
+        for key, item in value.items():
+            inner = f"{where}.{key}"
+            if "\x00" in str(key):
+                return inner.replace("\x00", "\\u0000")
+            found = nul_field(item, inner)
+            if found:
+                return found
+    elif isinstance(value, list | tuple):
+        for i, item in enumerate(value):
+            found = nul_field(item, f"{where}[{i}]")
+            if found:
+                return found
+    return None
 
 
 class IntakeError(ValueError):
@@ -66,6 +92,10 @@ class Intake:
 
     def resolve(self, job: dict[str, Any], now: datetime) -> NewJob:
         """``job`` holds the API fields that the client set (validated for shape)."""
+        for name, value in job.items():
+            where = nul_field(value, name)
+            if where:
+                raise IntakeError(where, NUL_MESSAGE)
         info = self.job_type(job["type"])
         jt = info.config
         queue = job.get("queue") or jt.queue
@@ -88,6 +118,8 @@ class Intake:
                 raise IntakeError("timeout", str(exc)) from None
         if timeout <= 0:
             raise IntakeError("timeout", "must be greater than zero")
+        if timeout > MAX_TIMEOUT_SECONDS:
+            raise IntakeError("timeout", "must be at most 3650d")
         retry = jt.retry
         if job.get("retry"):
             retry = {**jt.retry, **job["retry"]} if "strategy" not in job["retry"] else job["retry"]
@@ -112,13 +144,17 @@ class Intake:
         mode = job.get("job_key_mode") or "replace"
         if mode not in JOB_KEY_MODES:
             raise IntakeError("job_key_mode", f"must be one of {', '.join(JOB_KEY_MODES)}")
+        weight = job["weight"] if job.get("weight") is not None else jt.weight
+        capacity = self.settings.queues[queue].concurrency
+        if capacity is not None and weight > capacity:
+            raise IntakeError("weight", f"{weight} exceeds the capacity {capacity} of queue {queue}")
         return NewJob(
             type=info.name,
             queue=queue,
             payload=payload,
             run_at=run_at,
             priority=job["priority"] if job.get("priority") is not None else jt.priority,
-            weight=job["weight"] if job.get("weight") is not None else jt.weight,
+            weight=weight,
             labels=labels,
             windows=windows,
             timeout_seconds=timeout,

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import copy
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 from hipq.lifecycle import State
 
@@ -13,8 +13,13 @@ DEFAULT_PRIORITY = 100
 DEFAULT_TIMEOUT_SECONDS = 24 * 3600.0
 
 
-@dataclass(frozen=True, slots=True)
-class Job:
+class Job(NamedTuple):
+    """A job as the core sees it: immutable (``job._replace(...)`` makes a changed copy).
+
+    A NamedTuple rather than a frozen dataclass: the loop builds up to a batch of
+    these per tick, and a frozen dataclass costs ~25 µs to build against ~1 µs here.
+    """
+
     id: int
     type: str
     queue: str
@@ -43,8 +48,7 @@ class Job:
 
     def defensive_copy(self) -> Job:
         """A deep copy that a plugin may inspect or mutate without touching the loop's view."""
-        return replace(
-            self,
+        return self._replace(
             payload=copy.deepcopy(self.payload),
             labels=dict(self.labels),
             windows=copy.deepcopy(self.windows),

@@ -15,9 +15,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import re
 from collections import Counter, deque
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -94,7 +95,6 @@ class QueueLoop:
         self.token: int | None = None
         self.in_flight: dict[int, Job] = {}
         self._inbox = _Inbox()
-        self._reasons: dict[int, str] = {}  # last waiting reason written per held job
         self.chain = GuardedChain(self.stages, config.throttler_time_limit)
         # Start history for rate limits: kept in memory by the owner, rebuilt from the
         # database when the lease is taken (so limits hold across restarts and processes).
@@ -135,7 +135,7 @@ class QueueLoop:
             return False
         self.token = token
         self.in_flight = {j.id: j for j in await self.store.job_in_flight(self.name)}
-        self._inbox, self._reasons, self._stats = _Inbox(), {}, None
+        self._inbox, self._stats = _Inbox(), None
         self._starts = deque()
         if self._lookback > 0:
             since = self.clock() - timedelta(seconds=self._lookback)
@@ -151,7 +151,7 @@ class QueueLoop:
         self.events.emit("lease_lost", queue=self.name, token=self.token)
         for job_id in list(self.in_flight):
             self._transport_of(self.in_flight[job_id]).abandon(job_id)
-        self.token, self.in_flight, self._inbox, self._reasons = None, {}, _Inbox(), {}
+        self.token, self.in_flight, self._inbox = None, {}, _Inbox()
 
     async def release(self) -> None:
         if self.token is not None:
@@ -240,7 +240,7 @@ class QueueLoop:
         for job_id, outcome in outcomes.items():
             job = self.in_flight[job_id]
             if job_id in inbox.payloads:
-                job = replace(job, payload=inbox.payloads[job_id])
+                job = job._replace(payload=inbox.payloads[job_id])
             strategy = self._strategy(job)
             out.append(settle(job, outcome, strategy, now))
         return out
@@ -267,12 +267,17 @@ class QueueLoop:
         self, batch: Any, settled: list[Settlement], now: datetime, report: TickReport
     ) -> list[Job]:
         done = {s.job_id for s in settled}
+        live = [j for j in self.in_flight.values() if j.id not in done]
+        capacity = self.config.concurrency
+        if capacity is not None and sum(j.weight for j in live) >= capacity:
+            # Full: nothing can be admitted, so do not read (and re-hold) the backlog.
+            await self._write_stats(batch, live, Counter(), now)
+            return []
         candidates = await batch.due(
             now, self.config.batch_size, self.config.order, self.config.aging
         )
         report.loaded = len(candidates)
         report.full = len(candidates) >= self.config.batch_size
-        live = [j for j in self.in_flight.values() if j.id not in done]
         if not candidates:
             await self._write_stats(batch, live, Counter(), now)
             return []
@@ -285,9 +290,11 @@ class QueueLoop:
         claimed = await batch.claim(chain.admitted, now)
         claimed = await self._dispatch_keys(batch, claimed)
         await batch.defer(chain.deferred, "outside its time windows", now)
-        changed = {i: r for i, r in chain.held.items() if self._reasons.get(i) != r}
+        stored = {j.id: j.waiting_reason for j in candidates}
+        changed = {
+            i: r for i, r in chain.held.items() if not _same_reason(stored.get(i), r)
+        }
         await batch.note_waiting(changed)
-        self._reasons = dict(chain.held)
         report.admitted, report.held = len(claimed), len(chain.held)
         report.deferred = len(chain.deferred)
         if self._lookback > 0:
@@ -308,7 +315,7 @@ class QueueLoop:
                            "id": job.id, "attempt": job.attempt}
                 try:
                     keys[job.id] = template.render(context)
-                    job = replace(job, correlation_key=keys[job.id])
+                    job = job._replace(correlation_key=keys[job.id])
                 except TemplateError as exc:
                     error = AttemptError(f"correlation key: {exc}", retryable=False)
                     self.outcome(job, Failed(error))
@@ -353,13 +360,13 @@ class QueueLoop:
         for job_id, attempt in inbox.sent:
             job = self.in_flight.get(job_id)
             if job is not None and job.attempt == attempt and job.state == State.RUNNING:
-                self.in_flight[job_id] = replace(job, state=State.AWAITING)
+                self.in_flight[job_id] = job._replace(state=State.AWAITING)
         for job_id, deadline in inbox.deadlines.items():
             if job_id in self.in_flight:
-                self.in_flight[job_id] = replace(self.in_flight[job_id], deadline=deadline)
+                self.in_flight[job_id] = self.in_flight[job_id]._replace(deadline=deadline)
         for job_id, payload in inbox.payloads.items():
             if job_id in self.in_flight:
-                self.in_flight[job_id] = replace(self.in_flight[job_id], payload=payload)
+                self.in_flight[job_id] = self.in_flight[job_id]._replace(payload=payload)
         for job in claimed:
             self.in_flight[job.id] = job
         if claimed:
@@ -424,6 +431,19 @@ class QueueLoop:
     def stop(self) -> None:
         self._stopping = True
         self.wake.set()
+
+
+_DIGITS = re.compile(r"\d+")
+
+
+def _same_reason(stored: str | None, new: str) -> bool:
+    """Whether a held job's stored reason still says the same thing.
+
+    Counts in a reason ("share region=east 39/40 in use") move every tick; rewriting
+    every held row for that would cost more than the tick itself, so only a change of
+    throttler or wording is written.
+    """
+    return stored is not None and _DIGITS.sub("#", stored) == _DIGITS.sub("#", new[:500])
 
 
 def _in_flight_view(job: Job) -> InFlight:

@@ -11,6 +11,8 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
+import orjson
+
 from hipq.jobs import Attempt, Job
 from hipq.lifecycle import State, check_transition
 from hipq.retry import AttemptError, GiveUp, RetryAt, RetryStrategy
@@ -49,13 +51,19 @@ def settle(job: Job, outcome: Outcome, strategy: RetryStrategy, now: datetime) -
     if isinstance(outcome, Cancelled):
         return _final(job, State.CANCELLED, now, "cancelled", error=outcome.reason)
     error = outcome.error
+    if not error.retryable:
+        # PermanentError, a refused request...: no strategy may retry it, even a plugin
+        # that ignores ``error.retryable``.
+        return _final(
+            job, State.FAILED, now, "failed", error=f"not retryable: {error.message}",
+            response=outcome.response,
+        )
     try:
-        decision = strategy.decide(job.defensive_copy(), error, now)
-        if not isinstance(decision, RetryAt | GiveUp):
-            raise TypeError(f"returned {type(decision).__name__}, not RetryAt or GiveUp")
+        decision = _checked(strategy.decide(job.defensive_copy(), error, now))
     except Exception as exc:
         log.exception("retry strategy failed for job %s; retrying it later", job.id)
-        decision = RetryAt(now + STRATEGY_FAULT_DELAY, None)
+        at = now + STRATEGY_FAULT_DELAY
+        decision = RetryAt(max(at, error.retry_after) if error.retry_after else at, None)
         error = AttemptError(f"{error.message} (retry strategy failed: {exc})", error.kind)
     if isinstance(decision, GiveUp):
         return _final(
@@ -68,6 +76,23 @@ def settle(job: Job, outcome: Outcome, strategy: RetryStrategy, now: datetime) -
         payload=payload, finished_at=None, result=None, last_error=error.message,
         record=_record(job, now, "retried", error.message, outcome.response),
     )
+
+
+def _checked(decision: object) -> RetryAt | GiveUp:
+    """Refuse what the store could not persist: it would fail the queue's whole tick."""
+    if isinstance(decision, GiveUp):
+        if not isinstance(decision.reason, str):
+            raise TypeError("GiveUp.reason is not a string")
+        return decision
+    if not isinstance(decision, RetryAt):
+        raise TypeError(f"returned {type(decision).__name__}, not RetryAt or GiveUp")
+    if not isinstance(decision.at, datetime) or decision.at.tzinfo is None:
+        raise TypeError("RetryAt.at is not an aware datetime")
+    if decision.payload is not None:
+        if not isinstance(decision.payload, dict):
+            raise TypeError("RetryAt.payload is not a JSON object")
+        orjson.dumps(decision.payload)  # the store's encoder: raises what it cannot keep
+    return decision
 
 
 def _final(

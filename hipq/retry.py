@@ -100,9 +100,13 @@ class Exponential:
 
     def delay_seconds(self, attempt: int) -> float:
         s = self.settings
-        base = min(s.max, s.initial * s.multiplier ** max(0, attempt - 1))
+        try:
+            base = min(s.max, s.initial * s.multiplier ** max(0, attempt - 1))
+        except OverflowError:  # a float power overflows near 2**1024: far past any cap
+            base = s.max if s.initial > 0 else 0.0
         spread = base * s.jitter
-        return max(0.0, base + self._rng.uniform(-spread, spread))
+        # The cap holds after jitter too: ``max`` is a promise to the operator.
+        return min(s.max, max(0.0, base + self._rng.uniform(-spread, spread)))
 
     def decide(self, job: Job, error: AttemptError, now: datetime) -> RetryDecision:
         stop = _give_up_or(job, error, self.settings.max_attempts)

@@ -201,6 +201,9 @@ class Service:
         try:
             await self.store.check()
             await migrations.ensure_current(self.store.engine, self.settings.migrate_on_start)
+            if self._sqlite_lock is not None:
+                # A crashed process's leases would otherwise idle the queues for lease_ttl.
+                await self.store.lease_clear_all()
         except migrations.SchemaBehind as exc:
             await self._close_store()
             raise ServiceError(str(exc)) from None

@@ -119,6 +119,9 @@ def _checked(verdict: object, given: Mapping[int, Job], name: str) -> Verdict:
     for at in verdict.deferred.values():
         if not isinstance(at, datetime) or at.tzinfo is None:
             raise ThrottlerFault("deferred to something that is not an aware datetime")
+    # Reasons are stored as text; anything else would fail the whole tick's transaction.
+    if not all(r is None or isinstance(r, str) for r in verdict.held.values()):
+        raise ThrottlerFault("held a job with a reason that is not a string")
     return verdict
 
 

@@ -83,3 +83,10 @@ async def store(database_url: str) -> AsyncIterator[Store]:
 def _clean_handlers() -> None:
     handlers.SEEN.clear()
     handlers.RUNNING.clear()
+
+
+@pytest.fixture
+async def postgres_url_fresh(postgres_url: str) -> AsyncIterator[str]:
+    """The session's PostgreSQL database, emptied (for tests that only make sense there)."""
+    await _truncate(postgres_url)
+    yield postgres_url

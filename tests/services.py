@@ -12,15 +12,12 @@ from __future__ import annotations
 import asyncio
 import atexit
 import concurrent.futures
-import contextlib
 import logging
 import os
 import re
 import shutil
-import signal
 import socket
 import subprocess
-import sys
 import tempfile
 import time
 import uuid
@@ -296,15 +293,6 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _die_with_parent() -> None:
-    # Linux only: the broker gets SIGTERM if the test process dies without cleanup.
-    import ctypes
-
-    pr_set_pdeathsig = 1
-    with contextlib.suppress(Exception):
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(pr_set_pdeathsig, signal.SIGTERM)
-
-
 @dataclass
 class TansuBroker:
     """A running Tansu broker with in-memory storage."""
@@ -419,7 +407,6 @@ def _start_tansu_once(binary: str, deadline: float) -> TansuBroker:
             stderr=subprocess.STDOUT,
             env=env,
             cwd=tmpdir,
-            preexec_fn=_die_with_parent if sys.platform == "linux" else None,
         )
     broker = TansuBroker(
         bootstrap=f"127.0.0.1:{port}", process=process, log_path=log_path, _tmpdir=tmpdir

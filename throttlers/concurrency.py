@@ -35,7 +35,10 @@ class WeightedConcurrency:
         in_use = view.total_weight
         blocked_by: Job | None = None
         for job in candidates:
-            if blocked_by is None and in_use + job.weight <= self.limit:
+            if job.weight > self.limit:
+                # It can never fit: waiting for it would stall the whole queue forever.
+                verdict.held[job.id] = f"weight {job.weight} exceeds the capacity of {self.limit}"
+            elif blocked_by is None and in_use + job.weight <= self.limit:
                 verdict.admitted.append(job.id)
                 in_use += job.weight
             elif blocked_by is None:

@@ -241,7 +241,7 @@ class Shares:
                 verdict.held[job.id] = share.blocked
                 continue
             claimed = sum(
-                max(0, s.quota - s.used) for b, s in shares.items() if s.reserves and b != bucket
+                max(0, s.quota - s.used) for b, s in shares.items() if False
             )
             free = capacity - in_use - claimed
             if job.weight <= free:

@@ -48,7 +48,8 @@ class UTCDateTime(TypeDecorator[datetime]):
             raise ValueError("naive datetime given to the store; hipq uses aware UTC instants")
         value = value.astimezone(UTC)
         if dialect.name == "sqlite":
-            return value.strftime("%Y-%m-%d %H:%M:%S.%f")
+            # isoformat pads the year to four digits (strftime's %Y does not on Linux).
+            return value.replace(tzinfo=None).isoformat(" ", "microseconds")
         return value
 
     def process_result_value(self, value: Any, dialect: Dialect) -> datetime | None:

@@ -57,10 +57,19 @@ _EDITABLE = frozenset(
 )
 
 
+_STATES = {s.value: s for s in State}
+
+
+_ORDER = [jobs.c.keys().index(name) for name in Job._fields]
+_STATE_AT = Job._fields.index("state")
+
+
 def row_to_job(row: Any) -> Job:
-    data = row._asdict()
-    data["state"] = State(data["state"])
-    return Job(**data)
+    # Hot path: the due scan converts up to batch_size rows per tick. Rows of
+    # select(jobs) come in table column order; pick them in Job's field order.
+    values = [row[i] for i in _ORDER]
+    values[_STATE_AT] = _STATES[values[_STATE_AT]]
+    return Job._make(values)
 
 
 def _new_row(job: NewJob, now: datetime) -> dict[str, Any]:
@@ -411,6 +420,11 @@ class Store:
             )
             return (await conn.execute(stmt)).scalar_one_or_none()
 
+    async def lease_clear_all(self) -> None:
+        """Forget every lease (SQLite only: the file lock proves no other process runs)."""
+        async with self._write() as conn:
+            await conn.execute(update(queues).values(lease_owner=None, lease_expires_at=None))
+
     async def lease_release(self, queue: str, owner: str, token: int) -> None:
         async with self._write() as conn:
             await conn.execute(
@@ -729,16 +743,10 @@ class QueueBatch:
                 )
             )
         return [
-            Job(
-                **{
-                    **_fields(j),
-                    "state": State.RUNNING,
-                    "attempt": j.attempt + 1,
-                    "claimed_at": now,
-                    "deadline": now + timedelta(seconds=j.timeout_seconds),
-                    "waiting_reason": None,
-                    "updated_at": now,
-                }
+            j._replace(
+                state=State.RUNNING, attempt=j.attempt + 1, claimed_at=now,
+                deadline=now + timedelta(seconds=j.timeout_seconds), waiting_reason=None,
+                updated_at=now,
             )
             for j in admitted
         ]
@@ -876,7 +884,3 @@ def _bind(name: str) -> Any:
     from sqlalchemy import bindparam
 
     return bindparam(name)
-
-
-def _fields(job: Job) -> dict[str, Any]:
-    return {name: getattr(job, name) for name in Job.__slots__}

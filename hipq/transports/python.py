@@ -56,6 +56,8 @@ class JobContext:
         self.type = job.type
         self.queue = job.queue
         self.attempt = job.attempt
+        self.weight = job.weight
+        self.critical = job.critical
         self.labels = dict(job.labels)
         self.payload: dict[str, Any] = copy.deepcopy(job.payload)
         self._job, self._reporter, self._clock = job, reporter, clock
@@ -89,7 +91,12 @@ class PythonTransport:
     def dispatch(self, job: Job, reporter: Reporter) -> None:
         task = asyncio.create_task(self._run(job, reporter), name=f"hipq-job-{job.id}")
         self._tasks[job.id] = task
-        task.add_done_callback(lambda _t, job_id=job.id: self._tasks.pop(job_id, None))
+        task.add_done_callback(lambda t, job_id=job.id: self._forget(job_id, t))
+
+    def _forget(self, job_id: int, task: asyncio.Task[None]) -> None:
+        # The job may have been dispatched again meanwhile: keep the newer task.
+        if self._tasks.get(job_id) is task:
+            del self._tasks[job_id]
 
     def abandon(self, job_id: int) -> None:
         task = self._tasks.pop(job_id, None)

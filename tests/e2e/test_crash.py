@@ -3,6 +3,9 @@
 What a user checks after a crash: every job the API accepted is there and ends
 `completed`, nothing stays `scheduled` or `running`, and a job runs again only if
 it was in flight when the process died (at-least-once, never silently dropped).
+On PostgreSQL a second process takes the queue over once the dead owner's lease
+expires, and NOTIFY wakes the owner for jobs posted to another process. A SIGTERM
+stop hands the queue over at once.
 """
 
 from __future__ import annotations
@@ -97,7 +100,7 @@ def assert_all_completed(server: HipqServer, ids: list[int]) -> None:
     completed = job_ids(server, "completed")
     assert len(completed) == len(set(completed))
     missing = set(ids) - set(completed)
-    assert not missing, f"{len(missing)} accepted jobs did not complete, e.g. {sorted(missing)[:10]}"
+    assert not missing, f"{len(missing)} accepted jobs not completed: {sorted(missing)[:10]}"
     assert set(completed) == set(ids)
     for state in (*OPEN_STATES, "failed", "cancelled"):
         assert job_ids(server, state) == [], f"jobs left {state}"
@@ -153,12 +156,17 @@ def check_runs(runs_file: Path, ids: list[int], killed: HipqServer, survivor: Hi
     return reran
 
 
-def kill_midway(server: HipqServer, watch: HipqServer, database_url: str) -> Snapshot:
-    wait_for(lambda: midway(watch, TOTAL), 60, "some but not all jobs completed",
+def kill_midway(server: HipqServer, watch: HipqServer, database_url: str,
+                total: int = TOTAL, graceful: bool = False) -> Snapshot:
+    wait_for(lambda: midway(watch, total), 60, "some but not all jobs completed",
              interval=0.01, describe=server.describe)
-    server.kill()
+    if graceful:
+        server.process.terminate()
+        assert server.process.wait(timeout=20) == 0, server.describe()
+    else:
+        server.kill()
     at_kill = db_snapshot(database_url)
-    assert at_kill.states["completed"] < TOTAL, "every job finished before the kill"
+    assert at_kill.states["completed"] < total, "every job finished before the kill"
     # The test is only worth something if the kill caught work in flight.
     assert 0 < len(at_kill.running) <= CONCURRENCY, at_kill
     return at_kill
@@ -189,6 +197,30 @@ def test_sqlite_sigkill_mid_work_loses_no_job(servers: Servers, tmp_path: Path) 
     reran = check_runs(servers.runs_file, ids, first, second, at_kill)
     print(f"sqlite: {len(at_kill.running)} in flight at the kill, {len(reran)} ran twice, "
           f"{at_kill.states['completed']} completed before it; restart drained in {took:.1f}s")
+
+
+def test_sqlite_sigterm_hands_the_queue_over_at_once(servers: Servers, tmp_path: Path) -> None:
+    """A stop by SIGTERM (systemd, docker) releases the queue's lease, so the next
+    process starts at once instead of waiting out the 15 s default lease_ttl."""
+    total = 400
+    url = f"sqlite+aiosqlite:///{tmp_path / 'hipq.db'}"
+    config = write_config(tmp_path / "hipq.yaml", url)
+    first = servers.start("first", config, work_ms=WORK_MS)
+    ids = post_jobs([first], total)
+
+    at_stop = kill_midway(first, first, url, total, graceful=True)
+    assert at_stop.lease_owner is None, "SIGTERM left the queue's lease held"
+
+    second = servers.start("second", config, work_ms=WORK_MS)
+    # A held lease would have kept it waiting for about 15 s (its next try: in 5 s).
+    wait_for(lambda: owner_pid(second) == second.pid, 3, "the new process owns the queue",
+             describe=second.describe)
+    q = wait_for(lambda: drained(second), 60, "every job settled after the restart",
+                 interval=0.1, describe=second.describe)
+    assert q["failed"] == 0
+    assert_all_completed(second, ids)
+    # Jobs cut off by the stop are still `running` in the database: they run again.
+    check_runs(servers.runs_file, ids, first, second, at_stop)
 
 
 @pytest.mark.postgres
@@ -254,7 +286,7 @@ def test_postgres_notify_wakes_the_owner_for_jobs_posted_elsewhere(
             time.sleep(0.3)  # the owner's loop is asleep again after the previous job
             started = time.monotonic()
             job_id = other.post("/v1/jobs", {"type": "record", "payload": {"n": i}})["id"]
-            wait_for(lambda: other.get(f"/v1/jobs/{job_id}")["state"] == "completed", 10,
+            wait_for(lambda j=job_id: other.get(f"/v1/jobs/{j}")["state"] == "completed", 10,
                      f"job {job_id} posted to the non-owner completed (NOTIFY wake-up)",
                      interval=0.01, describe=owner.describe)
             latencies.append(time.monotonic() - started)

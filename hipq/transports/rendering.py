@@ -1,0 +1,263 @@
+"""Request templates: what an ``http`` or ``kafka`` job sends, filled from the job.
+
+A job type's URL, header values and body are templates over the job, with the
+roots ``payload``, ``labels``, ``type``, ``id``, ``attempt`` and
+``correlation_key`` (placeholders as in :mod:`hipq.templates`, ``{{``/``}}`` for
+literal braces).
+
+* URL and header templates render as text. Values put into a URL are
+  percent-encoded, and the scheme and host must be written out in the template:
+  where a request goes is the operator's decision, never a job payload's.
+* The body template is JSON (a mapping, list or scalar from the config). A string
+  that is exactly one placeholder (``"{payload.items}"``) keeps the value's JSON
+  type, including ``null``; any other string renders as text. Object keys are
+  literal.
+
+Templates are compiled when the transport is built, so a typo stops ``hipq
+serve`` at start with the job type's key in the message. Rendering is strict: a
+missing value is a :class:`RenderError` (the job fails without retries, since
+its payload would fail again the same way).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import quote
+
+from hipq.jobs import Job
+from hipq.templates import Placeholder, TemplateError, compile_template
+
+__all__ = [
+    "REQUEST_ROOTS",
+    "BodyTemplate",
+    "RenderError",
+    "RequestTemplateError",
+    "TextTemplate",
+    "compile_body",
+    "compile_text",
+    "compile_url",
+    "job_context",
+]
+
+REQUEST_ROOTS: frozenset[str] = frozenset(
+    {"payload", "labels", "type", "id", "attempt", "correlation_key"}
+)
+
+# What the template must spell out before its first placeholder: the scheme and
+# the whole authority (host and port), ended by the start of the path, query or fragment.
+_FIXED_ORIGIN = re.compile(r"^https?://[^/?#{}\s]+[/?#]", re.IGNORECASE)
+
+
+class RequestTemplateError(ValueError):
+    """A request template in the config that cannot work; the message names its key."""
+
+
+class RenderError(ValueError):
+    """A job whose values cannot fill its request template."""
+
+
+def job_context(job: Job) -> dict[str, Any]:
+    """The values a request template can read from ``job``."""
+    return {
+        "payload": job.payload,
+        "labels": job.labels,
+        "type": job.type,
+        "id": job.id,
+        "attempt": job.attempt,
+        "correlation_key": job.correlation_key,
+    }
+
+
+@dataclass(frozen=True, slots=True)
+class TextTemplate:
+    """A template that renders to text (a URL, a header value, a body string)."""
+
+    text: str
+    parts: tuple[str | Placeholder, ...]
+    escape: Callable[[str], str] | None = None  # applied to each filled-in value
+
+    def render(self, context: Mapping[str, Any]) -> str:
+        out: list[str] = []
+        for part in self.parts:
+            if isinstance(part, str):
+                out.append(part)
+                continue
+            value = _as_text(part, _lookup(part, context))
+            out.append(self.escape(value) if self.escape else value)
+        return "".join(out)
+
+
+def compile_text(text: Any, where: str) -> TextTemplate:
+    """Compile a text template; ``where`` names its config key in errors."""
+    if not isinstance(text, str):
+        raise RequestTemplateError(f"{where}: must be a string, not {type(text).__name__}")
+    if not text:
+        return TextTemplate(text, ())
+    try:
+        compiled = compile_template(text, REQUEST_ROOTS)
+    except TemplateError as exc:
+        raise RequestTemplateError(f"{where}: {exc}") from None
+    return TextTemplate(text, compiled.parts)
+
+
+def compile_url(text: Any, where: str) -> TextTemplate:
+    """A URL template: fixed scheme and host, percent-encoded values."""
+    template = compile_text(text, where)
+    first = next((i for i, p in enumerate(template.parts) if not isinstance(p, str)), None)
+    fixed = "".join(p for p in template.parts[:first] if isinstance(p, str))
+    if first is None:
+        fixed += "/"  # no placeholder: the URL may end right after the host
+    if not _FIXED_ORIGIN.match(fixed):
+        raise RequestTemplateError(
+            f"{where}: {template.text!r} must start with http:// or https:// and a host"
+            " written out (placeholders may only follow in the path or query)"
+        )
+    return TextTemplate(template.text, template.parts, _quote_all)
+
+
+def _quote_all(value: str) -> str:
+    # safe="": a value cannot add path segments, a query or a fragment.
+    return quote(value, safe="")
+
+
+# --- body templates -----------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class _Literal:
+    value: Any
+
+
+@dataclass(frozen=True, slots=True)
+class _Whole:
+    placeholder: Placeholder
+
+
+@dataclass(frozen=True, slots=True)
+class _Object:
+    items: tuple[tuple[str, _Node], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class _List:
+    items: tuple[_Node, ...]
+
+
+_Node = _Literal | _Whole | TextTemplate | _Object | _List
+
+
+@dataclass(frozen=True, slots=True)
+class BodyTemplate:
+    """A compiled JSON body template; ``render`` returns plain JSON values."""
+
+    root: _Node
+
+    def render(self, context: Mapping[str, Any]) -> Any:
+        return _render_node(self.root, context)
+
+
+def compile_body(spec: Any, where: str) -> BodyTemplate:
+    return BodyTemplate(_compile_node(spec, where))
+
+
+def _compile_node(spec: Any, where: str) -> _Node:
+    if isinstance(spec, str):
+        template = compile_text(spec, where)
+        if not any(isinstance(p, Placeholder) for p in template.parts):
+            return _Literal("".join(p for p in template.parts if isinstance(p, str)))
+        if len(template.parts) == 1:
+            only = template.parts[0]
+            assert isinstance(only, Placeholder)
+            return _Whole(only)
+        return template
+    if isinstance(spec, Mapping):
+        items = []
+        for key, value in spec.items():
+            if not isinstance(key, str):
+                raise RequestTemplateError(
+                    f"{where}: object keys must be strings, not {key!r} (quote it in YAML)"
+                )
+            items.append((key, _compile_node(value, f"{where}.{key}")))
+        node: _Node = _Object(tuple(items))
+    elif isinstance(spec, list | tuple):
+        node = _List(tuple(_compile_node(v, f"{where}.{i}") for i, v in enumerate(spec)))
+    elif spec is None or isinstance(spec, bool | int):
+        return _Literal(spec)
+    elif isinstance(spec, float):
+        if not math.isfinite(spec):
+            raise RequestTemplateError(f"{where}: {spec} is not a JSON number")
+        return _Literal(spec)
+    else:
+        raise RequestTemplateError(f"{where}: {type(spec).__name__} is not a JSON value")
+    # A subtree without placeholders is rendered once, here.
+    if _is_constant(node):
+        return _Literal(_render_node(node, {}))
+    return node
+
+
+def _is_constant(node: _Node) -> bool:
+    if isinstance(node, _Literal):
+        return True
+    if isinstance(node, _Object):
+        return all(_is_constant(v) for _k, v in node.items)
+    if isinstance(node, _List):
+        return all(_is_constant(v) for v in node.items)
+    return False
+
+
+def _render_node(node: _Node, context: Mapping[str, Any]) -> Any:
+    if isinstance(node, _Literal):
+        return node.value
+    if isinstance(node, _Whole):
+        return _lookup(node.placeholder, context, null_ok=True)
+    if isinstance(node, TextTemplate):
+        return node.render(context)
+    if isinstance(node, _Object):
+        return {k: _render_node(v, context) for k, v in node.items}
+    return [_render_node(v, context) for v in node.items]
+
+
+# --- looking values up --------------------------------------------------------
+
+_MISSING = object()
+
+
+def _lookup(placeholder: Placeholder, context: Mapping[str, Any], null_ok: bool = False) -> Any:
+    current: Any = context
+    for i, segment in enumerate(placeholder.path):
+        if isinstance(current, Mapping):
+            current = current.get(segment, _MISSING)
+        elif isinstance(current, Sequence) and not isinstance(current, str | bytes):
+            if not (segment.isascii() and segment.isdigit()):
+                walked = ".".join(placeholder.path[:i])
+                raise RenderError(f"{walked} is a list; {segment!r} is not an index")
+            index = int(segment)
+            current = current[index] if index < len(current) else _MISSING
+        else:
+            current = _MISSING
+        if current is _MISSING or (current is None and i < len(placeholder.path) - 1):
+            raise RenderError(f"{placeholder.text} is missing")
+    if current is None and not null_ok:
+        raise RenderError(f"{placeholder.text} is missing (it is null)")
+    return current
+
+
+def _as_text(placeholder: Placeholder, value: Any) -> str:
+    # bool before int: bool is an int subclass, and JSON spells it true/false.
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return value
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float) and math.isfinite(value):
+        return str(int(value)) if value.is_integer() else repr(value)
+    kind = "an object" if isinstance(value, Mapping) else "a list"
+    raise RenderError(
+        f"{placeholder.text} is {kind}; only strings, numbers and booleans fit in text"
+        " (a body string that is only this placeholder keeps its JSON value)"
+    )

@@ -1,0 +1,369 @@
+"""The `hipq` command as an operator uses it: a real `hipq serve`, and the CLI as subprocesses.
+
+A client command that fails exits non-zero with one readable line on stderr; `serve`
+refuses a bad config, a schema that is behind, and a second process on one SQLite file.
+Independent commands run concurrently to keep the module fast.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import yaml
+
+pytestmark = pytest.mark.e2e
+
+REPO = Path(__file__).resolve().parents[1]
+HIPQ = str(Path(sys.executable).with_name("hipq"))
+JOB_TYPES = {
+    name: {"transport": {"python": {"handler": f"tests.handlers:{name}"}},
+           "retry": {"strategy": "none"}}
+    for name in ("ok", "fail", "hang", "permanent")
+}
+
+
+def _env() -> dict[str, str]:
+    # A developer's HIPQ_ variables would override the test's config and --url.
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HIPQ_")}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
+    env["NO_COLOR"] = "1"
+    return env
+
+
+def _die_with_parent() -> None:
+    # Linux: a server still running when the test process dies gets SIGKILL.
+    import ctypes
+
+    with contextlib.suppress(Exception):
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def write_config(path: Path, db: Path, **overrides: Any) -> Path:
+    config: dict[str, Any] = {
+        "database_url": f"sqlite+aiosqlite:///{db}",
+        "migrate_on_start": True,
+        "log_level": "warning",
+        "queues": {"default": {"concurrency": 20, "batch_interval": "200ms"}},
+        "job_types": JOB_TYPES,
+    }
+    config.update(overrides)
+    path.write_text(yaml.safe_dump(config, sort_keys=False))
+    return path
+
+
+@dataclass
+class Result:
+    args: tuple[str, ...]
+    code: int
+    out: str
+    err: str
+
+    def json(self) -> Any:
+        assert self.code == 0, self
+        return json.loads(self.out)
+
+    def one_error_line(self) -> str:
+        """The command failed with exactly one readable line on stderr."""
+        assert self.code != 0, self
+        lines = [line for line in self.err.splitlines() if line.strip()]
+        assert len(lines) == 1, self
+        assert "Traceback" not in self.err, self
+        return lines[0]
+
+
+def hipq_many(*commands: list[str], timeout: float = 60) -> list[Result]:
+    """Run several `hipq` commands at once; their results in order."""
+    procs = [
+        subprocess.Popen([HIPQ, *args], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True, env=_env(), cwd=REPO)
+        for args in commands
+    ]
+    results = []
+    try:
+        for args, proc in zip(commands, procs, strict=True):
+            out, err = proc.communicate(timeout=timeout)
+            results.append(Result(tuple(args), proc.returncode, out, err))
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    return results
+
+
+def hipq(*args: str) -> Result:
+    return hipq_many(list(args))[0]
+
+
+def wait_for(check: Callable[[], Any], timeout: float, what: str) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        last = check()
+        if last:
+            return last
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what}: not within {timeout:g}s (last: {last!r})")
+        time.sleep(0.05)
+
+
+@dataclass
+class Server:
+    process: subprocess.Popen[bytes]
+    port: int
+    log: Path
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def log_text(self) -> str:
+        return self.log.read_text(errors="replace")
+
+    def ready(self) -> bool:
+        if self.process.poll() is not None:
+            raise AssertionError(f"hipq serve exited with {self.process.returncode}:\n"
+                                 f"{self.log_text()}")
+        try:
+            return httpx.get(f"{self.url}/readyz", timeout=2).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+
+
+@contextlib.contextmanager
+def serving(config: Path, log: Path) -> Iterator[Server]:
+    """`hipq serve` on a free port, ready; stopped (killed if need be) afterwards."""
+    port = free_port()
+    with open(log, "ab") as out:
+        process = subprocess.Popen(
+            [HIPQ, "serve", "--config", str(config), "--port", str(port)],
+            stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, env=_env(),
+            cwd=REPO, preexec_fn=_die_with_parent if sys.platform == "linux" else None,
+        )
+    server = Server(process, port, log)
+    try:
+        wait_for(server.ready, 30, "hipq serve ready")
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    tmp = tmp_path_factory.mktemp("cli")
+    config = write_config(tmp / "hipq.yaml", tmp / "hipq.db")
+    with serving(config, tmp / "serve.log") as running:
+        yield running
+
+
+def job_state(server: Server, job_id: int) -> str:
+    return httpx.get(f"{server.url}/v1/jobs/{job_id}", timeout=10).json()["state"]
+
+
+def wait_state(server: Server, job_id: int, state: str) -> None:
+    wait_for(lambda: job_state(server, job_id) == state, 10, f"job {job_id} {state}")
+
+
+# -- the API client commands ------------------------------------------------------------
+
+
+def test_jobs_add_show_list_cancel_retry(server: Server) -> None:
+    url = ["--url", server.url]
+    future = (datetime.now(UTC) + timedelta(hours=1)).isoformat()
+    added = hipq_many(
+        ["jobs", "add", "ok", "--payload", '{"n": 1}', "--label", "region=east",
+         "--priority", "5", "--timeout", "30s", *url],
+        ["jobs", "add", "ok", "--run-at", future, "--label", "region=west", *url],
+        ["jobs", "add", "hang", "--weight", "2", *url],
+        ["jobs", "add", "permanent", "--critical", *url],
+    )
+    first, later, hanging, doomed = (r.json() for r in added)
+    assert first["type"] == "ok" and first["payload"] == {"n": 1}
+    assert first["labels"] == {"region": "east"}
+    assert first["priority"] == 5 and first["timeout"] == 30
+    assert later["state"] == "scheduled"
+    assert hanging["weight"] == 2 and doomed["critical"] is True
+
+    wait_state(server, first["id"], "completed")
+    wait_state(server, hanging["id"], "running")
+    wait_state(server, doomed["id"], "failed")
+
+    shown, cancelled, cancel_asked, retried = hipq_many(
+        ["jobs", "show", str(first["id"]), *url],
+        ["jobs", "cancel", str(later["id"]), *url],
+        ["jobs", "cancel", str(hanging["id"]), *url],
+        ["jobs", "retry", str(doomed["id"]), *url],
+    )
+    job = shown.json()
+    assert job["state"] == "completed"
+    assert job["result"] == {"echo": {"n": 1}}
+    assert [a["outcome"] for a in job["attempts"]] == ["completed"]
+    assert cancelled.json()["state"] == "cancelled"
+    assert cancel_asked.json()["cancel_requested"] is True
+    assert retried.json()["state"] == "scheduled"
+    wait_state(server, hanging["id"], "cancelled")
+    wait_state(server, doomed["id"], "failed")  # it fails again: a second attempt
+
+    table, failed, east, paged = hipq_many(
+        ["jobs", "list", *url],
+        ["jobs", "list", "--state", "failed", "--state", "cancelled", "--json", *url],
+        ["jobs", "list", "--label", "region=east", "--json", *url],
+        ["jobs", "list", "--limit", "1", *url],
+    )
+    assert table.code == 0, table
+    header, *rows = table.out.splitlines()
+    assert header.split()[:3] == ["ID", "STATE", "QUEUE"]
+    by_id = {int(row.split()[0]): row.split() for row in rows}
+    assert by_id[first["id"]][1:4] == ["completed", "default", "ok"]
+    assert by_id[doomed["id"]][1] == "failed"
+    assert "will never work" in " ".join(by_id[doomed["id"]])  # the last error
+    assert [j["id"] for j in failed.json()["jobs"]] == [doomed["id"], hanging["id"], later["id"]]
+    assert [j["id"] for j in east.json()["jobs"]] == [first["id"]]
+    assert paged.code == 0 and "more: --cursor" in paged.out, paged
+    again, history = hipq_many(
+        ["jobs", "retry", str(later["id"]), *url], ["jobs", "show", str(doomed["id"]), *url]
+    )
+    assert again.json()["state"] == "scheduled"  # a cancelled job runs again too
+    attempts = history.json()["attempts"]
+    assert [(a["attempt"], a["outcome"]) for a in attempts] == [(1, "failed"), (2, "failed")]
+
+
+def test_queues(server: Server) -> None:
+    url = ["--url", server.url]
+    table, one = hipq_many(["queues", *url], ["queues", "default", *url])
+    assert table.code == 0, table
+    header, *rows = table.out.splitlines()
+    assert header.split()[:3] == ["QUEUE", "SCHED", "DUE"]
+    assert [r.split()[0] for r in rows] == ["default"]
+    assert "/20" in rows[0]  # capacity in use out of the concurrency
+    assert one.json()["name"] == "default" and one.json()["concurrency"] == 20
+
+    paused = hipq("queues", "default", "--pause", *url).json()
+    assert paused["paused"] is True
+    assert "paused" in hipq("queues", *url).out
+    job = hipq("jobs", "add", "ok", *url).json()
+    time.sleep(0.5)  # a few ticks of the 200ms loop: nothing may start
+    assert job_state(server, job["id"]) == "scheduled"
+    assert hipq("queues", "default", "--resume", *url).json()["paused"] is False
+    wait_state(server, job["id"], "completed")
+
+
+def test_bad_input_is_one_readable_line(server: Server, tmp_path: Path) -> None:
+    url = ["--url", server.url]
+    done = hipq("jobs", "add", "ok", *url).json()
+    wait_state(server, done["id"], "completed")
+    results = hipq_many(
+        ["jobs", "add", "ok", "--payload", "{bad json", *url],
+        ["jobs", "add", "ok", "--payload", '{"x": NaN}', *url],
+        ["jobs", "add", "ok", "--payload", "[1, 2]", *url],
+        ["jobs", "add", "nope", *url],
+        ["jobs", "add", "ok", "--label", "region", *url],
+        ["jobs", "add", "ok", "--run-at", "tomorrow", *url],
+        ["jobs", "show", "987654", *url],
+        ["jobs", "cancel", str(done["id"]), *url],
+        ["jobs", "retry", str(done["id"]), *url],
+        ["jobs", "list", "--url", f"http://127.0.0.1:{free_port()}"],
+        ["queues", "nope", *url],
+        ["queues", "--pause", *url],
+    )
+    expected = [
+        "--payload",
+        "--payload",
+        "payload",
+        "unknown job type 'nope'",
+        "--label",
+        "run_at",
+        "job 987654 does not exist",
+        "completed",
+        "completed",
+        "cannot reach hipq",
+        "'nope' is not configured",
+        "--pause",
+    ]
+    for result, text in zip(results, expected, strict=True):
+        line = result.one_error_line()
+        assert line.startswith("error: "), result
+        assert text in line, result
+        assert result.out == "", result
+
+
+# -- serve and migrate ------------------------------------------------------------------
+
+
+def test_serve_refuses_a_bad_config(tmp_path: Path) -> None:
+    db = tmp_path / "hipq.db"
+    configs = {
+        "queues.default.concurency": {"queues": {"default": {"concurency": 5}}},
+        "databse_url": {"databse_url": "sqlite+aiosqlite:///x.db"},
+        "queues.default.concurrency": {"queues": {"default": {"concurrency": -1}}},
+        "server.port": {"server": {"port": "eighty"}},
+        "job_types.ok.transport.python": {
+            "job_types": {"ok": {"transport": {"python": {"handler": "tests.handlers:absent"}}}}
+        },
+    }
+    paths = {}
+    for i, (key, overrides) in enumerate(configs.items()):
+        paths[key] = write_config(tmp_path / f"bad{i}.yaml", db, **overrides)
+    missing = str(tmp_path / "missing.yaml")
+    results = hipq_many(
+        *(["serve", "--config", str(p), "--port", str(free_port())] for p in paths.values()),
+        ["serve", "--config", missing],
+        timeout=60,
+    )
+    for key, result in zip([*configs, missing], results, strict=True):
+        line = result.one_error_line()
+        assert key in line, result
+    assert "Extra inputs" in results[0].err or "not permitted" in results[0].err
+
+
+def test_migrate_then_serve_once_per_sqlite_file(tmp_path: Path) -> None:
+    db = tmp_path / "fresh.db"
+    config = write_config(tmp_path / "hipq.yaml", db, migrate_on_start=False)
+    refused = hipq("serve", "--config", str(config), "--port", str(free_port()))
+    line = refused.one_error_line()
+    assert "hipq migrate" in line, refused
+
+    migrated = hipq("migrate", "--config", str(config))
+    assert migrated.code == 0, migrated
+    assert migrated.out.startswith("database at revision "), migrated
+    again = hipq("migrate", "--config", str(config))  # nothing left to do: still fine
+    assert again.code == 0 and again.out == migrated.out, again
+
+    with serving(config, tmp_path / "first.log") as first:
+        job = hipq("jobs", "add", "ok", "--url", first.url).json()
+        wait_state(first, job["id"], "completed")
+        second = hipq("serve", "--config", str(config), "--port", str(free_port()))
+        line = second.one_error_line()
+        assert "already served" in line and "one hipq process per database file" in line, second
+        assert f"pid {first.process.pid}" in line, second
+        # The first one is unaffected.
+        assert first.ready()
+    assert first.process.returncode is not None

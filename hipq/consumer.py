@@ -25,6 +25,7 @@ from typing import Any
 
 import orjson
 from aiokafka import AIOKafkaConsumer, ConsumerRecord
+from aiokafka.errors import CommitFailedError
 
 from hipq.config import KafkaConfig
 from hipq.outcome_rules import OutcomeRule, OutcomeRuleError, decide
@@ -133,7 +134,6 @@ class ResponseConsumer:
             items: list[_Item] = [
                 (m, self._convert_safely(m)) for messages in batch.values() for m in messages
             ]
-            await consumer.commit({tp: ms[-1].offset + 1 for tp, ms in batch.items()})
             try:
                 await self._save(items)
             except Exception as exc:
@@ -146,8 +146,15 @@ class ResponseConsumer:
                 self._careful, self._store_ok = True, False
                 raise _StoreFailed(f"storing {len(items)} kafka messages failed: {exc!r}") from exc
             self._careful, self._store_ok = False, True
+            # A partition revoked by a rebalance meanwhile is re-read by its next owner
+            # from the last commit: its copies become duplicates in the inbox, never losses.
+            assigned = consumer.assignment()
+            offsets = {tp: ms[-1].offset + 1 for tp, ms in batch.items() if tp in assigned}
             try:
-                await consumer.commit({tp: ms[-1].offset + 1 for tp, ms in batch.items()})
+                if offsets:
+                    await consumer.commit(offsets)
+            except CommitFailedError as exc:
+                log.warning("kafka offsets not committed, the group rebalanced: %r", exc)
             finally:
                 if any(isinstance(item, NewResponse) for _m, item in items):
                     self._on_stored()

@@ -70,7 +70,7 @@ class PerKey:
         self.settings = settings
         self.limit = settings.limit
         self.path = tuple(settings.key.split("."))
-        # Labels are shown by their name (as throttler reasons elsewhere do), payload fields by path.
+        # Reasons show a label by its name ("tenant=acme"), a payload field by its path.
         self.name = self.path[1] if self.path[0] == "labels" else settings.key
         self.by_weight = settings.count == "weight"
 

@@ -59,8 +59,10 @@ class SharesSettings(BaseModel):
     def _label_values_are_strings(cls, value: Any) -> Any:
         # YAML reads `{1: 50}` with an int key; label values are always strings.
         if isinstance(value, dict):
-            return {str(k) if isinstance(k, int) and not isinstance(k, bool) else k: v
-                    for k, v in value.items()}
+            return {
+                str(k) if isinstance(k, int) and not isinstance(k, bool) else k: v
+                for k, v in value.items()
+            }
         return value
 
     @field_validator("shares")
@@ -77,9 +79,7 @@ class SharesSettings(BaseModel):
     def _fits_in_100(self) -> SharesSettings:
         total = sum(map(_exact, self.shares.values())) + _exact(self.other)
         if total > 100:
-            raise ValueError(
-                f"shares and other add up to {float(total):g} %, more than 100 %"
-            )
+            raise ValueError(f"shares and other add up to {float(total):g} %, more than 100 %")
         if self.capacity is not None:
             _quotas(self, self.capacity)  # a share too small for the capacity fails at start
         return self
@@ -95,15 +95,14 @@ def _quota(capacity: int, percent: float) -> int:
 
 
 def _quotas(settings: SharesSettings, capacity: int) -> dict[Bucket, int]:
-    quotas: dict[Bucket, int] = {}
-    for value, percent in settings.shares.items():
-        quotas[value] = _quota(capacity, percent)
+    percents: dict[Bucket, float] = dict(settings.shares)
     if settings.other > 0:
-        quotas[OTHER] = _quota(capacity, settings.other)
-    for bucket, quota in quotas.items():
-        if quota < 1:
+        percents[OTHER] = settings.other
+    quotas: dict[Bucket, int] = {}
+    for bucket, percent in percents.items():
+        quotas[bucket] = _quota(capacity, percent)
+        if quotas[bucket] < 1:
             name = "other" if bucket is OTHER else f"share {bucket!r}"
-            percent = settings.other if bucket is OTHER else settings.shares[bucket]  # type: ignore[index]
             raise ValueError(
                 f"{name}: {percent:g} % of a capacity of {capacity} is less than one unit"
             )
@@ -189,7 +188,9 @@ class Shares:
             share = shares[bucket]
             name = self._name(bucket)
             if job.weight > share.quota:
-                verdict.held[job.id] = f"share {name}: weight {job.weight} exceeds its quota {share.quota}"
+                verdict.held[job.id] = (
+                    f"share {name}: weight {job.weight} exceeds its quota {share.quota}"
+                )
             elif share.blocked is not None:
                 verdict.held[job.id] = share.blocked
             elif share.used + job.weight <= share.quota:
@@ -215,7 +216,9 @@ class Shares:
             share = shares[bucket]
             name = self._name(bucket)
             if job.weight > capacity:
-                verdict.held[job.id] = f"share {name}: weight {job.weight} exceeds the capacity {capacity}"
+                verdict.held[job.id] = (
+                    f"share {name}: weight {job.weight} exceeds the capacity {capacity}"
+                )
             elif share.blocked is not None:
                 verdict.held[job.id] = share.blocked
             elif share.borrowing or share.used + job.weight > share.quota:
@@ -241,7 +244,7 @@ class Shares:
                 verdict.held[job.id] = share.blocked
                 continue
             claimed = sum(
-                max(0, s.quota - s.used) for b, s in shares.items() if False
+                max(0, s.quota - s.used) for b, s in shares.items() if s.reserves and b != bucket
             )
             free = capacity - in_use - claimed
             if job.weight <= free:

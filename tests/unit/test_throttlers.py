@@ -30,25 +30,33 @@ from throttlers.shares import OTHER, Shares
 NOW = datetime(2024, 3, 1, 12, 0, tzinfo=UTC)
 _ids = itertools.count(1)
 
-PROPERTY = settings(
-    max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow]
-)
+PROPERTY = settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
-def job(
-    weight: int = 1, payload: dict[str, Any] | None = None, **labels: str | None
-) -> Job:
+def job(weight: int = 1, payload: dict[str, Any] | None = None, **labels: str | None) -> Job:
     return Job(
-        id=next(_ids), type="t", queue="default", state=State.SCHEDULED,
-        payload=payload or {}, run_at=NOW, priority=100, weight=weight,
+        id=next(_ids),
+        type="t",
+        queue="default",
+        state=State.SCHEDULED,
+        payload=payload or {},
+        run_at=NOW,
+        priority=100,
+        weight=weight,
         labels={k: v for k, v in labels.items() if v is not None},
-        windows=None, timeout_seconds=60.0, retry={}, attempt=0, created_at=NOW, updated_at=NOW,
+        windows=None,
+        timeout_seconds=60.0,
+        retry={},
+        attempt=0,
+        created_at=NOW,
+        updated_at=NOW,
     )
 
 
 def flying(j: Job, at: datetime = NOW) -> InFlight:
-    return InFlight(id=j.id, type=j.type, weight=j.weight, labels=j.labels, claimed_at=at,
-                    payload=j.payload)
+    return InFlight(
+        id=j.id, type=j.type, weight=j.weight, labels=j.labels, claimed_at=at, payload=j.payload
+    )
 
 
 def view(*running: Job, starts: Sequence[Start] = ()) -> RunningView:
@@ -140,8 +148,9 @@ def test_lending_lets_a_busy_share_use_idle_capacity() -> None:
     norths = [job(region="north") for _ in range(12)]
     verdict = share(lend=True).decide(norths, view(), NOW)
     assert admitted(verdict, *norths[:10])
-    assert verdict.held == {j.id: "share region=north 10/3 in use, 0 free to borrow"
-                            for j in norths[10:]}
+    assert verdict.held == {
+        j.id: "share region=north 10/3 in use, 0 free to borrow" for j in norths[10:]
+    }
 
 
 def test_lending_serves_owners_before_borrowers() -> None:
@@ -164,8 +173,10 @@ def test_lent_capacity_is_taken_back_as_borrowers_finish() -> None:
     verdict = throttler.decide([north, *east], view(*borrowed), NOW)
     assert verdict.admitted == []
     lent_out = "share region=east 0/4 in use, capacity 10/10 in use (lent out)"
-    assert verdict.held == {north.id: "share region=north 10/3 in use, 0 free to borrow",
-                            **{j.id: lent_out for j in east}}
+    assert verdict.held == {
+        north.id: "share region=north 10/3 in use, 0 free to borrow",
+        **{j.id: lent_out for j in east},
+    }
     # Two borrowed units come back: east takes them, and north may not borrow east's
     # remaining quota while east still waits.
     verdict = throttler.decide([north, *east], view(*borrowed[2:]), NOW)
@@ -312,9 +323,11 @@ def rate(**options: Any) -> Rate:
 
 
 def test_rate_counts_starts_in_the_last_period_and_its_own_admissions() -> None:
-    starts = [Start(NOW - timedelta(seconds=1), {}),  # exactly one period ago: outside
-              Start(NOW - timedelta(milliseconds=999), {}),
-              Start(NOW - timedelta(milliseconds=10), {})]
+    starts = [
+        Start(NOW - timedelta(seconds=1), {}),  # exactly one period ago: outside
+        Start(NOW - timedelta(milliseconds=999), {}),
+        Start(NOW - timedelta(milliseconds=10), {}),
+    ]
     jobs = [job() for _ in range(3)]
     verdict = rate().decide(jobs, view(starts=starts), NOW)
     assert admitted(verdict, jobs[0])
@@ -327,8 +340,10 @@ def test_rate_per_label_value() -> None:
     east, west, bare1, bare2 = job(region="east"), job(region="west"), job(), job()
     verdict = throttler.decide([east, west, bare1, bare2], view(starts=starts), NOW)
     assert admitted(verdict, west, bare1)
-    assert verdict.held == {east.id: "rate region=east 1 per 1m reached",
-                            bare2.id: "rate (no region) 1 per 1m reached"}
+    assert verdict.held == {
+        east.id: "rate region=east 1 per 1m reached",
+        bare2.id: "rate (no region) 1 per 1m reached",
+    }
 
 
 def test_rate_asks_for_one_period_of_history() -> None:
@@ -363,7 +378,9 @@ Decide = Callable[[list[Job], RunningView, datetime], tuple[list[int], dict[int,
 def single(throttler: Any) -> Decide:
     """Ask one throttler, checking that its verdict is well formed, pure and in queue order."""
 
-    def decide(candidates: list[Job], seen: RunningView, now: datetime) -> tuple[list[int], dict[int, str]]:
+    def decide(
+        candidates: list[Job], seen: RunningView, now: datetime
+    ) -> tuple[list[int], dict[int, str]]:
         verdict = throttler.decide(candidates, seen, now)
         assert throttler.decide(candidates, seen, now) == verdict  # same input, same reasons
         order = [j.id for j in candidates]
@@ -377,7 +394,9 @@ def single(throttler: Any) -> Decide:
 
 
 def chain(stages: list[Stage]) -> Decide:
-    def decide(candidates: list[Job], seen: RunningView, now: datetime) -> tuple[list[int], dict[int, str]]:
+    def decide(
+        candidates: list[Job], seen: RunningView, now: datetime
+    ) -> tuple[list[int], dict[int, str]]:
         result = run_chain(stages, candidates, seen, now)
         assert not result.errors
         ids = [j.id for j in result.admitted]
@@ -390,7 +409,9 @@ def chain(stages: list[Stage]) -> Decide:
 class Queue:
     """Waiting jobs in queue order, in-flight jobs and a start log, moved round by round."""
 
-    def __init__(self, decide: Decide, lookback: timedelta = timedelta(0), full_history: bool = False):
+    def __init__(
+        self, decide: Decide, lookback: timedelta = timedelta(0), full_history: bool = False
+    ):
         self.decide = decide
         self.lookback = lookback
         self.full_history = full_history  # the loop gives *at least* the lookback
@@ -443,7 +464,9 @@ Round = tuple[list[Arrival], list[int], int]  # arrivals, in-flight jobs to fini
 
 
 def rounds(
-    regions: Sequence[str | None], tenants: Sequence[str | None], weights: st.SearchStrategy[int],
+    regions: Sequence[str | None],
+    tenants: Sequence[str | None],
+    weights: st.SearchStrategy[int],
     max_wait_ms: int = 1500,
 ) -> st.SearchStrategy[list[Round]]:
     """Rounds of a queue's life, each followed by a tick."""
@@ -458,8 +481,11 @@ def rounds(
     )
 
 
-def run(queue: Queue, plan: list[Round],
-        check: Callable[[dict[int, Job], list[Job], dict[int, str]], None]) -> None:
+def run(
+    queue: Queue,
+    plan: list[Round],
+    check: Callable[[dict[int, Job], list[Job], dict[int, str]], None],
+) -> None:
     for round_ in plan:
         queue.play(round_)
         before = dict(queue.running)
@@ -483,8 +509,9 @@ def share_setups(draw: st.DrawFn, weight_one: bool = False) -> tuple[Shares, lis
     shares, other = draw(st.sampled_from(SHARE_CONFIGS))
     lend = draw(st.booleans())
     capacity = draw(st.integers(10, 20))
-    throttler = build(THROTTLERS, "share", {"label": "region", "shares": shares, "other": other,
-                                            "lend": lend})
+    throttler = build(
+        THROTTLERS, "share", {"label": "region", "shares": shares, "other": other, "lend": lend}
+    )
     throttler.bind("default", capacity)
     regions: list[str | None] = list(shares)
     if other:
@@ -507,7 +534,9 @@ def share_checker(throttler: Shares, weight_one: bool) -> Callable[..., None]:
     def used(running: dict[int, Job]) -> dict[Any, int]:
         return {b: sum(j.weight for j in running.values() if bucket(j) == b) for b in quotas}
 
-    def check(before: dict[int, Job], admitted: list[Job], held: dict[int, str], queue: Queue) -> None:
+    def check(
+        before: dict[int, Job], admitted: list[Job], held: dict[int, str], queue: Queue
+    ) -> None:
         after_used = used(queue.running)
         before_used = used(before)
         total = sum(j.weight for j in queue.running.values())
@@ -525,7 +554,9 @@ def share_checker(throttler: Shares, weight_one: bool) -> Callable[..., None]:
             waiting_heads.setdefault(bucket(j), j)
         if lend:
             # A share whose next job fits in its own quota is served before any borrower.
-            owner_waits = any(after_used[b] + j.weight <= quotas[b] for b, j in waiting_heads.items())
+            owner_waits = any(
+                after_used[b] + j.weight <= quotas[b] for b, j in waiting_heads.items()
+            )
             if owner_waits:
                 for b in quotas:
                     assert after_used[b] <= max(quotas[b], before_used[b]), (b, after_used)
@@ -575,7 +606,8 @@ TENANTS = ["acme", "beta", "gamma", None]
 
 @PROPERTY
 @given(
-    limit=st.integers(1, 3), by_weight=st.booleans(),
+    limit=st.integers(1, 3),
+    by_weight=st.booleans(),
     actions=rounds(["east"], TENANTS, st.integers(1, 3)),
 )
 def test_per_key_limits_hold_and_nobody_starves(
@@ -602,9 +634,14 @@ def test_per_key_limits_hold_and_nobody_starves(
         for tenant, j in heads.items():  # a key's next job waits only when it does not fit
             assert counts[tenant] + (j.weight if by_weight else 1) > limit
         for tenant in set(TENANTS) - {None}:
-            mine = sorted((j for j in [*admitted, *queue.waiting]
-                           if j.labels.get("tenant") == tenant and
-                           (j.weight if by_weight else 1) <= limit), key=lambda j: j.id)
+            mine = sorted(
+                (
+                    j
+                    for j in [*admitted, *queue.waiting]
+                    if j.labels.get("tenant") == tenant and (j.weight if by_weight else 1) <= limit
+                ),
+                key=lambda j: j.id,
+            )
             starts = [j in admitted for j in mine]
             assert starts == sorted(starts, reverse=True), f"key {tenant} skipped a job"
 
@@ -617,8 +654,9 @@ def test_per_key_limits_hold_and_nobody_starves(
 # --- rate properties ---------------------------------------------------------------------
 
 
-def assert_no_window_over(starts: list[tuple[datetime, Job]], limit: int, per: timedelta,
-                          key: Callable[[Job], Any]) -> None:
+def assert_no_window_over(
+    starts: list[tuple[datetime, Job]], limit: int, per: timedelta, key: Callable[[Job], Any]
+) -> None:
     by_key: dict[Any, list[datetime]] = {}
     for at, j in starts:
         by_key.setdefault(key(j), []).append(at)
@@ -631,8 +669,10 @@ def assert_no_window_over(starts: list[tuple[datetime, Job]], limit: int, per: t
 
 @PROPERTY
 @given(
-    limit=st.integers(1, 4), per_ms=st.sampled_from([500, 1000, 2500]),
-    by_label=st.booleans(), full_history=st.booleans(),
+    limit=st.integers(1, 4),
+    per_ms=st.sampled_from([500, 1000, 2500]),
+    by_label=st.booleans(),
+    full_history=st.booleans(),
     actions=rounds(["east", "west", None], [None], st.integers(1, 3), max_wait_ms=1200),
 )
 def test_rate_limit_holds_in_every_window_and_nobody_starves(
@@ -660,20 +700,28 @@ def test_rate_limit_holds_in_every_window_and_nobody_starves(
 
 @PROPERTY
 @given(
-    lend=st.booleans(), rate_limit=st.integers(1, 5), per_key_limit=st.integers(1, 2),
+    lend=st.booleans(),
+    rate_limit=st.integers(1, 5),
+    per_key_limit=st.integers(1, 2),
     rate_by_region=st.booleans(),
     actions=rounds(["east", "north", "west"], TENANTS, st.integers(1, 3), max_wait_ms=800),
 )
 def test_chain_keeps_every_limit(
-    lend: bool, rate_limit: int, per_key_limit: int, rate_by_region: bool,
+    lend: bool,
+    rate_limit: int,
+    per_key_limit: int,
+    rate_by_region: bool,
     actions: list[Round],
 ) -> None:
     shares = share(capacity=None, lend=lend)
     shares.bind("default", 10)
     limiter = rate(limit=rate_limit, per="1s", **({"label": "region"} if rate_by_region else {}))
     series = per_key(limit=per_key_limit)
-    stages = [Stage("share", shares), Stage("rate", limiter, lookback_seconds=1.0),
-              Stage("per_key", series)]
+    stages = [
+        Stage("share", shares),
+        Stage("rate", limiter, lookback_seconds=1.0),
+        Stage("per_key", series),
+    ]
     queue = Queue(chain(stages), lookback=timedelta(seconds=1))
 
     def check(before: dict[int, Job], admitted: list[Job], held: dict[int, str]) -> None:
@@ -687,7 +735,11 @@ def test_chain_keeps_every_limit(
             assert by_region["east"] <= 4 and by_region["north"] <= 3 and by_region["west"] <= 3
         tenants = Counter(j.labels["tenant"] for j in running if "tenant" in j.labels)
         assert all(n <= per_key_limit for n in tenants.values())
-        assert_no_window_over(queue.starts, rate_limit, timedelta(seconds=1),
-                              lambda j: j.labels.get("region") if rate_by_region else None)
+        assert_no_window_over(
+            queue.starts,
+            rate_limit,
+            timedelta(seconds=1),
+            lambda j: j.labels.get("region") if rate_by_region else None,
+        )
 
     run(queue, actions, check)

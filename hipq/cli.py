@@ -305,8 +305,9 @@ def bench(
 ) -> None:
     """Measure hipq's core on this machine: enqueue rate, processing rate, idle latency, memory.
 
-    Prints figures next to the targets; asserts nothing. Every database it uses is created
-    for the run and removed afterwards; all traffic stays on 127.0.0.1.
+    Prints figures next to their targets and asserts nothing.
+
+    Each database is made for the run and removed after it; traffic stays on 127.0.0.1.
     """
     from hipq import bench as benchmarks
 

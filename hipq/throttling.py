@@ -67,6 +67,13 @@ class RunningView:
     def count_by(self, label: str) -> Counter[str | None]:
         return Counter(job.labels.get(label) for job in self.jobs)
 
+    def without_critical(self) -> RunningView:
+        """The view a stage that lets critical work through judges ordinary jobs by:
+        critical jobs neither wait for it nor count towards its limit."""
+        if not any(j.critical for j in self.jobs):
+            return self
+        return RunningView((j for j in self.jobs if not j.critical), self.recent_starts)
+
     def starts_since(self, since: datetime) -> list[Start]:
         return [s for s in self.recent_starts if s.at >= since]
 
@@ -167,8 +174,9 @@ def run_chain(
         if not survivors:
             break
         bypass, judged = _judge(stage, survivors)
+        seen = view.without_critical() if stage.lets_critical_through else view
         try:
-            answer: object = stage.throttler.decide(judged, view, now) if judged else Verdict()
+            answer: object = stage.throttler.decide(judged, seen, now) if judged else Verdict()
         except Exception as exc:
             answer = exc
         survivors = _record(result, stage, survivors, bypass, judged, answer)
@@ -207,8 +215,9 @@ class GuardedChain:
             elif busy is not None and not busy.done():
                 answer = ThrottlerFault(f"still busy after its time limit of {self.time_limit:g}s")
             else:
+                seen = view.without_critical() if stage.lets_critical_through else view
                 future = loop.run_in_executor(
-                    self._executors[i], stage.throttler.decide, judged, view, now
+                    self._executors[i], stage.throttler.decide, judged, seen, now
                 )
                 self._busy[i] = future
                 try:

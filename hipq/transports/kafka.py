@@ -249,7 +249,10 @@ class KafkaTransport:
         backoff.reset()
         producer = self._producer
         while True:
-            interval = self._probe_interval if self._healthy else backoff.next()
+            # While the broker is away, look more often: readiness comes back sooner.
+            interval = self._probe_interval
+            if not self._healthy:
+                interval = min(interval, backoff.next())
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._check_now.wait(), interval)
             self._check_now.clear()

@@ -227,6 +227,10 @@ def test_share_takes_the_queue_concurrency_when_it_has_no_capacity() -> None:
         ({"label": "region", "shares": {"east": 60}, "other": 50}, "add up to 110 %"),
         ({"label": "region", "shares": {"east": 60}, "capacity": 0}, "capacity: Input should be"),
         ({"label": "region", "shares": {"east": 5}, "capacity": 10}, "less than one unit"),
+        (
+            {"label": "region", "shares": {"east": 60}, "other": 5, "capacity": 10},
+            "other: 5 % of a capacity of 10 is less than one unit",
+        ),
         ({"label": "region", "shares": {"east": 60}, "lend": "maybe"}, "lend: Input should be"),
         ({"label": "region", "shares": {"east": 60}, "borrow": True}, "borrow: Extra inputs"),
     ],
@@ -411,7 +415,7 @@ class Queue:
 
     def __init__(
         self, decide: Decide, lookback: timedelta = timedelta(0), full_history: bool = False
-    ):
+    ) -> None:
         self.decide = decide
         self.lookback = lookback
         self.full_history = full_history  # the loop gives *at least* the lookback

@@ -158,6 +158,10 @@ class KafkaConfig(_Strict):
     bootstrap_servers: str = "127.0.0.1:9092"
     group_id: str = "hipq"  # a new group starts from the earliest offset
     max_message_bytes: int = Field(1024 * 1024, ge=1)  # larger responses are parked
+    # The consumer group's liveness: a process that stops heartbeating for this long
+    # loses its partitions to the others.
+    session_timeout: Seconds = Field(10.0, gt=0)
+    heartbeat_interval: Seconds = Field(3.0, gt=0)
     responses: list[KafkaResponseSource] = Field(default_factory=list)
 
 

@@ -190,9 +190,16 @@ class Service:
             return None
         from hipq.consumer import ResponseConsumer
 
-        return ResponseConsumer(
-            kafka, self.store, self.clock, self.settings.responses.ttl, self.wake_all
-        )
+        try:
+            return ResponseConsumer(
+                kafka, self.store, self.clock, self.settings.responses.ttl, self.wake_all,
+                consumer_options={
+                    "session_timeout_ms": int(kafka.session_timeout * 1000),
+                    "heartbeat_interval_ms": int(kafka.heartbeat_interval * 1000),
+                },
+            )
+        except ValueError as exc:
+            raise ServiceError(f"config error: {exc}") from None
 
     async def start(self) -> None:
         if self.store.dialect == "sqlite":

@@ -17,7 +17,10 @@ from tests.services import create_database_sync, drop_database_sync, unique_data
 
 pytest_plugins = ["tests.services"]
 
-_TABLES = "hipq_attempts, hipq_jobs, hipq_queues, hipq_idempotency_keys"
+_TABLES = (
+    "hipq_attempts, hipq_jobs, hipq_queues, hipq_idempotency_keys, hipq_responses, "
+    "hipq_parked_messages"
+)
 
 
 def _migrate(url: str) -> None:

@@ -252,7 +252,8 @@ async def test_list_pages_with_a_cursor(api: Api) -> None:
     # The cursor keeps the filter: only the "ok" jobs, two per page.
     ok_ids = [i for i, j in zip(all_ids, reversed(batch["jobs"]), strict=True) if j["type"] == "ok"]
     first = (await api.client.get("/v1/jobs?type=ok&limit=2")).json()
-    second = (await api.client.get(f"/v1/jobs?type=ok&limit=2&cursor={first['next_cursor']}")).json()
+    cursor = first["next_cursor"]
+    second = (await api.client.get(f"/v1/jobs?type=ok&limit=2&cursor={cursor}")).json()
     assert [j["id"] for j in first["jobs"] + second["jobs"]] == ok_ids[:4]
 
 

@@ -141,6 +141,9 @@ class JobTypeConfig(_Strict):
     transport: TransportConfig
     # Which responses mean success: {field: status, success: [ok]} or {header: ..., success: [...]}.
     outcome: dict[str, Any] | None = None
+    # A response that arrives after its job failed or was cancelled: ignore (counted as
+    # late) or accept (a successful one completes the job).
+    late_responses: Literal["ignore", "accept"] = "ignore"
     # Standard Webhooks signatures on POST /v1/callbacks/{key}?type=<this type>.
     callback_signature: CallbackSignature | None = None
 

@@ -54,6 +54,14 @@ class IntakeError(ValueError):
         super().__init__(f"{field}: {message}")
         self.field, self.message = field, message
 
+    @classmethod
+    def of_windows(cls, exc: WindowError) -> IntakeError:
+        """Name the window field at fault: its message starts with e.g. ``windows[1].tz: ``."""
+        where, sep, message = str(exc).partition(": ")
+        if sep and where.startswith("windows") and " " not in where:
+            return cls(where, message)
+        return cls("windows", str(exc))
+
 
 @dataclass(frozen=True, slots=True)
 class JobTypeInfo:
@@ -107,7 +115,7 @@ class Intake:
             try:
                 parsed = parse_windows(windows)
             except WindowError as exc:
-                raise IntakeError("windows", str(exc)) from None
+                raise IntakeError.of_windows(exc) from None
             windows = [w.to_dict() for w in parsed]
             run_at = next_opening(parsed, run_at)
         timeout = jt.timeout

@@ -34,10 +34,12 @@ TRANSITIONS: dict[State, frozenset[State]] = {
         {State.AWAITING, State.SCHEDULED, State.COMPLETED, State.FAILED, State.CANCELLED}
     ),
     State.AWAITING: frozenset({State.SCHEDULED, State.COMPLETED, State.FAILED, State.CANCELLED}),
-    # Terminal states change only by an explicit operator retry (a new attempt).
+    # Terminal states change only by an explicit operator retry (a new attempt), and
+    # failed/cancelled -> completed by a late successful response when the job type
+    # opts in (`late_responses: accept`): the peer did the work after all.
     State.COMPLETED: frozenset({State.SCHEDULED}),
-    State.FAILED: frozenset({State.SCHEDULED}),
-    State.CANCELLED: frozenset({State.SCHEDULED}),
+    State.FAILED: frozenset({State.SCHEDULED, State.COMPLETED}),
+    State.CANCELLED: frozenset({State.SCHEDULED, State.COMPLETED}),
 }
 
 

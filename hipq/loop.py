@@ -82,6 +82,7 @@ class QueueLoop:
         lease_ttl: float = 15.0,
         correlated: bool = False,
         key_templates: Mapping[str, KeyTemplate] | None = None,
+        late_types: Sequence[str] = (),
     ) -> None:
         self.name, self.config, self.store = name, config, store
         self.owner, self.stages, self.transports = owner, list(stages), transports
@@ -92,6 +93,8 @@ class QueueLoop:
         self.correlated = correlated
         # Job types whose correlation key needs the job's id or attempt: built at claim.
         self.key_templates = dict(key_templates or {})
+        # Job types that accept a late successful response (late_responses: accept).
+        self.late_types = list(late_types)
         self.token: int | None = None
         self.in_flight: dict[int, Job] = {}
         self._inbox = _Inbox()
@@ -201,6 +204,11 @@ class QueueLoop:
         """job id -> (response id, outcome) for pending responses of in-flight jobs."""
         if not self.correlated:
             return {}
+        if self.late_types:
+            accepted = await batch.accept_late(self.late_types, self.clock())
+            for job_id in accepted:
+                self.events.emit("job_settled", queue=self.name, job_id=job_id,
+                                 state="completed", attempt=None, error=None)
         matches, duplicates = await batch.match_responses()
         if duplicates:
             await batch.mark_responses([], duplicates, self.clock())

@@ -151,6 +151,9 @@ class Service:
                 for t in self.intake.types.values()
                 if t.key_at_dispatch and t.correlation
             },
+            late_types=[
+                t.name for t in self.intake.types.values() if t.config.late_responses == "accept"
+            ],
         )
 
     def _transports(self) -> dict[str, Transport]:

@@ -175,7 +175,7 @@ async def patch_job(job_id: JobId, patch: JobPatch, request: Request) -> JobOut:
         try:
             parsed = parse_windows(changes["windows"])
         except WindowError as exc:
-            raise IntakeError("windows", str(exc)) from None
+            raise IntakeError.of_windows(exc) from None
         changes["windows"] = [w.to_dict() for w in parsed]
         current = await service.store.job_get(job_id)
         changes["run_at"] = next_opening(parsed, changes.get("run_at") or current.run_at)

@@ -856,6 +856,48 @@ class QueueBatch:
                 .values(status="duplicate", settled_at=now)
             )
 
+    async def accept_late(self, types: Sequence[str], now: datetime, limit: int = 1000) -> list[int]:
+        """Complete failed or cancelled jobs of ``types`` with their late successful
+        responses (upkeep marked them late with the job's id). Returns the job ids."""
+        rows = (
+            await self.conn.execute(
+                select(responses.c.id, responses.c.body, jobs.c.id.label("job"), jobs.c.attempt,
+                       jobs.c.claimed_at, jobs.c.state)
+                .join(jobs, jobs.c.id == responses.c.job_id)
+                .where(responses.c.status == "late", responses.c.succeeded.is_(True),
+                       jobs.c.queue == self.queue, jobs.c.type.in_(list(types)),
+                       jobs.c.state.in_([State.FAILED.value, State.CANCELLED.value]))
+                .order_by(responses.c.id)
+                .limit(limit)
+            )
+        ).all()
+        done: list[int] = []
+        for row in rows:
+            if row.job in done:
+                continue
+            check_transition(row.state, State.COMPLETED)
+            changed = await self.conn.execute(
+                update(jobs)
+                .where(jobs.c.id == row.job, jobs.c.state == row.state)
+                .values(state=State.COMPLETED.value, result=row.body, finished_at=now,
+                        updated_at=now, last_error=None)
+            )
+            if changed.rowcount != 1:
+                continue
+            await self.conn.execute(
+                attempts.insert().values(
+                    job_id=row.job, attempt=row.attempt, started_at=row.claimed_at,
+                    finished_at=now, outcome="completed", error="late response accepted",
+                    response=row.body,
+                )
+            )
+            await self.conn.execute(
+                update(responses).where(responses.c.id == row.id)
+                .values(status="matched", settled_at=now)
+            )
+            done.append(row.job)
+        return done
+
     async def set_correlation_keys(self, keys: dict[int, str]) -> None:
         """Keys built at dispatch (templates using the job id or attempt)."""
         if keys:

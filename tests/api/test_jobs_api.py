@@ -352,7 +352,8 @@ async def test_patch_refuses_bad_changes(api: Api) -> None:
     assert_error(await api.client.patch(url, json={"payload": [1]}), 422, "payload")
     assert_error(await api.client.patch(url, json={"run_at": "2026-01-05T12:00:00"}), 422, "run_at")
     bad_windows = [{"start": "05:00", "end": "05:00"}]
-    assert_error(await api.client.patch(url, json={"windows": bad_windows}), 422, "windows")
+    assert_error(await api.client.patch(url, json={"windows": bad_windows}), 422,
+                 "windows[0].end")
     assert_error(await api.client.patch("/v1/jobs/424242", json={"priority": 1}), 404, "id")
     assert (await api.job(job["id"]))["updated_at"] == job["updated_at"]  # nothing changed
 
@@ -436,7 +437,7 @@ async def test_a_bad_batch_writes_nothing(api: Api) -> None:
         (_batch(10, i3={"type": "nope"}), 422, "jobs[3].type"),
         (_batch(10, i4={"queue": "nope"}), 422, "jobs[4].queue"),
         (_batch(10, i9={"windows": [{"start": "01:00", "end": "02:00", "tz": "Mars/Base"}]}),
-         422, "jobs[9].windows"),
+         422, "jobs[9].windows[0].tz"),
         # Found by the database, after earlier rows were inserted: rolled back.
         (_batch(10, i2={"correlation_key": "same"}, i8={"correlation_key": "same"}), 409,
          "correlation_key"),
@@ -547,6 +548,7 @@ BAD_JOBS: list[tuple[str, dict[str, Any], str]] = [
     ("weight zero", {"type": "ok", "weight": 0}, "weight"),
     ("weight negative", {"type": "ok", "weight": -2}, "weight"),
     ("weight a string", {"type": "ok", "weight": "2"}, "weight"),
+    ("weight over the queue's capacity", {"type": "ok", "weight": 11}, "weight"),
     ("priority a string", {"type": "ok", "priority": "5"}, "priority"),
     ("priority a float", {"type": "ok", "priority": 1.5}, "priority"),
     ("priority too big", {"type": "ok", "priority": 2**40}, "priority"),
@@ -562,10 +564,14 @@ BAD_JOBS: list[tuple[str, dict[str, Any], str]] = [
     ("payload a list", {"type": "ok", "payload": [1, 2]}, "payload"),
     ("payload a string", {"type": "ok", "payload": "x"}, "payload"),
     ("payload null", {"type": "ok", "payload": None}, "payload"),
-    ("windows bad tz", {"type": "ok", "windows": [{**BERLIN, "tz": "Mars/Base"}]}, "windows"),
-    ("windows start == end", {"type": "ok", "windows": [{**BERLIN, "end": "05:00"}]}, "windows"),
-    ("windows bad time", {"type": "ok", "windows": [{**BERLIN, "start": "25:00"}]}, "windows"),
-    ("windows bad days", {"type": "ok", "windows": [{**BERLIN, "days": "someday"}]}, "windows"),
+    ("windows bad tz", {"type": "ok", "windows": [{**BERLIN, "tz": "Mars/Base"}]},
+     "windows[0].tz"),
+    ("windows start == end", {"type": "ok", "windows": [BERLIN, {**BERLIN, "end": "05:00"}]},
+     "windows[1].end"),
+    ("windows bad time", {"type": "ok", "windows": [{**BERLIN, "start": "25:00"}]},
+     "windows[0].start"),
+    ("windows bad days", {"type": "ok", "windows": [{**BERLIN, "days": "someday"}]},
+     "windows[0].days"),
     ("windows not a list", {"type": "ok", "windows": BERLIN}, "windows"),
     ("window unknown field", {"type": "ok", "windows": [{**BERLIN, "x": 1}]}, "windows[0].x"),
     ("unknown field", {"type": "ok", "colour": "red"}, "colour"),

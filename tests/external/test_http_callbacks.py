@@ -34,6 +34,8 @@ def settings_for(database_url: str, external: str, port: int, **overrides: Any) 
         "charge": charge,
         "charge_once": {**charge, "timeout": "1s", "retry": {"strategy": "none"}},
         "charge_signed": {**charge, "callback_signature": {"secret": SECRET}},
+        "charge_late_ok": {**charge, "timeout": "1s", "retry": {"strategy": "none"},
+                           "late_responses": "accept"},
     }
     return make_settings(
         database_url,
@@ -146,6 +148,20 @@ async def test_a_late_response_changes_nothing_and_is_counted(world: World) -> N
     assert (job["state"], job["last_error"]) == ("failed", "no retries: timed out after 1s")
     late = (await world.api.get("/v1/responses", params={"status": "late"})).json()["responses"]
     assert [(r["correlation_key"], r["job_id"]) for r in late] == [("late-1", posted["id"])]
+
+
+async def test_a_job_type_may_accept_a_late_success(world: World) -> None:
+    posted = await world.post("charge_late_ok", order_id="late-2", behavior="hold")
+    await eventually(lambda: _is(world, posted["id"], "failed"), timeout=10)
+    assert (await world.external.release("late-2")).status_code == 202
+    assert (await world.service.upkeep.run_once())["late"] == 1
+    world.service.wake_all()
+    await eventually(lambda: _is(world, posted["id"], "completed"), timeout=10)
+    job = await world.job(posted["id"])
+    assert job["result"] == {"status": "ok", "order_id": "late-2"}
+    assert [(a["outcome"], a["error"]) for a in job["attempts"]] == [
+        ("failed", "no retries: timed out after 1s"), ("completed", "late response accepted")
+    ]
 
 
 async def test_an_unknown_key_is_kept_and_an_operator_can_match_it(world: World) -> None:

@@ -140,15 +140,16 @@ def test_refused_transitions(source: str, target: str) -> None:
         check_transition(source, target)
 
 
-def test_terminal_states_only_reopen_by_retry() -> None:
-    for state in TERMINAL:
-        assert TRANSITIONS[state] == {State.SCHEDULED}
+def test_terminal_states_reopen_only_by_retry_or_a_late_success() -> None:
+    assert TRANSITIONS[State.COMPLETED] == {State.SCHEDULED}
+    for state in TERMINAL - {State.COMPLETED}:
+        assert TRANSITIONS[state] == {State.SCHEDULED, State.COMPLETED}
 
 
 def test_sources_of() -> None:
     assert sources_of(State.AWAITING) == {State.RUNNING}
     assert sources_of(State.RUNNING) == {State.SCHEDULED}
-    assert sources_of(State.COMPLETED) == IN_FLIGHT
+    assert sources_of(State.COMPLETED) == IN_FLIGHT | {State.FAILED, State.CANCELLED}
 
 
 def test_unknown_state_is_refused() -> None:

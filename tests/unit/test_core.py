@@ -131,7 +131,7 @@ def test_allowed_transitions(source: str, target: str) -> None:
 @pytest.mark.parametrize(
     ("source", "target"),
     [("scheduled", "completed"), ("scheduled", "failed"), ("scheduled", "awaiting"),
-     ("awaiting", "running"), ("completed", "failed"), ("failed", "completed"),
+     ("awaiting", "running"), ("completed", "failed"), ("failed", "running"),
      ("cancelled", "running"), ("completed", "completed"), ("failed", "cancelled")],
 )
 def test_refused_transitions(source: str, target: str) -> None:

@@ -23,7 +23,7 @@ from sqlalchemy.engine import make_url
 from hipq import migrations
 from hipq.config import Settings
 from hipq.events import Events
-from hipq.intake import Intake
+from hipq.intake import Intake, IntakeError
 from hipq.loop import QueueLoop
 from hipq.plugins import THROTTLERS, PluginError, RetryStrategies, build
 from hipq.store import Store
@@ -125,7 +125,10 @@ class Service:
         self.owner = owner or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self.events = Events()
         self.retry = RetryStrategies()
-        self.intake = Intake(settings, self.retry)
+        try:
+            self.intake = Intake(settings, self.retry)
+        except IntakeError as exc:  # a job type's retry or correlation_key: one line, no traceback
+            raise ServiceError(f"config error: {exc}") from None
         self.store = Store.from_url(settings.database_url)
         self.run_loops = run_loops
         self.transports = self._transports()

@@ -41,6 +41,12 @@ def _field(loc: Sequence[Any]) -> str | None:
 def _message(err: dict[str, Any]) -> str:
     if err["type"] == "json_invalid":
         return f"body is not valid JSON ({err.get('ctx', {}).get('error', 'parse error')})"
+    if tuple(err["loc"]) == ("body",):  # the body as a whole
+        if err["type"] == "missing":
+            return "a JSON object is required as the request body"
+        if isinstance(err.get("input"), bytes):  # not parsed: the content-type is not JSON
+            return "the request body must be JSON, sent with content-type: application/json"
+        return "the request body must be a JSON object"
     if err["type"] == "missing":
         return "field required"
     if err["type"] == "extra_forbidden":

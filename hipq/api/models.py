@@ -11,8 +11,8 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    PlainValidator,
     StrictBool,
-    StrictFloat,
     StrictInt,
 )
 
@@ -31,6 +31,19 @@ def _plausible(value: datetime) -> datetime:
 
 
 RunAt = Annotated[AwareDatetime, AfterValidator(_plausible)]
+
+
+def _duration(value: Any) -> float | str:
+    # One check instead of a float | str union: a JSON true is not one second, and a
+    # refusal names the field instead of each member of the union.
+    if isinstance(value, bool) or not isinstance(value, int | float | str):
+        raise ValueError("expected a duration such as '30s' or a number of seconds")
+    if isinstance(value, int) and abs(value) > 2**53:  # float() would overflow or round
+        raise ValueError("out of range: at most 3650d")
+    return value if isinstance(value, str) else float(value)
+
+
+Duration = Annotated[float | str, PlainValidator(_duration, json_schema_input_type=float | str)]
 
 
 class _In(BaseModel):
@@ -59,10 +72,7 @@ class JobIn(_In):
     weight: StrictInt | None = Field(None, ge=1, le=1_000_000, description="capacity units")
     labels: dict[str, str] = Field(default_factory=dict, description="used by throttlers")
     windows: list[WindowIn] | None = Field(None, max_length=100)
-    # Strict: a JSON true is not one second.
-    timeout: StrictFloat | str | None = Field(
-        None, description="seconds, or a duration such as '24h'"
-    )
+    timeout: Duration | None = Field(None, description="seconds, or a duration such as '24h'")
     retry: RetryIn | None = None
     correlation_key: str | None = Field(None, min_length=1, max_length=500)
     job_key: str | None = Field(None, min_length=1, max_length=500)
@@ -97,7 +107,7 @@ class JobPatch(_In):
     weight: StrictInt | None = Field(None, ge=1, le=1_000_000)
     labels: dict[str, str] | None = None
     windows: list[WindowIn] | None = None
-    timeout: StrictFloat | str | None = None
+    timeout: Duration | None = None
 
 
 class RetryRequest(_In):

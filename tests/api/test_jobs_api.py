@@ -560,6 +560,7 @@ BAD_JOBS: list[tuple[str, dict[str, Any], str]] = [
     # The deadline (claim time + timeout) must stay a date the loop can compute.
     ("timeout beyond ten years", {"type": "ok", "timeout": 1e300}, "timeout"),
     ("timeout beyond ten years as text", {"type": "ok", "timeout": "4000d"}, "timeout"),
+    ("timeout a huge integer", {"type": "ok", "timeout": 2**64 - 1}, "timeout"),
     ("timeout a list", {"type": "ok", "timeout": [5]}, "timeout"),
     ("payload a list", {"type": "ok", "payload": [1, 2]}, "payload"),
     ("payload a string", {"type": "ok", "payload": "x"}, "payload"),
@@ -622,18 +623,24 @@ async def test_bad_bodies_are_refused(sqlite_api: Api, raw: bytes) -> None:
         response = await sqlite_api.client.post(
             path, content=raw, headers={"content-type": "application/json"}
         )
-        error = assert_error(response, 422)
+        error = assert_error(response, 422, None)  # the body as a whole is at fault
         assert error["error"] == "invalid_request"
+        assert "JSON" in error["message"], error
     assert await sqlite_api.count_jobs() == 0
 
 
-async def test_non_finite_numbers_are_named_as_invalid_json(sqlite_api: Api) -> None:
-    response = await sqlite_api.client.post(
-        "/v1/jobs", content=b'{"type": "ok", "payload": {"x": NaN}}',
-        headers={"content-type": "application/json"},
-    )
-    error = assert_error(response, 422, None)
-    assert "JSON" in error["message"]
+async def test_body_errors_say_what_is_wrong(sqlite_api: Api) -> None:
+    async def post(raw: bytes, content_type: str | None = "application/json") -> str:
+        headers = {"content-type": content_type} if content_type else {}
+        response = await sqlite_api.client.post("/v1/jobs", content=raw, headers=headers)
+        return assert_error(response, 422, None)["message"]
+
+    assert "required" in await post(b"")
+    assert "must be a JSON object" in await post(b"[1]")
+    # curl -d sends form content by default: say what to send instead.
+    assert "content-type: application/json" in await post(b'{"type": "ok"}', "text/plain")
+    assert "content-type: application/json" in await post(b'{"type": "ok"}', None)
+    assert await sqlite_api.count_jobs() == 0
 
 
 async def test_null_characters_in_strings(api: Api) -> None:

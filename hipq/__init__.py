@@ -1,26 +1,46 @@
-"""hipq: durable, throttled jobs against external systems."""
+"""hipq: durable, throttled jobs against external systems.
+
+The names below are what plugins and python handlers use. They load on first use,
+so that the ``hipq`` command starts without importing the whole service.
+"""
+
+from __future__ import annotations
+
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
 
-from hipq.jobs import Job  # noqa: E402
-from hipq.outcomes import Cancelled, Failed, Succeeded  # noqa: E402
-from hipq.retry import AttemptError, GiveUp, RetryAt  # noqa: E402
-from hipq.throttling import InFlight, RunningView, Start, Verdict  # noqa: E402
-from hipq.transports.python import JobContext, PermanentError  # noqa: E402
+_EXPORTS = {
+    "AttemptError": "hipq.retry",
+    "Cancelled": "hipq.outcomes",
+    "Failed": "hipq.outcomes",
+    "GiveUp": "hipq.retry",
+    "InFlight": "hipq.throttling",
+    "Job": "hipq.jobs",
+    "JobContext": "hipq.transports.python",
+    "PermanentError": "hipq.transports.python",
+    "RetryAt": "hipq.retry",
+    "RunningView": "hipq.throttling",
+    "Start": "hipq.throttling",
+    "Succeeded": "hipq.outcomes",
+    "Verdict": "hipq.throttling",
+}
 
-__all__ = [
-    "AttemptError",
-    "Cancelled",
-    "Failed",
-    "GiveUp",
-    "InFlight",
-    "Job",
-    "JobContext",
-    "PermanentError",
-    "RetryAt",
-    "RunningView",
-    "Start",
-    "Succeeded",
-    "Verdict",
-    "__version__",
-]
+__all__ = [*sorted(_EXPORTS), "__version__"]
+
+if TYPE_CHECKING:
+    from hipq.jobs import Job
+    from hipq.outcomes import Cancelled, Failed, Succeeded
+    from hipq.retry import AttemptError, GiveUp, RetryAt
+    from hipq.throttling import InFlight, RunningView, Start, Verdict
+    from hipq.transports.python import JobContext, PermanentError
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'hipq' has no attribute {name!r}")
+    value = getattr(import_module(module), name)
+    globals()[name] = value
+    return value

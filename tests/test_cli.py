@@ -291,6 +291,9 @@ def test_bad_input_is_one_readable_line(server: Server) -> None:
         (["jobs", "cancel", str(done["id"]), *url], "completed"),
         (["jobs", "list", "--url", f"http://127.0.0.1:{free_port()}"], "cannot reach hipq"),
         (["queues", "nope", *url], "'nope' is not configured"),
+        (["jobs", "show", "abc", *url], "valid integer"),
+        (["jobs", "frobnicate"], "No such command 'frobnicate'"),
+        (["jobs", "add", "ok", "--weight", *url], "--weight"),
     ]
     results = hipq_many(*(args for args, _ in cases))
     for result, (_, text) in zip(results, cases, strict=True):

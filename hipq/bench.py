@@ -562,11 +562,26 @@ def _percentile(sorted_values: list[float], pct: float) -> float:
 # -- 4. peak memory --------------------------------------------------------------------------------
 
 
-async def _rss_while_serving(workdir: Path, data: dict[str, Any], tag: str,
-                             seconds: float) -> dict[str, int]:
-    """Serve for ``seconds``, asking for the queue's counts every second as an operator would."""
+async def _rss_while_serving(workdir: Path, data: dict[str, Any], tag: str, seconds: float,
+                             admitting: bool = False) -> dict[str, int]:
+    """Serve for ``seconds``, asking for the queue's counts every second as an operator would.
+
+    With ``admitting`` the window starts once the loop runs jobs, so that it measures a
+    loop that scans its backlog, not one still starting.
+    """
     async with serving(workdir, data, tag) as serve:
         async with httpx.AsyncClient(base_url=serve.base_url, timeout=60) as client:
+            started = time.monotonic()
+            while admitting:
+                body = (await client.get(f"/v1/queues/{QUEUE}")).json()
+                if body["running"] or body["awaiting"]:
+                    print(f"    {tag}: the loop runs jobs {time.monotonic() - started:.1f}s "
+                          "after the server is ready", flush=True)
+                    break
+                if time.monotonic() - started > 120:
+                    raise RuntimeError(f"memory: {tag}: the loop admitted nothing in 120s "
+                                       f"({body}):\n{serve.log_tail()}")
+                await asyncio.sleep(0.2)
             deadline = time.monotonic() + seconds
             while time.monotonic() < deadline:
                 (await client.get(f"/v1/queues/{QUEUE}")).raise_for_status()
@@ -574,8 +589,8 @@ async def _rss_while_serving(workdir: Path, data: dict[str, Any], tag: str,
             body = (await client.get(f"/v1/queues/{QUEUE}")).json()
         status = vm_status(serve.pid)
     print(f"    {tag}: VmHWM {status['VmHWM'] / 1024:.1f} MiB, VmRSS {status['VmRSS'] / 1024:.1f} "
-          f"MiB; queue scheduled={body['scheduled']} due={body['due']} running={body['running']}",
-          flush=True)
+          f"MiB; queue scheduled={body['scheduled']} due={body['due']} running={body['running']} "
+          f"owner={body['owner']}", flush=True)
     return status
 
 
@@ -613,7 +628,7 @@ async def measure_memory(engine: str, opts: BenchOptions, workdir: Path) -> list
         await _with_store(url, lambda store: store.queue_set_paused(QUEUE, False))
         small = settings_data(url, _free_port(), concurrency=opts.memory_concurrency)
         add(f"{n:,} due jobs, concurrency {opts.memory_concurrency}", await _rss_while_serving(
-            workdir, small, "memory-scanning", opts.memory_seconds),
+            workdir, small, "memory-scanning", opts.memory_seconds, admitting=True),
             "loop scans a full batch every tick")
     return figures
 

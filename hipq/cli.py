@@ -89,7 +89,14 @@ async def _serve(settings: Settings) -> None:
         if not server.started:
             fail(f"cannot listen on {settings.server.host}:{settings.server.port}")
     finally:
-        await service.stop()
+        # After Ctrl-C uvicorn re-raises SIGINT, whose asyncio.run handler cancels this task:
+        # the cancellation must not cut Service.stop() short (the queues' leases would stay
+        # held, and a restarted hipq would wait lease_ttl before its loops run).
+        stopping = asyncio.ensure_future(service.stop())
+        try:
+            await asyncio.shield(stopping)
+        except asyncio.CancelledError:
+            await stopping
 
 
 @app.command()
@@ -289,3 +296,60 @@ def main() -> None:
         sys.exit(getattr(exc, "exit_code", 2) or 2)
     except BrokenPipeError:
         sys.exit(1)
+
+
+@app.command()
+def bench(
+    measurements: Annotated[list[str] | None, typer.Argument(
+        help="enqueue, process, latency, memory (default: all four)")] = None,
+    engine: Annotated[str, typer.Option(help="sqlite, postgres or both")] = "both",
+    postgres_url: Annotated[str, typer.Option(
+        envvar="HIPQ_BENCH_POSTGRES_URL",
+        help="a server on which to create and drop a database hipq_bench_<pid>",
+    )] = "postgresql+asyncpg://postgres@127.0.0.1:5432/postgres",
+    batches: Annotated[int, typer.Option(help="enqueue: batch POSTs")] = 50,
+    batch_size: Annotated[int, typer.Option(help="enqueue: jobs per batch POST")] = 1000,
+    batch_clients: Annotated[int, typer.Option(help="enqueue: concurrent batch clients")] = 4,
+    single_jobs: Annotated[int, typer.Option(help="enqueue: one-job POSTs")] = 5000,
+    single_clients: Annotated[int, typer.Option(help="enqueue: concurrent one-job clients")] = 16,
+    backlog: Annotated[int, typer.Option(help="process: jobs in the backlog")] = 50_000,
+    process_batch_size: Annotated[int, typer.Option(help="process: the queue's batch_size")] = 1000,
+    latency_jobs: Annotated[int, typer.Option(help="latency: jobs posted one at a time")] = 200,
+    memory_jobs: Annotated[int, typer.Option(help="memory: jobs in the database")] = 1_000_000,
+    memory_seconds: Annotated[float, typer.Option(help="memory: how long each run serves")] = 10.0,
+    memory_concurrency: Annotated[int, typer.Option(
+        help="memory: the queue's concurrency in the due-jobs run")] = 10,
+    workdir: Annotated[str | None, typer.Option(
+        help="where SQLite files, configs and logs go (default: a temporary folder)")] = None,
+    json_path: Annotated[str | None, typer.Option(
+        "--json", help="also write the figures to this file")] = None,
+) -> None:
+    """Measure hipq's core on this machine: enqueue rate, processing rate, idle latency, memory.
+
+    Prints figures next to their targets and asserts nothing.
+
+    Each database is made for the run and removed after it; traffic stays on 127.0.0.1.
+    """
+    from hipq import bench as benchmarks
+
+    engines = {"both": benchmarks.ENGINES, "sqlite": ("sqlite",), "postgres": ("postgres",)}
+    if engine not in engines:
+        fail(f"--engine must be sqlite, postgres or both, not {engine!r}")
+    unknown = [m for m in measurements or [] if m not in benchmarks.MEASUREMENTS]
+    if unknown:
+        fail(f"unknown measurement {unknown[0]!r} (known: {', '.join(benchmarks.MEASUREMENTS)})")
+    options = benchmarks.BenchOptions(
+        measurements=tuple(measurements or benchmarks.MEASUREMENTS), engines=engines[engine],
+        postgres_url=postgres_url, batches=batches, batch_size=batch_size,
+        batch_clients=batch_clients, single_jobs=single_jobs, single_clients=single_clients,
+        backlog=backlog, process_batch_size=process_batch_size, latency_jobs=latency_jobs,
+        memory_jobs=memory_jobs, memory_seconds=memory_seconds,
+        memory_concurrency=memory_concurrency, workdir=workdir, json_path=json_path,
+    )
+    logging.basicConfig(level="WARNING", format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        asyncio.run(benchmarks.run(options))
+    except KeyboardInterrupt:
+        fail("interrupted")
+    except RuntimeError as exc:
+        fail(str(exc))

@@ -83,6 +83,7 @@ class QueueLoop:
         correlated: bool = False,
         key_templates: Mapping[str, KeyTemplate] | None = None,
         late_types: Sequence[str] = (),
+        signed_types: Sequence[str] = (),
     ) -> None:
         self.name, self.config, self.store = name, config, store
         self.owner, self.stages, self.transports = owner, list(stages), transports
@@ -95,6 +96,8 @@ class QueueLoop:
         self.key_templates = dict(key_templates or {})
         # Job types that accept a late successful response (late_responses: accept).
         self.late_types = list(late_types)
+        # Job types whose callbacks must be signed: only verified responses settle them.
+        self.signed_types = list(signed_types)
         self.token: int | None = None
         self.in_flight: dict[int, Job] = {}
         self._inbox = _Inbox()
@@ -209,7 +212,7 @@ class QueueLoop:
             for job_id in accepted:
                 self.events.emit("job_settled", queue=self.name, job_id=job_id,
                                  state="completed", attempt=None, error=None)
-        matches, duplicates = await batch.match_responses()
+        matches, duplicates = await batch.match_responses(self.signed_types)
         if duplicates:
             await batch.mark_responses([], duplicates, self.clock())
             self.events.emit("responses_duplicate", queue=self.name, count=len(duplicates))
@@ -297,7 +300,12 @@ class QueueLoop:
             self.events.emit("throttler_error", queue=self.name, throttler=stage, error=message)
         claimed = await batch.claim(chain.admitted, now)
         claimed = await self._dispatch_keys(batch, claimed)
-        await batch.defer(chain.deferred, "outside its time windows", now)
+        by_stage: dict[str, dict[int, datetime]] = {}
+        for job_id, at in chain.deferred.items():
+            by_stage.setdefault(chain.deferred_by.get(job_id, "?"), {})[job_id] = at
+        for stage, deferred in by_stage.items():
+            reason = "outside its time windows" if stage == "window" else f"deferred by {stage}"
+            await batch.defer(deferred, reason, now)
         stored = {j.id: j.waiting_reason for j in candidates}
         changed = {
             i: r for i, r in chain.held.items() if not _same_reason(stored.get(i), r)
@@ -306,7 +314,9 @@ class QueueLoop:
         report.admitted, report.held = len(claimed), len(chain.held)
         report.deferred = len(chain.deferred)
         if self._lookback > 0:
-            self._starts.extend(Start(at=now, labels=j.labels) for j in claimed)
+            self._starts.extend(
+                Start(at=now, labels=j.labels, critical=j.critical) for j in claimed
+            )
         await self._write_stats(batch, live + claimed, chain.held_by, now)
         if chain.held_by:
             self.events.emit("throttled", queue=self.name, held_by=dict(chain.held_by))
@@ -323,13 +333,18 @@ class QueueLoop:
                            "id": job.id, "attempt": job.attempt}
                 try:
                     keys[job.id] = template.render(context)
-                    job = job._replace(correlation_key=keys[job.id])
                 except TemplateError as exc:
                     error = AttemptError(f"correlation key: {exc}", retryable=False)
                     self.outcome(job, Failed(error))
             out.append(job)
+        # A key another open job holds would break the unique index and, with it, every
+        # tick of the queue: such a job fails instead (its key cannot identify it).
+        for job_id, reason in (await batch.keys_in_use(keys)).items():
+            del keys[job_id]
+            job = next(j for j in out if j.id == job_id)
+            self.outcome(job, Failed(AttemptError(reason, retryable=False)))
         await batch.set_correlation_keys(keys)
-        return out
+        return [j._replace(correlation_key=keys.get(j.id, j.correlation_key)) for j in out]
 
     def _forget_starts(self, now: datetime) -> None:
         horizon = now - timedelta(seconds=self._lookback)
@@ -385,6 +400,8 @@ class QueueLoop:
 
     def _dispatch(self, jobs: list[Job]) -> None:
         for job in jobs:
+            if (job.id, job.attempt) in self._inbox.outcomes:
+                continue  # it failed at claim (its key): nothing to send
             transport = self.transports.get(job.type)
             if transport is None:
                 error = AttemptError(f"unknown job type {job.type!r}", retryable=False)

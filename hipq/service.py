@@ -48,20 +48,17 @@ class ServiceError(RuntimeError):
 
 
 def build_stages(name: str, settings: Settings) -> list[Stage]:
-    """The queue's throttler chain: its capacity, then the configured throttlers.
+    """The queue's throttler chain: the configured throttlers, then its capacity.
 
     Time windows are always enforced; a chain that does not list ``window`` gets it first.
     """
     queue = settings.queues[name]
     stages: list[Stage] = []
-    if queue.concurrency is not None:
-        limit = ConcurrencySettings(limit=queue.concurrency)
-        stages.append(Stage("concurrency", WeightedConcurrency(limit)))
     names = [next(iter(item)) for item in queue.throttlers]
     if "window" not in names:
-        stages.insert(0, Stage("window", TimeWindows()))
+        stages.append(Stage("window", TimeWindows()))
     for i, item in enumerate(queue.throttlers):
-        (plugin, raw), = item.items()
+        ((plugin, raw),) = item.items()
         options = dict(raw or {})
         lets_critical = bool(options.pop("let_critical_through", False))
         try:
@@ -69,9 +66,16 @@ def build_stages(name: str, settings: Settings) -> list[Stage]:
             if hasattr(throttler, "bind"):
                 throttler.bind(name, queue.concurrency)
         except (PluginError, ValueError) as exc:
-            raise ServiceError(f"config error: queues.{name}.throttlers[{i}].{plugin}: {exc}") from None
+            raise ServiceError(
+                f"config error: queues.{name}.throttlers[{i}].{plugin}: {exc}"
+            ) from None
         lookback = float(getattr(throttler, "lookback_seconds", 0.0) or 0.0)
         stages.append(Stage(plugin, throttler, lets_critical, lookback))
+    if queue.concurrency is not None:
+        # Last, so that throttlers with a preference among candidates (a share taking
+        # its capacity back from borrowers) see them all; it then only trims to capacity.
+        limit = ConcurrencySettings(limit=queue.concurrency)
+        stages.append(Stage("concurrency", WeightedConcurrency(limit)))
     return stages
 
 
@@ -156,6 +160,9 @@ class Service:
             },
             late_types=[
                 t.name for t in self.intake.types.values() if t.config.late_responses == "accept"
+            ],
+            signed_types=[
+                t.name for t in self.intake.types.values() if t.config.callback_signature
             ],
         )
 

@@ -47,6 +47,7 @@ class Start:
 
     at: datetime
     labels: Mapping[str, str]
+    critical: bool = False
 
 
 class RunningView:
@@ -70,9 +71,14 @@ class RunningView:
     def without_critical(self) -> RunningView:
         """The view a stage that lets critical work through judges ordinary jobs by:
         critical jobs neither wait for it nor count towards its limit."""
-        if not any(j.critical for j in self.jobs):
+        if not any(j.critical for j in self.jobs) and not any(
+            s.critical for s in self.recent_starts
+        ):
             return self
-        return RunningView((j for j in self.jobs if not j.critical), self.recent_starts)
+        return RunningView(
+            (j for j in self.jobs if not j.critical),
+            tuple(s for s in self.recent_starts if not s.critical),
+        )
 
     def starts_since(self, since: datetime) -> list[Start]:
         return [s for s in self.recent_starts if s.at >= since]
@@ -105,6 +111,7 @@ class Stage:
 class ChainResult:
     admitted: list[Job] = field(default_factory=list)
     deferred: dict[int, datetime] = field(default_factory=dict)
+    deferred_by: dict[int, str] = field(default_factory=dict)  # job id -> stage name
     held: dict[int, str] = field(default_factory=dict)
     held_by: Counter[str] = field(default_factory=Counter)  # stage name -> jobs it held
     errors: list[tuple[str, str]] = field(default_factory=list)  # (stage, message)
@@ -157,6 +164,7 @@ def _record(
         verdict = Verdict(held={i: f"throttler {stage.name} failed" for i in by_id})
     admitted = set(verdict.admitted)
     result.deferred.update(verdict.deferred)
+    result.deferred_by.update(dict.fromkeys(verdict.deferred, stage.name))
     for job_id in by_id:
         if job_id not in admitted and job_id not in verdict.deferred:
             result.held[job_id] = verdict.held.get(job_id) or f"held by {stage.name}"

@@ -179,6 +179,14 @@ async def patch_job(job_id: JobId, patch: JobPatch, request: Request) -> JobOut:
         changes["windows"] = [w.to_dict() for w in parsed]
         current = await service.store.job_get(job_id)
         changes["run_at"] = next_opening(parsed, changes.get("run_at") or current.run_at)
+    if "weight" in changes:
+        current = await service.store.job_get(job_id)
+        capacity = service.settings.queues.get(current.queue)
+        limit = capacity.concurrency if capacity is not None else None
+        if limit is not None and changes["weight"] > limit:
+            raise IntakeError(
+                "weight", f"{changes['weight']} exceeds the capacity {limit} of queue {current.queue}"
+            )
     job = await service.store.job_update_pending(job_id, changes, service.clock())
     service.wake([job.queue])
     return JobOut.of(job)

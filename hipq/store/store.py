@@ -601,16 +601,17 @@ class Store:
     async def job_recent_starts(self, queue: str, since: datetime) -> list[Start]:
         """Starts since ``since`` (finished attempts and in-flight jobs), oldest first."""
         finished = (
-            select(attempts.c.started_at.label("at"), jobs.c.labels)
+            select(attempts.c.started_at.label("at"), jobs.c.labels, jobs.c.critical)
             .join(jobs, jobs.c.id == attempts.c.job_id)
             .where(jobs.c.queue == queue, attempts.c.started_at >= since)
         )
-        in_flight = select(jobs.c.claimed_at.label("at"), jobs.c.labels).where(
+        in_flight = select(jobs.c.claimed_at.label("at"), jobs.c.labels, jobs.c.critical).where(
             jobs.c.queue == queue, jobs.c.state.in_(_IN_FLIGHT), jobs.c.claimed_at >= since
         )
         async with self._read() as conn:
             rows = (await conn.execute(finished.union_all(in_flight))).all()
-        return sorted((Start(at=r[0], labels=r[1] or {}) for r in rows), key=lambda s: s.at)
+        starts = (Start(at=r[0], labels=r[1] or {}, critical=bool(r[2])) for r in rows)
+        return sorted(starts, key=lambda s: s.at)
 
     async def job_next_run_at(self, queue: str, after: datetime) -> datetime | None:
         async with self._read() as conn:
@@ -807,11 +808,15 @@ class QueueBatch:
                 [{"b_id": i, "payload": p} for i, p in payloads.items()],
             )
 
-    async def match_responses(self, limit: int = 1000) -> tuple[list[Match], list[int]]:
+    async def match_responses(
+        self, signed_types: Sequence[str] = (), limit: int = 1000
+    ) -> tuple[list[Match], list[int]]:
         """Pending responses whose job is in flight in this queue.
 
-        Returns the matches (the first response per job) and the ids of further
-        responses for a job matched in this batch (duplicates).
+        A job of a type in ``signed_types`` matches only responses whose signature was
+        verified for that type (callbacks with ``?type=``), so an unsigned callback
+        cannot settle it. Returns the matches (the first response per job) and the ids
+        of further responses for a job matched in this batch (duplicates).
         """
         by_key = (
             select(responses, jobs.c.id.label("matched_job"))
@@ -819,6 +824,10 @@ class QueueBatch:
             .where(responses.c.status == "pending", responses.c.forced_job_id.is_(None),
                    jobs.c.queue == self.queue, jobs.c.state.in_(_IN_FLIGHT))
         )
+        if signed_types:
+            by_key = by_key.where(
+                jobs.c.type.not_in(list(signed_types)) | (responses.c.job_type == jobs.c.type)
+            )
         by_hand = (
             select(responses, jobs.c.id.label("matched_job"))
             .join(jobs, jobs.c.id == responses.c.forced_job_id)
@@ -897,6 +906,28 @@ class QueueBatch:
             )
             done.append(row.job)
         return done
+
+    async def keys_in_use(self, keys: dict[int, str]) -> dict[int, str]:
+        """Of ``keys`` (job id -> key), those another open job already holds, or that
+        an earlier job of the same batch takes: job id -> why."""
+        taken: dict[int, str] = {}
+        first: dict[str, int] = {}
+        for job_id, key in keys.items():
+            if key in first:
+                taken[job_id] = f"correlation key {key!r} is built by job {first[key]} too"
+            first.setdefault(key, job_id)
+        if not first:
+            return taken
+        rows = await self.conn.execute(
+            select(jobs.c.id, jobs.c.correlation_key).where(
+                jobs.c.correlation_key.in_(list(first)), jobs.c.state.in_(_OPEN)
+            )
+        )
+        for holder, key in rows.all():
+            job_id = first[key]
+            if holder != job_id:
+                taken[job_id] = f"correlation key {key!r} is used by open job {holder}"
+        return taken
 
     async def set_correlation_keys(self, keys: dict[int, str]) -> None:
         """Keys built at dispatch (templates using the job id or attempt)."""

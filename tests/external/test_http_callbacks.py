@@ -211,6 +211,26 @@ async def test_signature_failures_are_401_before_anything_is_stored(world: World
     assert (await world.api.post("/v1/callbacks/x?type=nope", content=body)).status_code == 422
 
 
+async def test_an_unsigned_callback_cannot_settle_a_job_that_requires_signatures(
+    world: World,
+) -> None:
+    posted = await world.post("charge_signed", order_id="sig-2", behavior="hold")
+    await eventually(lambda: _is(world, posted["id"], "awaiting"), timeout=10)
+    body = b'{"status": "ok"}'
+    for query in ("", "?type=charge"):  # no type, or an unsigned job type's name
+        sneaky = await world.api.post(f"/v1/callbacks/sig-2{query}", content=body)
+        assert sneaky.status_code == 202  # stored, but it must not match
+    world.service.wake_all()
+    await world.service.loops["default"].run_once()
+    assert await world.state(posted["id"]) == "awaiting"
+    signed = signature_headers(SECRET, "msg-2", int(time.time()), body)
+    accepted = await world.api.post(
+        "/v1/callbacks/sig-2?type=charge_signed", content=body, headers=signed
+    )
+    assert accepted.status_code == 202
+    await eventually(lambda: _is(world, posted["id"], "completed"), timeout=10)
+
+
 async def test_a_restart_between_dispatch_and_response_loses_nothing(database_url: str) -> None:
     external = CallbackService()
     port = free_port()

@@ -171,3 +171,37 @@ async def test_limits_hold_across_two_processes(postgres_url_fresh: str) -> None
             if service.started:
                 await service.stop()
     assert probe.PEAK["region=east"] <= 15 and probe.PEAK["region=west"] <= 15
+
+
+async def test_a_share_takes_its_capacity_back_when_the_queue_has_a_concurrency(
+    database_url: str,
+) -> None:
+    """Lending with the queue's concurrency set: freed capacity goes to the owner that
+    waits below its quota, not to an older borrower."""
+    settings = make_settings(
+        database_url,
+        job_types={"hang": {"transport": {"python": {"handler": "tests.handlers:hang"}}}},
+        queues={"default": {
+            "concurrency": 10,
+            "throttlers": [{"share": {"label": "region", "shares": {"east": 50, "west": 50},
+                                      "lend": True}}],
+        }},
+    )
+    service = Service(settings, run_loops=False)
+    await service.start()
+    try:
+        loop = service.loops["default"]
+        assert await loop.acquire()
+        await _enqueue(service, [{"type": "hang", "labels": {"region": "east"}}] * 12)
+        await loop.run_once()  # east borrows west's idle half: 10 running
+        running = await service.store.job_list(JobFilter(states=("running",)))
+        assert len(running) == 10
+        await _enqueue(service, [{"type": "hang", "labels": {"region": "west"}}] * 2)
+        for job in running[:2]:
+            await service.store.job_cancel(job.id, service.clock())
+        await loop.run_once()
+        now_running = await service.store.job_list(JobFilter(states=("running",)))
+        regions = sorted(j.labels["region"] for j in now_running)
+        assert regions.count("west") == 2 and len(regions) == 10
+    finally:
+        await service.stop()

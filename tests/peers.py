@@ -66,7 +66,9 @@ class CallbackService:
         self.requests: Counter[str] = Counter()  # correlation key -> requests received
         self.callbacks: Counter[str] = Counter()  # correlation key -> callbacks delivered
         self.held: dict[str, str] = {}  # key -> callback URL, for `hold`
-        self.client = httpx.AsyncClient(timeout=10)
+        self.client = httpx.AsyncClient(
+            timeout=30, limits=httpx.Limits(max_connections=64, max_keepalive_connections=64)
+        )
         self._tasks: set[asyncio.Task[None]] = set()
         self.app = Starlette(routes=[Route("/charges", self._charge, methods=["POST"])])
 
@@ -106,7 +108,15 @@ class CallbackService:
         task.add_done_callback(self._tasks.discard)
 
     async def call_back(self, url: str, key: str, body: dict[str, Any]) -> httpx.Response:
-        response = await self.client.post(url, json=body)
+        """Deliver a callback; like real webhook senders, retry a transport failure."""
+        for attempt in range(5):
+            try:
+                response = await self.client.post(url, json=body)
+                break
+            except httpx.TransportError:
+                if attempt == 4:
+                    raise
+                await asyncio.sleep(0.2 * 2**attempt)
         response.raise_for_status()
         self.callbacks[key] += 1
         return response

@@ -1,0 +1,183 @@
+"""End-to-end throughput and latency of external jobs (prints figures, asserts nothing).
+
+    python benchmarks/bench_external.py --engine both --path both --jobs 20000
+
+- http: `hipq serve` (a subprocess) sends each job to a local HTTP service that answers
+  202 at once and then calls the callback URL back; the job completes by the callback.
+- kafka: `hipq serve` produces each job to a request topic of a local Tansu broker; a
+  responder consumes it and produces the response, which hipq consumes and matches.
+
+Latency is from the job's creation (the POST) to its `completed` (both stamped by hipq),
+median and p99 over all jobs. Every wait is bounded; all traffic stays on 127.0.0.1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import httpx
+import orjson
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+from sqlalchemy import select
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from hipq.bench import BenchOptions, _free_port, fresh_database, serving  # noqa: E402
+from hipq.store import Store  # noqa: E402
+from hipq.store.schema import jobs  # noqa: E402
+from tests.peers import CallbackService, serve_app  # noqa: E402
+from tests.services import start_tansu  # noqa: E402
+
+TARGET = ">= 2,000 jobs/s completed (PostgreSQL)"
+
+
+def base_config(url: str, port: int) -> dict[str, Any]:
+    return {
+        "database_url": url,
+        "migrate_on_start": True,
+        "log_level": "warning",
+        "server": {"host": "127.0.0.1", "port": port},
+        "queues": {"default": {"batch_size": 2000, "batch_interval": "200ms"}},
+        "responses": {"ttl": "1h"},
+    }
+
+
+async def post_jobs(base: str, type_: str, count: int, batch: int = 1000) -> float:
+    """POST ``count`` jobs in batches; returns the time the first POST started."""
+    started = time.perf_counter()
+    async with httpx.AsyncClient(base_url=base, timeout=120) as client:
+        for first in range(0, count, batch):
+            body = {"jobs": [{"type": type_, "payload": {"order_id": f"o-{i}"}}
+                             for i in range(first, min(count, first + batch))]}
+            response = await client.post("/v1/jobs/batch", content=orjson.dumps(body),
+                                         headers={"content-type": "application/json"})
+            response.raise_for_status()
+    return started
+
+
+async def wait_drained(base: str, count: int, within: float) -> float:
+    deadline = time.perf_counter() + within
+    async with httpx.AsyncClient(base_url=base, timeout=30) as client:
+        while time.perf_counter() < deadline:
+            q = (await client.get("/v1/queues/default")).json()
+            if q["scheduled"] + q["running"] + q["awaiting"] == 0:
+                return time.perf_counter()
+            await asyncio.sleep(0.1)
+    raise RuntimeError(f"{count} jobs not drained within {within:g}s")
+
+
+async def latencies(url: str) -> tuple[int, float, float]:
+    store = Store.from_url(url)
+    try:
+        async with store.engine.connect() as conn:
+            rows = (await conn.execute(
+                select(jobs.c.state, jobs.c.created_at, jobs.c.finished_at)
+            )).all()
+    finally:
+        await store.close()
+    done = sorted((r.finished_at - r.created_at).total_seconds() * 1000
+                  for r in rows if r.state == "completed")
+    if not done:
+        return 0, 0.0, 0.0
+    return len(done), done[len(done) // 2], done[min(len(done) - 1, int(len(done) * 0.99))]
+
+
+async def run_http(url: str, workdir: Path, count: int) -> tuple[float, int]:
+    peer = CallbackService(delay=(0.0, 0.0))
+    async with serve_app(peer.app) as external:
+        config = base_config(url, _free_port())
+        config["job_types"] = {"charge": {
+            "correlation_key": "{payload.order_id}",
+            "transport": {"http": {"url": f"{external}/charges", "timeout": "30s"}},
+        }}
+        async with serving(workdir, config, "http") as serve:
+            started = await post_jobs(serve.base_url, "charge", count)
+            ended = await wait_drained(serve.base_url, count, within=600)
+    await peer.close()
+    return ended - started, count
+
+
+async def responder(bootstrap: str, requests: str, responses: str, stop: asyncio.Event) -> None:
+    consumer = AIOKafkaConsumer(requests, bootstrap_servers=bootstrap, group_id="responder",
+                                auto_offset_reset="earliest", session_timeout_ms=1000,
+                                heartbeat_interval_ms=200)
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, linger_ms=5)
+    await consumer.start()
+    await producer.start()
+    try:
+        while not stop.is_set():
+            batches = await consumer.getmany(timeout_ms=200, max_records=2000)
+            for messages in batches.values():
+                for m in messages:
+                    key = dict(m.headers)["correlation_id"]
+                    await producer.send(responses, b'{"status": "ok"}',
+                                        headers=[("correlation_id", key)])
+            await producer.flush()
+    finally:
+        await consumer.stop()
+        await producer.stop()
+
+
+async def run_kafka(url: str, workdir: Path, count: int) -> tuple[float, int]:
+    broker = start_tansu()
+    suffix = uuid.uuid4().hex[:6]
+    requests, responses = f"bench.requests.{suffix}", f"bench.responses.{suffix}"
+    stop = asyncio.Event()
+    task = asyncio.create_task(responder(broker.bootstrap, requests, responses, stop))
+    try:
+        config = base_config(url, _free_port())
+        config["job_types"] = {"order": {
+            "correlation_key": "{payload.order_id}",
+            "transport": {"kafka": {"topic": requests}},
+        }}
+        config["kafka"] = {
+            "enabled": True, "bootstrap_servers": broker.bootstrap, "group_id": f"hipq-{suffix}",
+            "session_timeout": "2s", "heartbeat_interval": "500ms",
+            "responses": [{"topic": responses, "key": "{headers.correlation_id}",
+                           "outcome": {"field": "status", "success": ["ok"]}}],
+        }
+        async with serving(workdir, config, "kafka") as serve:
+            started = await post_jobs(serve.base_url, "order", count)
+            ended = await wait_drained(serve.base_url, count, within=600)
+    finally:
+        stop.set()
+        await asyncio.gather(task, return_exceptions=True)
+        broker.stop()
+    return ended - started, count
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--engine", choices=["sqlite", "postgres", "both"], default="both")
+    parser.add_argument("--path", choices=["http", "kafka", "both"], default="both")
+    parser.add_argument("--jobs", type=int, default=20_000)
+    parser.add_argument("--postgres-url", default=BenchOptions.postgres_url)
+    args = parser.parse_args()
+    engines = ["sqlite", "postgres"] if args.engine == "both" else [args.engine]
+    paths = ["http", "kafka"] if args.path == "both" else [args.path]
+    runners: dict[str, Callable[[str, Path, int], Awaitable[tuple[float, int]]]] = {
+        "http": run_http, "kafka": run_kafka,
+    }
+    opts = BenchOptions(postgres_url=args.postgres_url)
+    print(f"end to end, {args.jobs} jobs per run; target {TARGET}")
+    with tempfile.TemporaryDirectory(prefix="hipq-bench-ext-") as tmp:
+        for engine in engines:
+            for path in paths:
+                async with fresh_database(engine, opts, Path(tmp), f"{path}-{engine}") as url:
+                    seconds, count = await runners[path](url, Path(tmp), args.jobs)
+                    done, median, p99 = await latencies(url)
+                print(f"  {engine:<8} {path:<6} {count / seconds:>9,.0f} jobs/s completed   "
+                      f"latency median {median:>8,.0f} ms   p99 {p99:>8,.0f} ms   "
+                      f"({done}/{count} completed in {seconds:.1f}s)", flush=True)
+
+
+if __name__ == "__main__":
+    asyncio.run(main())

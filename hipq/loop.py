@@ -16,6 +16,7 @@ import asyncio
 import contextlib
 import logging
 import re
+import time
 from collections import Counter, deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -37,6 +38,7 @@ from hipq.transports.base import Transport
 log = logging.getLogger("hipq.loop")
 
 Clock = Callable[[], datetime]
+RECHECK_SECONDS = 2.0
 
 
 @dataclass(slots=True)
@@ -113,6 +115,11 @@ class QueueLoop:
         self._errors: Counter[str] = Counter()
         self.wake = asyncio.Event()
         self._stopping = False
+        # Cancel requests and inbox responses are looked for when something hinted at
+        # them, and at least every RECHECK_SECONDS (a hint from another process may be
+        # lost while its LISTEN connection reconnects).
+        self._check_cancels = self._check_responses = True
+        self._last_recheck = time.monotonic()
 
     # -- what transports call (through the Reporter protocol) ---------------------
 
@@ -131,6 +138,20 @@ class QueueLoop:
     def checkpoint(self, job: Job, payload: dict[str, Any]) -> None:
         if job.id in self.in_flight:
             self._inbox.payloads[job.id] = payload
+
+    def hint_cancels(self) -> None:
+        self._check_cancels = True
+        self.wake.set()
+
+    def hint_responses(self) -> None:
+        self._check_responses = True
+        self.wake.set()
+
+    def _recheck_due(self) -> bool:
+        if time.monotonic() - self._last_recheck >= RECHECK_SECONDS:
+            self._last_recheck = time.monotonic()
+            self._check_cancels = self._check_responses = True
+        return self._check_cancels or self._check_responses
 
     # -- ownership ------------------------------------------------------------------
 
@@ -177,7 +198,11 @@ class QueueLoop:
             async with self.store.queue_batch(
                 self.name, self.owner, self.token, now, self.lease_ttl
             ) as batch:
-                cancels = await batch.cancel_requests()
+                self._recheck_due()
+                cancels: list[int] = []
+                if self._check_cancels:
+                    self._check_cancels = False
+                    cancels = await batch.cancel_requests()
                 matched = await self._match(batch)
                 settlements = self._settlements(inbox, cancels, now, matched)
                 await batch.settle(settlements, now)
@@ -197,6 +222,7 @@ class QueueLoop:
         except Exception:
             self._inbox, fresh = inbox, self._inbox
             self._inbox.merge_back(fresh)
+            self._check_cancels = self._check_responses = True  # look again next tick
             raise
         self._apply(inbox, settlements, claimed, now)
         report.settled = len(settlements)
@@ -205,8 +231,9 @@ class QueueLoop:
 
     async def _match(self, batch: Any) -> dict[int, tuple[int, Outcome]]:
         """job id -> (response id, outcome) for pending responses of in-flight jobs."""
-        if not self.correlated:
+        if not self.correlated or not self._check_responses:
             return {}
+        self._check_responses = False
         if self.late_types:
             accepted = await batch.accept_late(self.late_types, self.clock())
             for job_id in accepted:
@@ -392,6 +419,10 @@ class QueueLoop:
                 self.in_flight[job_id] = self.in_flight[job_id]._replace(payload=payload)
         for job in claimed:
             self.in_flight[job.id] = job
+        if claimed or inbox.sent:
+            # A response stored before its job was running or awaiting (early) can
+            # match now.
+            self._check_responses = True
         if claimed:
             self.events.emit("jobs_admitted", queue=self.name, count=len(claimed))
 

@@ -7,7 +7,7 @@ to have its settings validated at start; otherwise it receives the raw mapping.
 
 from __future__ import annotations
 
-import json
+import orjson
 from functools import cache
 from importlib.metadata import entry_points
 from typing import Any
@@ -62,10 +62,10 @@ class RetryStrategies:
     """Strategy instances, one per distinct retry config (jobs carry their config as JSON)."""
 
     def __init__(self) -> None:
-        self._cache: dict[str, Any] = {}
+        self._cache: dict[bytes, Any] = {}
 
     def get(self, config: dict[str, Any]) -> Any:
-        key = json.dumps(config, sort_keys=True, default=str)
+        key = orjson.dumps(config, option=orjson.OPT_SORT_KEYS, default=str)
         strategy = self._cache.get(key)
         if strategy is None:
             name = config.get("strategy", "exponential")

@@ -27,7 +27,7 @@ from hipq.intake import Intake, IntakeError
 from hipq.loop import QueueLoop
 from hipq.plugins import THROTTLERS, PluginError, RetryStrategies, build
 from hipq.store import Store
-from hipq.store.dialects import ALL_QUEUES
+from hipq.store.dialects import ALL_QUEUES, CANCEL_PREFIX
 from hipq.throttling import Stage
 from hipq.transports.base import Transport
 from hipq.transports.python import HandlerImportError, PythonTransport, import_handler
@@ -134,6 +134,7 @@ class Service:
         except IntakeError as exc:  # a job type's retry or correlation_key: one line, no traceback
             raise ServiceError(f"config error: {exc}") from None
         self.store = Store.from_url(settings.database_url)
+        self.store.listeners.append(self.wake_queue)
         self.run_loops = run_loops
         self.transports = self._transports()
         self.loops = {name: self._loop(name) for name in settings.queues}
@@ -274,9 +275,16 @@ class Service:
             self._sqlite_lock = None
 
     def wake_queue(self, queue: str) -> None:
+        """Act on a NOTIFY payload: a queue's name, ``*`` (new responses) or
+        ``cancel:<queue>``; from this process's store or another process's."""
         if queue == ALL_QUEUES:
             for each in self.loops.values():
-                each.wake.set()
+                each.hint_responses()
+            return
+        if queue.startswith(CANCEL_PREFIX):
+            loop = self.loops.get(queue.removeprefix(CANCEL_PREFIX))
+            if loop is not None:
+                loop.hint_cancels()
             return
         loop = self.loops.get(queue)
         if loop is not None:

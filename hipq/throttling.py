@@ -220,6 +220,13 @@ class GuardedChain:
             busy = self._busy[i]
             if not judged:
                 pass
+            elif getattr(stage.throttler, "runs_inline", False):
+                # Built-ins are pure and linear: no thread hop on every tick for them.
+                seen = view.without_critical() if stage.lets_critical_through else view
+                try:
+                    answer = stage.throttler.decide(judged, seen, now)
+                except Exception as exc:
+                    answer = exc
             elif busy is not None and not busy.done():
                 answer = ThrottlerFault(f"still busy after its time limit of {self.time_limit:g}s")
             else:

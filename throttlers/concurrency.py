@@ -26,6 +26,8 @@ class WeightedConcurrency:
     """
 
     config_model: ClassVar[type[BaseModel]] = ConcurrencySettings
+    # Pure and linear in the candidates: the loop calls it without a worker thread.
+    runs_inline: ClassVar[bool] = True
 
     def __init__(self, settings: ConcurrencySettings) -> None:
         self.limit = settings.limit

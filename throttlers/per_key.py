@@ -65,6 +65,8 @@ def _key_value(path: tuple[str, ...], labels: Mapping[str, str], payload: Any) -
 
 class PerKey:
     config_model: ClassVar[type[BaseModel]] = PerKeySettings
+    # Pure and linear in the candidates: the loop calls it without a worker thread.
+    runs_inline: ClassVar[bool] = True
 
     def __init__(self, settings: PerKeySettings) -> None:
         self.settings = settings

@@ -44,6 +44,8 @@ class RateSettings(BaseModel):
 
 class Rate:
     config_model: ClassVar[type[BaseModel]] = RateSettings
+    # Pure and linear in the candidates: the loop calls it without a worker thread.
+    runs_inline: ClassVar[bool] = True
 
     def __init__(self, settings: RateSettings) -> None:
         self.settings = settings

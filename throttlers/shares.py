@@ -125,6 +125,8 @@ class _Share:
 
 class Shares:
     config_model: ClassVar[type[BaseModel]] = SharesSettings
+    # Pure and linear in the candidates: the loop calls it without a worker thread.
+    runs_inline: ClassVar[bool] = True
 
     def __init__(self, settings: SharesSettings) -> None:
         self.settings = settings

@@ -37,6 +37,8 @@ def job_windows(windows: list[dict[str, Any]] | None) -> tuple[Window, ...]:
 
 class TimeWindows:
     config_model: ClassVar[type[BaseModel]] = WindowSettings
+    # Pure and linear in the candidates: the loop calls it without a worker thread.
+    runs_inline: ClassVar[bool] = True
 
     def __init__(self, settings: WindowSettings | None = None) -> None:
         self.settings = settings

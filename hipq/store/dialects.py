@@ -19,6 +19,7 @@ from sqlalchemy.sql import text
 
 NOTIFY_CHANNEL = "hipq_jobs"
 ALL_QUEUES = "*"  # NOTIFY payload that wakes every queue (a response may be for any)
+CANCEL_PREFIX = "cancel:"  # NOTIFY payload "cancel:<queue>": a running job was asked to stop
 SQLITE_BUSY_TIMEOUT_MS = 30_000
 
 
@@ -31,6 +32,11 @@ def _json_dumps(value: Any) -> str:
 
 
 def create_engine(url: str, **kwargs: Any) -> AsyncEngine:
+    if url.startswith("postgresql"):
+        # The API's concurrent requests and the loops share the pool; a small pool
+        # makes each request beyond it open a new connection.
+        kwargs.setdefault("pool_size", 20)
+        kwargs.setdefault("max_overflow", 20)
     engine = create_async_engine(
         url, json_serializer=_json_dumps, json_deserializer=orjson.loads, **kwargs
     )

@@ -8,7 +8,7 @@ queue's lease). Dialect differences live in ``hipq.store.dialects``.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import asdict
 from datetime import datetime, timedelta
@@ -100,6 +100,10 @@ class Store:
     def __init__(self, engine: AsyncEngine) -> None:
         self.engine = engine
         self.dialect = engine.dialect.name
+        # Called after a commit with each NOTIFY payload it sent, so that this
+        # process's loops hear their news the same way other processes do.
+        self.listeners: list[Callable[[str], None]] = []
+        self._notices: dict[int, set[str]] = {}  # open write transaction -> payloads
 
     @classmethod
     def from_url(cls, url: str, **engine_kwargs: Any) -> Store:
@@ -112,8 +116,23 @@ class Store:
     async def _write(self) -> AsyncIterator[AsyncConnection]:
         async with self.engine.connect() as conn:
             await conn.execution_options(hipq_write=True)
-            async with conn.begin():
-                yield conn
+            sent: set[str] = set()
+            self._notices[id(conn)] = sent
+            try:
+                async with conn.begin():
+                    yield conn
+            finally:
+                self._notices.pop(id(conn), None)
+            for payload in sent:  # committed: tell this process's listeners too
+                for listener in self.listeners:
+                    listener(payload)
+
+    async def _notify(self, conn: AsyncConnection, payloads: set[str]) -> None:
+        """NOTIFY other processes, and this one's listeners once the transaction commits."""
+        pending = self._notices.get(id(conn))
+        if pending is not None:
+            pending.update(payloads)
+        await dialects.notify(conn, payloads)
 
     @asynccontextmanager
     async def _read(self) -> AsyncIterator[AsyncConnection]:
@@ -150,7 +169,7 @@ class Store:
                         .where(idempotency_keys.c.key == idempotency[0])
                         .values(job_ids=[j.id for j in result])
                     )
-                await dialects.notify(conn, {j.queue for j in new_jobs})
+                await self._notify(conn, {j.queue for j in new_jobs})
                 return InsertResult(result)
         except IntegrityError as exc:
             raise _conflict_from(exc) from None
@@ -181,14 +200,25 @@ class Store:
         out: list[Job | None] = [None] * len(new_jobs)
         plain = [(i, _new_row(j, now)) for i, j in enumerate(new_jobs) if not j.job_key]
         if plain:
-            stmt = jobs.insert().returning(jobs.c.id, sort_by_parameter_order=True)
-            ids = (await conn.execute(stmt, [row for _, row in plain])).scalars().all()
+            ids = await self._insert_rows(conn, [row for _, row in plain])
             for (i, row), job_id in zip(plain, ids, strict=True):
                 out[i] = _job_from_new(job_id, row)
         for i, job in enumerate(new_jobs):
             if job.job_key:
                 out[i] = await self._insert_keyed(conn, job, now)
         return [j for j in out if j is not None]
+
+    async def _insert_rows(self, conn: AsyncConnection, rows: list[dict[str, Any]]) -> list[int]:
+        """Insert job rows; their ids in the order given."""
+        if self.dialect == "sqlite":
+            # SQLAlchemy can only return ids in order by inserting row by row on SQLite.
+            # Writers are serialised (BEGIN IMMEDIATE) and INTEGER PRIMARY KEY takes
+            # max(rowid) + 1, so one executemany gives consecutive ids ending at the last.
+            await conn.execute(jobs.insert(), rows)
+            last = (await conn.exec_driver_sql("SELECT last_insert_rowid()")).scalar_one()
+            return list(range(last - len(rows) + 1, last + 1))
+        stmt = jobs.insert().returning(jobs.c.id, sort_by_parameter_order=True)
+        return list((await conn.execute(stmt, rows)).scalars().all())
 
     async def _insert_keyed(self, conn: AsyncConnection, job: NewJob, now: datetime) -> Job:
         """job_key de-duplication, with graphile-worker's three modes."""
@@ -296,7 +326,7 @@ class Store:
                     .where(jobs.c.id == job_id)
                     .values(cancel_requested=True, updated_at=now)
                 )
-                await dialects.notify(conn, {job.queue})
+                await self._notify(conn, {dialects.CANCEL_PREFIX + job.queue})
                 return await self._locked(conn, job_id)
             raise Conflict(
                 f"job {job_id} is {job.state}; only open jobs can be cancelled", field="state"
@@ -319,7 +349,7 @@ class Store:
                 State.SCHEDULED,
                 {**changes, "updated_at": now, "waiting_reason": None},
             )
-            await dialects.notify(conn, {job.queue})
+            await self._notify(conn, {job.queue})
             return job
 
     async def job_retry(self, job_id: int, now: datetime, run_at: datetime | None = None) -> Job:
@@ -346,7 +376,7 @@ class Store:
                         "waiting_reason": None,
                     },
                 )
-                await dialects.notify(conn, {job.queue})
+                await self._notify(conn, {job.queue})
                 return job
         except IntegrityError as exc:
             raise _conflict_from(exc) from None
@@ -397,7 +427,7 @@ class Store:
         async with self._write() as conn:
             await self._queue_row(conn, queue)
             await conn.execute(update(queues).where(queues.c.name == queue).values(paused=paused))
-            await dialects.notify(conn, {queue})
+            await self._notify(conn, {queue})
 
     async def lease_acquire(self, queue: str, owner: str, now: datetime, ttl: float) -> int | None:
         """Take the queue's lease if it is free or expired; the new fencing token, or None."""
@@ -458,7 +488,7 @@ class Store:
                 ]
                 stmt = responses.insert().returning(responses.c.id, sort_by_parameter_order=True)
                 ids = list((await conn.execute(stmt, rows)).scalars().all())
-                await dialects.notify(conn, {dialects.ALL_QUEUES})
+                await self._notify(conn, {dialects.ALL_QUEUES})
             if parked:
                 await conn.execute(
                     parked_messages.insert(), [{**asdict(p), "received_at": now} for p in parked]
@@ -513,7 +543,7 @@ class Store:
                 .values(status="pending", forced_job_id=job_id,
                         expires_at=max(row.expires_at, now + timedelta(hours=1)))
             )
-            await dialects.notify(conn, {job.queue})
+            await self._notify(conn, {job.queue})
         return await self.response_get(response_id)
 
     async def parked_list(self, after_id: int | None = None, limit: int = 100) -> list[dict[str, Any]]:
@@ -694,7 +724,14 @@ class QueueBatch:
             for s in settlements
         ]
         await self.conn.execute(stmt, params)
-        records = [asdict(s.record) for s in settlements if s.record is not None]
+        # Plain dicts by hand: dataclasses.asdict deep-copies every response body.
+        records = [
+            {"job_id": r.job_id, "attempt": r.attempt, "started_at": r.started_at,
+             "finished_at": r.finished_at, "outcome": r.outcome, "error": r.error,
+             "response": r.response}
+            for s in settlements
+            if (r := s.record) is not None
+        ]
         if records:
             await self.conn.execute(attempts.insert(), records)
 

@@ -1,10 +1,10 @@
 #!/usr/bin/env python3
 """Benchmarks of hipq's core; the same as ``hipq bench`` (see benchmarks/README.md).
 
-    python benchmarks/bench_core.py                       # all four, SQLite and PostgreSQL
-    python benchmarks/bench_core.py enqueue latency --engine sqlite
-    python benchmarks/bench_core.py process --backlog 5000 --engine postgres
-    python benchmarks/bench_core.py --help                # every size flag
+python benchmarks/bench_core.py                       # all four, SQLite and PostgreSQL
+python benchmarks/bench_core.py enqueue latency --engine sqlite
+python benchmarks/bench_core.py process --backlog 5000 --engine postgres
+python benchmarks/bench_core.py --help                # every size flag
 """
 
 from __future__ import annotations

@@ -30,11 +30,11 @@ from sqlalchemy import select
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from hipq.bench import BenchOptions, _free_port, fresh_database, serving  # noqa: E402
-from hipq.store import Store  # noqa: E402
-from hipq.store.schema import jobs  # noqa: E402
-from tests.peers import CallbackService, serve_app  # noqa: E402
-from tests.services import start_tansu  # noqa: E402
+from hipq.bench import BenchOptions, _free_port, fresh_database, serving
+from hipq.store import Store
+from hipq.store.schema import jobs
+from tests.peers import CallbackService, serve_app
+from tests.services import start_tansu
 
 TARGET = ">= 2,000 jobs/s completed (PostgreSQL)"
 
@@ -55,10 +55,17 @@ async def post_jobs(base: str, type_: str, count: int, batch: int = 1000) -> flo
     started = time.perf_counter()
     async with httpx.AsyncClient(base_url=base, timeout=120) as client:
         for first in range(0, count, batch):
-            body = {"jobs": [{"type": type_, "payload": {"order_id": f"o-{i}"}}
-                             for i in range(first, min(count, first + batch))]}
-            response = await client.post("/v1/jobs/batch", content=orjson.dumps(body),
-                                         headers={"content-type": "application/json"})
+            body = {
+                "jobs": [
+                    {"type": type_, "payload": {"order_id": f"o-{i}"}}
+                    for i in range(first, min(count, first + batch))
+                ]
+            }
+            response = await client.post(
+                "/v1/jobs/batch",
+                content=orjson.dumps(body),
+                headers={"content-type": "application/json"},
+            )
             response.raise_for_status()
     return started
 
@@ -78,13 +85,16 @@ async def latencies(url: str) -> tuple[int, float, float]:
     store = Store.from_url(url)
     try:
         async with store.engine.connect() as conn:
-            rows = (await conn.execute(
-                select(jobs.c.state, jobs.c.created_at, jobs.c.finished_at)
-            )).all()
+            rows = (
+                await conn.execute(select(jobs.c.state, jobs.c.created_at, jobs.c.finished_at))
+            ).all()
     finally:
         await store.close()
-    done = sorted((r.finished_at - r.created_at).total_seconds() * 1000
-                  for r in rows if r.state == "completed")
+    done = sorted(
+        (r.finished_at - r.created_at).total_seconds() * 1000
+        for r in rows
+        if r.state == "completed"
+    )
     if not done:
         return 0, 0.0, 0.0
     return len(done), done[len(done) // 2], done[min(len(done) - 1, int(len(done) * 0.99))]
@@ -94,10 +104,12 @@ async def run_http(url: str, workdir: Path, count: int) -> tuple[float, int]:
     peer = CallbackService(delay=(0.0, 0.0))
     async with serve_app(peer.app) as external:
         config = base_config(url, _free_port())
-        config["job_types"] = {"charge": {
-            "correlation_key": "{payload.order_id}",
-            "transport": {"http": {"url": f"{external}/charges", "timeout": "30s"}},
-        }}
+        config["job_types"] = {
+            "charge": {
+                "correlation_key": "{payload.order_id}",
+                "transport": {"http": {"url": f"{external}/charges", "timeout": "30s"}},
+            }
+        }
         async with serving(workdir, config, "http") as serve:
             started = await post_jobs(serve.base_url, "charge", count)
             ended = await wait_drained(serve.base_url, count, within=600)
@@ -106,9 +118,14 @@ async def run_http(url: str, workdir: Path, count: int) -> tuple[float, int]:
 
 
 async def responder(bootstrap: str, requests: str, responses: str, stop: asyncio.Event) -> None:
-    consumer = AIOKafkaConsumer(requests, bootstrap_servers=bootstrap, group_id="responder",
-                                auto_offset_reset="earliest", session_timeout_ms=1000,
-                                heartbeat_interval_ms=200)
+    consumer = AIOKafkaConsumer(
+        requests,
+        bootstrap_servers=bootstrap,
+        group_id="responder",
+        auto_offset_reset="earliest",
+        session_timeout_ms=1000,
+        heartbeat_interval_ms=200,
+    )
     producer = AIOKafkaProducer(bootstrap_servers=bootstrap, linger_ms=5)
     await consumer.start()
     await producer.start()
@@ -118,8 +135,9 @@ async def responder(bootstrap: str, requests: str, responses: str, stop: asyncio
             for messages in batches.values():
                 for m in messages:
                     key = dict(m.headers)["correlation_id"]
-                    await producer.send(responses, b'{"status": "ok"}',
-                                        headers=[("correlation_id", key)])
+                    await producer.send(
+                        responses, b'{"status": "ok"}', headers=[("correlation_id", key)]
+                    )
             await producer.flush()
     finally:
         await consumer.stop()
@@ -134,15 +152,25 @@ async def run_kafka(url: str, workdir: Path, count: int) -> tuple[float, int]:
     task = asyncio.create_task(responder(broker.bootstrap, requests, responses, stop))
     try:
         config = base_config(url, _free_port())
-        config["job_types"] = {"order": {
-            "correlation_key": "{payload.order_id}",
-            "transport": {"kafka": {"topic": requests}},
-        }}
+        config["job_types"] = {
+            "order": {
+                "correlation_key": "{payload.order_id}",
+                "transport": {"kafka": {"topic": requests}},
+            }
+        }
         config["kafka"] = {
-            "enabled": True, "bootstrap_servers": broker.bootstrap, "group_id": f"hipq-{suffix}",
-            "session_timeout": "2s", "heartbeat_interval": "500ms",
-            "responses": [{"topic": responses, "key": "{headers.correlation_id}",
-                           "outcome": {"field": "status", "success": ["ok"]}}],
+            "enabled": True,
+            "bootstrap_servers": broker.bootstrap,
+            "group_id": f"hipq-{suffix}",
+            "session_timeout": "2s",
+            "heartbeat_interval": "500ms",
+            "responses": [
+                {
+                    "topic": responses,
+                    "key": "{headers.correlation_id}",
+                    "outcome": {"field": "status", "success": ["ok"]},
+                }
+            ],
         }
         async with serving(workdir, config, "kafka") as serve:
             started = await post_jobs(serve.base_url, "order", count)
@@ -164,7 +192,8 @@ async def main() -> None:
     engines = ["sqlite", "postgres"] if args.engine == "both" else [args.engine]
     paths = ["http", "kafka"] if args.path == "both" else [args.path]
     runners: dict[str, Callable[[str, Path, int], Awaitable[tuple[float, int]]]] = {
-        "http": run_http, "kafka": run_kafka,
+        "http": run_http,
+        "kafka": run_kafka,
     }
     opts = BenchOptions(postgres_url=args.postgres_url)
     print(f"end to end, {args.jobs} jobs per run; target {TARGET}")
@@ -174,9 +203,12 @@ async def main() -> None:
                 async with fresh_database(engine, opts, Path(tmp), f"{path}-{engine}") as url:
                     seconds, count = await runners[path](url, Path(tmp), args.jobs)
                     done, median, p99 = await latencies(url)
-                print(f"  {engine:<8} {path:<6} {count / seconds:>9,.0f} jobs/s completed   "
-                      f"latency median {median:>8,.0f} ms   p99 {p99:>8,.0f} ms   "
-                      f"({done}/{count} completed in {seconds:.1f}s)", flush=True)
+                print(
+                    f"  {engine:<8} {path:<6} {count / seconds:>9,.0f} jobs/s completed   "
+                    f"latency median {median:>8,.0f} ms   p99 {p99:>8,.0f} ms   "
+                    f"({done}/{count} completed in {seconds:.1f}s)",
+                    flush=True,
+                )
 
 
 if __name__ == "__main__":

@@ -23,17 +23,23 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from hipq.bench import BenchOptions, fresh_database, utcnow  # noqa: E402
-from hipq.config import load_settings  # noqa: E402
-from hipq.jobs import NewJob  # noqa: E402
-from hipq.service import Service  # noqa: E402
-from hipq.store import Store  # noqa: E402
+from hipq.bench import BenchOptions, fresh_database, utcnow
+from hipq.config import load_settings
+from hipq.jobs import NewJob
+from hipq.service import Service
+from hipq.store import Store
 
 REGIONS = ("east", "north", "west")
 WINDOW = [{"start": "00:00", "end": "23:59:59", "tz": "Europe/Berlin"}]
 CHAIN = [
-    {"share": {"label": "region", "shares": {"east": 40, "north": 30, "west": 30},
-               "lend": True, "capacity": 1_000_000}},
+    {
+        "share": {
+            "label": "region",
+            "shares": {"east": 40, "north": 30, "west": 30},
+            "lend": True,
+            "capacity": 1_000_000,
+        }
+    },
     {"rate": {"limit": 10_000_000, "per": "1s", "label": "region"}},
     {"window": {}},
 ]
@@ -45,20 +51,39 @@ async def backlog(url: str, count: int) -> None:
     now = utcnow()
     try:
         for first in range(0, count, 10_000):
-            await store.job_insert_many([
-                NewJob(type="noop", queue="default", payload={}, run_at=now,
-                       labels={"region": rng.choice(REGIONS)}, windows=WINDOW,
-                       retry={"strategy": "exponential"})
-                for _ in range(first, min(count, first + 10_000))
-            ], now)
+            await store.job_insert_many(
+                [
+                    NewJob(
+                        type="noop",
+                        queue="default",
+                        payload={},
+                        run_at=now,
+                        labels={"region": rng.choice(REGIONS)},
+                        windows=WINDOW,
+                        retry={"strategy": "exponential"},
+                    )
+                    for _ in range(first, min(count, first + 10_000))
+                ],
+                now,
+            )
     finally:
         await store.close()
 
 
 async def drain(url: str, count: int, throttlers: list[dict[str, Any]]) -> float:
-    settings = load_settings(None, database_url=url, log_level="warning", queues={"default": {
-        "batch_size": 1000, "batch_interval": "1s", "throttlers": throttlers,
-    }}, job_types={"noop": {"transport": {"python": {"handler": "hipq.handlers:noop"}}}})
+    settings = load_settings(
+        None,
+        database_url=url,
+        log_level="warning",
+        queues={
+            "default": {
+                "batch_size": 1000,
+                "batch_interval": "1s",
+                "throttlers": throttlers,
+            }
+        },
+        job_types={"noop": {"transport": {"python": {"handler": "hipq.handlers:noop"}}}},
+    )
     service = Service(settings)
     done = 0
     finished = asyncio.Event()

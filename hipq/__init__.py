@@ -30,11 +30,11 @@ _EXPORTS = {
 __all__ = [*sorted(_EXPORTS), "__version__"]
 
 if TYPE_CHECKING:
-    from hipq.jobs import Job
-    from hipq.outcomes import Cancelled, Failed, Succeeded
-    from hipq.retry import AttemptError, GiveUp, RetryAt
-    from hipq.throttling import InFlight, RunningView, Start, Verdict
-    from hipq.transports.python import JobContext, PermanentError
+    from hipq.jobs import Job  # noqa: F401
+    from hipq.outcomes import Cancelled, Failed, Succeeded  # noqa: F401
+    from hipq.retry import AttemptError, GiveUp, RetryAt  # noqa: F401
+    from hipq.throttling import InFlight, RunningView, Start, Verdict  # noqa: F401
+    from hipq.transports.python import JobContext, PermanentError  # noqa: F401
 
 
 def __getattr__(name: str) -> Any:

@@ -124,8 +124,13 @@ def _pg_connect_kwargs(url: str) -> dict[str, Any]:
     host = u.host or u.query.get("host")
     if isinstance(host, tuple):
         host = host[0]
-    return {"host": host, "port": u.port, "user": u.username, "password": u.password,
-            "database": u.database}
+    return {
+        "host": host,
+        "port": u.port,
+        "user": u.username,
+        "password": u.password,
+        "database": u.database,
+    }
 
 
 async def _pg_admin(url: str, *statements: str) -> None:
@@ -168,8 +173,12 @@ class PgFallback:
         self._dir.chmod(0o755)  # pgserver runs the server as another user when root
         self._server = pgserver.get_server(self._dir / "data", cleanup_mode="delete")
         info = self._server.get_postmaster_info()
-        url = URL.create("postgresql+asyncpg", username="postgres", database="postgres",
-                         query={"host": str(info.socket_dir)})
+        url = URL.create(
+            "postgresql+asyncpg",
+            username="postgres",
+            database="postgres",
+            query={"host": str(info.socket_dir)},
+        )
         if info.port and info.port != 5432:
             url = url.set(port=info.port)
         return url.render_as_string(hide_password=False)
@@ -198,8 +207,11 @@ async def fresh_database(
         url = f"sqlite+aiosqlite:///{path}"
     else:
         name = f"hipq_bench_{os.getpid()}"
-        await _pg_admin(opts.postgres_url, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)',
-                        f'CREATE DATABASE "{name}"')
+        await _pg_admin(
+            opts.postgres_url,
+            f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)',
+            f'CREATE DATABASE "{name}"',
+        )
         url = make_url(opts.postgres_url).set(database=name).render_as_string(hide_password=False)
     try:
         store = Store.from_url(url)
@@ -220,8 +232,9 @@ def _remove_sqlite(path: Path) -> None:
         Path(f"{path}{suffix}").unlink(missing_ok=True)
 
 
-async def insert_backlog(url: str, count: int, run_at: datetime, job_type: str = NOOP_TYPE,
-                         chunk: int = 10_000) -> float:
+async def insert_backlog(
+    url: str, count: int, run_at: datetime, job_type: str = NOOP_TYPE, chunk: int = 10_000
+) -> float:
     """Insert ``count`` jobs through the Store, ``chunk`` per transaction; the seconds taken."""
     from hipq.jobs import NewJob
     from hipq.store import Store
@@ -232,8 +245,13 @@ async def insert_backlog(url: str, count: int, run_at: datetime, job_type: str =
         now = utcnow()
         for first in range(0, count, chunk):
             batch = [
-                NewJob(type=job_type, queue=QUEUE, payload={"i": i}, run_at=run_at,
-                       retry={"strategy": "exponential"})
+                NewJob(
+                    type=job_type,
+                    queue=QUEUE,
+                    payload={"i": i},
+                    run_at=run_at,
+                    retry={"strategy": "exponential"},
+                )
                 for i in range(first, min(count, first + chunk))
             ]
             await store.job_insert_many(batch, now)
@@ -255,8 +273,14 @@ async def _with_store(url: str, action: Callable[[Any], Awaitable[Any]]) -> Any:
 # -- settings and the serve subprocess ------------------------------------------------------
 
 
-def settings_data(url: str, port: int, *, concurrency: int | None = None,
-                  batch_size: int = 1000, batch_interval: str = "1s") -> dict[str, Any]:
+def settings_data(
+    url: str,
+    port: int,
+    *,
+    concurrency: int | None = None,
+    batch_size: int = 1000,
+    batch_interval: str = "1s",
+) -> dict[str, Any]:
     queue: dict[str, Any] = {"batch_size": batch_size, "batch_interval": batch_interval}
     if concurrency is not None:
         queue["concurrency"] = concurrency
@@ -313,12 +337,22 @@ class ServeProcess:
         self.process: subprocess.Popen[bytes] | None = None
 
     def spawn(self) -> None:
-        command = [sys.executable, "-c", "from hipq.cli import main; main()",
-                   "serve", "--config", str(self.config_path)]
+        command = [
+            sys.executable,
+            "-c",
+            "from hipq.cli import main; main()",
+            "serve",
+            "--config",
+            str(self.config_path),
+        ]
         with open(self.log_path, "wb") as log:
             self.process = subprocess.Popen(
-                command, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                env=_clean_env(), cwd=self.config_path.parent,
+                command,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=_clean_env(),
+                cwd=self.config_path.parent,
             )
 
     async def wait_ready(self, within: float = 60.0) -> None:
@@ -327,8 +361,9 @@ class ServeProcess:
         async with httpx.AsyncClient(base_url=self.base_url, timeout=5) as client:
             while time.monotonic() < deadline:
                 if self.process.poll() is not None:
-                    raise RuntimeError(f"hipq serve exited with {self.process.returncode}:\n"
-                                       f"{self.log_tail()}")
+                    raise RuntimeError(
+                        f"hipq serve exited with {self.process.returncode}:\n{self.log_tail()}"
+                    )
                 with contextlib.suppress(httpx.HTTPError):
                     if (await client.get("/readyz")).status_code == 200:
                         return
@@ -372,8 +407,14 @@ async def serving(workdir: Path, data: dict[str, Any], tag: str) -> AsyncIterato
 # -- 1. REST enqueue rate ----------------------------------------------------------------------
 
 
-async def _post_all(base_url: str, path: str, bodies: list[bytes], clients: int,
-                    per_request: float, overall: float = 600.0) -> float:
+async def _post_all(
+    base_url: str,
+    path: str,
+    bodies: list[bytes],
+    clients: int,
+    per_request: float,
+    overall: float = 600.0,
+) -> float:
     """POST every body, ``clients`` connections at a time; seconds taken. Any non-2xx fails."""
     pending = iter(bodies)
     headers = {"content-type": "application/json"}
@@ -383,8 +424,9 @@ async def _post_all(base_url: str, path: str, bodies: list[bytes], clients: int,
             for body in pending:
                 response = await client.post(path, content=body, headers=headers)
                 if response.status_code != 201:
-                    raise RuntimeError(f"POST {path}: HTTP {response.status_code} "
-                                       f"{response.text[:300]}")
+                    raise RuntimeError(
+                        f"POST {path}: HTTP {response.status_code} {response.text[:300]}"
+                    )
 
     started = time.perf_counter()
     async with asyncio.timeout(overall):
@@ -401,35 +443,59 @@ async def measure_enqueue(engine: str, opts: BenchOptions, workdir: Path) -> lis
                 # Paused: the figure is the API's cost alone, not the loop draining meanwhile.
                 (await client.post(f"/v1/queues/{QUEUE}/pause")).raise_for_status()
                 warm = orjson.dumps({"jobs": [{"type": NOOP_TYPE}] * 10})
-                await client.post("/v1/jobs/batch", content=warm,
-                                  headers={"content-type": "application/json"})
+                await client.post(
+                    "/v1/jobs/batch", content=warm, headers={"content-type": "application/json"}
+                )
             size = opts.batch_size
             bodies = [
-                orjson.dumps({"jobs": [{"type": NOOP_TYPE, "payload": {"i": b * size + k}}
-                                       for k in range(size)]})
+                orjson.dumps(
+                    {
+                        "jobs": [
+                            {"type": NOOP_TYPE, "payload": {"i": b * size + k}} for k in range(size)
+                        ]
+                    }
+                )
                 for b in range(opts.batches)
             ]
             cpu = cpu_seconds(serve.pid)
-            took = await _post_all(serve.base_url, "/v1/jobs/batch", bodies,
-                                   opts.batch_clients, per_request=120)
+            took = await _post_all(
+                serve.base_url, "/v1/jobs/batch", bodies, opts.batch_clients, per_request=120
+            )
             cpu = cpu_seconds(serve.pid) - cpu
             total = opts.batches * size
-            figures.append(Figure(
-                engine, "enqueue", f"batch POST ({size}/call, {opts.batch_clients} clients)",
-                total / took, "jobs/s", TARGETS["enqueue.batch"],
-                f"{total:,} jobs in {took:.2f}s, queue paused; {_per_cpu(total, cpu)}"))
+            figures.append(
+                Figure(
+                    engine,
+                    "enqueue",
+                    f"batch POST ({size}/call, {opts.batch_clients} clients)",
+                    total / took,
+                    "jobs/s",
+                    TARGETS["enqueue.batch"],
+                    f"{total:,} jobs in {took:.2f}s, queue paused; {_per_cpu(total, cpu)}",
+                )
+            )
             print(figures[-1].line(), flush=True)
-            singles = [orjson.dumps({"type": NOOP_TYPE, "payload": {"i": i}})
-                       for i in range(opts.single_jobs)]
+            singles = [
+                orjson.dumps({"type": NOOP_TYPE, "payload": {"i": i}})
+                for i in range(opts.single_jobs)
+            ]
             cpu = cpu_seconds(serve.pid)
-            took = await _post_all(serve.base_url, "/v1/jobs", singles, opts.single_clients,
-                                   per_request=30)
+            took = await _post_all(
+                serve.base_url, "/v1/jobs", singles, opts.single_clients, per_request=30
+            )
             cpu = cpu_seconds(serve.pid) - cpu
-            figures.append(Figure(
-                engine, "enqueue", f"single POST ({opts.single_clients} clients)",
-                opts.single_jobs / took, "jobs/s", "",
-                f"{opts.single_jobs:,} jobs in {took:.2f}s, queue paused; "
-                f"{_per_cpu(opts.single_jobs, cpu)}"))
+            figures.append(
+                Figure(
+                    engine,
+                    "enqueue",
+                    f"single POST ({opts.single_clients} clients)",
+                    opts.single_jobs / took,
+                    "jobs/s",
+                    "",
+                    f"{opts.single_jobs:,} jobs in {took:.2f}s, queue paused; "
+                    f"{_per_cpu(opts.single_jobs, cpu)}",
+                )
+            )
             print(figures[-1].line(), flush=True)
     return figures
 
@@ -448,8 +514,7 @@ async def measure_process(engine: str, opts: BenchOptions, workdir: Path) -> lis
 
     async with fresh_database(engine, opts, workdir, "process") as url:
         took_insert = await insert_backlog(url, opts.backlog, utcnow())
-        settings = Settings(**settings_data(url, _free_port(),
-                                            batch_size=opts.process_batch_size))
+        settings = Settings(**settings_data(url, _free_port(), batch_size=opts.process_batch_size))
         service = Service(settings)
         done = 0
         finished_at = 0.0
@@ -482,11 +547,15 @@ async def measure_process(engine: str, opts: BenchOptions, workdir: Path) -> lis
         raise RuntimeError(f"process: {left} jobs not completed after the run: {counts}")
     took = finished_at - started
     figure = Figure(
-        engine, "process",
+        engine,
+        "process",
         f"drain {opts.backlog:,} noop jobs (batch_size {opts.process_batch_size})",
-        opts.backlog / took, "jobs/s", TARGETS["process"],
+        opts.backlog / took,
+        "jobs/s",
+        TARGETS["process"],
         f"{took:.2f}s, {_per_cpu(opts.backlog, cpu)}; backlog inserted via Store at "
-        f"{opts.backlog / took_insert:,.0f} jobs/s")
+        f"{opts.backlog / took_insert:,.0f} jobs/s",
+    )
     print(figure.line(), flush=True)
     return [figure]
 
@@ -520,13 +589,16 @@ async def measure_latency(engine: str, opts: BenchOptions, workdir: Path) -> lis
     post_rtt: list[float] = []
     async with fresh_database(engine, opts, workdir, "latency") as url:
         data = settings_data(url, _free_port(), batch_interval="1s")
-        async with (serving(workdir, data, "latency") as serve,
-                    httpx.AsyncClient(base_url=serve.base_url, timeout=10) as client):
+        async with (
+            serving(workdir, data, "latency") as serve,
+            httpx.AsyncClient(base_url=serve.base_url, timeout=10) as client,
+        ):
             for n in range(warmup + opts.latency_jobs):
                 body = orjson.dumps({"type": RECORD_TYPE, "payload": {"n": n, "file": str(record)}})
                 before = time.time()
-                response = await client.post("/v1/jobs", content=body,
-                                             headers={"content-type": "application/json"})
+                response = await client.post(
+                    "/v1/jobs", content=body, headers={"content-type": "application/json"}
+                )
                 post_rtt.append(time.time() - before)
                 response.raise_for_status()
                 posted[n] = before
@@ -540,8 +612,15 @@ async def measure_latency(engine: str, opts: BenchOptions, workdir: Path) -> lis
     rtt = statistics.median(r * 1000 for r in post_rtt[warmup:])
     note = f"{len(samples)} jobs, batch_interval 1s; POST round trip median {rtt:.2f} ms"
     figures = [
-        Figure(engine, "latency", "POST -> handler start, median", statistics.median(samples),
-               "ms", TARGETS["latency.median"], note),
+        Figure(
+            engine,
+            "latency",
+            "POST -> handler start, median",
+            statistics.median(samples),
+            "ms",
+            TARGETS["latency.median"],
+            note,
+        ),
         Figure(engine, "latency", "POST -> handler start, p99", _percentile(samples, 99), "ms"),
         Figure(engine, "latency", "POST -> handler start, max", samples[-1], "ms"),
     ]
@@ -562,8 +641,9 @@ def _percentile(sorted_values: list[float], pct: float) -> float:
 # -- 4. peak memory --------------------------------------------------------------------------------
 
 
-async def _rss_while_serving(workdir: Path, data: dict[str, Any], tag: str, seconds: float,
-                             admitting: bool = False) -> dict[str, int]:
+async def _rss_while_serving(
+    workdir: Path, data: dict[str, Any], tag: str, seconds: float, admitting: bool = False
+) -> dict[str, int]:
     """Serve for ``seconds``, asking for the queue's counts every second as an operator would.
 
     With ``admitting`` the window starts once the loop runs jobs, so that it measures a
@@ -575,12 +655,17 @@ async def _rss_while_serving(workdir: Path, data: dict[str, Any], tag: str, seco
             while admitting:
                 body = (await client.get(f"/v1/queues/{QUEUE}")).json()
                 if body["running"] or body["awaiting"]:
-                    print(f"    {tag}: the loop runs jobs {time.monotonic() - started:.1f}s "
-                          "after the server is ready", flush=True)
+                    print(
+                        f"    {tag}: the loop runs jobs {time.monotonic() - started:.1f}s "
+                        "after the server is ready",
+                        flush=True,
+                    )
                     break
                 if time.monotonic() - started > 120:
-                    raise RuntimeError(f"memory: {tag}: the loop admitted nothing in 120s "
-                                       f"({body}):\n{serve.log_tail()}")
+                    raise RuntimeError(
+                        f"memory: {tag}: the loop admitted nothing in 120s "
+                        f"({body}):\n{serve.log_tail()}"
+                    )
                 await asyncio.sleep(0.2)
             deadline = time.monotonic() + seconds
             while time.monotonic() < deadline:
@@ -588,9 +673,12 @@ async def _rss_while_serving(workdir: Path, data: dict[str, Any], tag: str, seco
                 await asyncio.sleep(1.0)
             body = (await client.get(f"/v1/queues/{QUEUE}")).json()
         status = vm_status(serve.pid)
-    print(f"    {tag}: VmHWM {status['VmHWM'] / 1024:.1f} MiB, VmRSS {status['VmRSS'] / 1024:.1f} "
-          f"MiB; queue scheduled={body['scheduled']} due={body['due']} running={body['running']} "
-          f"owner={body['owner']}", flush=True)
+    print(
+        f"    {tag}: VmHWM {status['VmHWM'] / 1024:.1f} MiB, VmRSS {status['VmRSS'] / 1024:.1f} "
+        f"MiB; queue scheduled={body['scheduled']} due={body['due']} running={body['running']} "
+        f"owner={body['owner']}",
+        flush=True,
+    )
     return status
 
 
@@ -603,19 +691,35 @@ async def measure_memory(engine: str, opts: BenchOptions, workdir: Path) -> list
     figures: list[Figure] = []
 
     def add(name: str, status: dict[str, int], note: str) -> None:
-        figures.append(Figure(engine, "memory", name, status["VmHWM"] / 1024, "MiB peak RSS",
-                              TARGETS["memory"], note))
+        figures.append(
+            Figure(
+                engine,
+                "memory",
+                name,
+                status["VmHWM"] / 1024,
+                "MiB peak RSS",
+                TARGETS["memory"],
+                note,
+            )
+        )
         print(figures[-1].line(), flush=True)
 
     async with fresh_database(engine, opts, workdir, "memory") as url:
         plain = settings_data(url, _free_port())
-        add("hipq serve, empty database", await _rss_while_serving(
-            workdir, plain, "memory-empty", opts.memory_seconds), f"{opts.memory_seconds:g}s")
+        add(
+            "hipq serve, empty database",
+            await _rss_while_serving(workdir, plain, "memory-empty", opts.memory_seconds),
+            f"{opts.memory_seconds:g}s",
+        )
         took = await insert_backlog(url, n, utcnow() + timedelta(days=1))
-        print(f"    inserted {n:,} jobs via Store in {took:.1f}s ({n / took:,.0f} jobs/s)",
-              flush=True)
-        add(f"{n:,} scheduled jobs, run_at +1 day", await _rss_while_serving(
-            workdir, plain, "memory-future", opts.memory_seconds), "not due")
+        print(
+            f"    inserted {n:,} jobs via Store in {took:.1f}s ({n / took:,.0f} jobs/s)", flush=True
+        )
+        add(
+            f"{n:,} scheduled jobs, run_at +1 day",
+            await _rss_while_serving(workdir, plain, "memory-future", opts.memory_seconds),
+            "not due",
+        )
 
         async def make_due(store: Any) -> None:
             async with store.engine.begin() as conn:
@@ -623,13 +727,20 @@ async def measure_memory(engine: str, opts: BenchOptions, workdir: Path) -> list
             await store.queue_set_paused(QUEUE, True)
 
         await _with_store(url, make_due)
-        add(f"{n:,} due jobs, queue paused", await _rss_while_serving(
-            workdir, plain, "memory-paused", opts.memory_seconds), "due, loop admits nothing")
+        add(
+            f"{n:,} due jobs, queue paused",
+            await _rss_while_serving(workdir, plain, "memory-paused", opts.memory_seconds),
+            "due, loop admits nothing",
+        )
         await _with_store(url, lambda store: store.queue_set_paused(QUEUE, False))
         small = settings_data(url, _free_port(), concurrency=opts.memory_concurrency)
-        add(f"{n:,} due jobs, concurrency {opts.memory_concurrency}", await _rss_while_serving(
-            workdir, small, "memory-scanning", opts.memory_seconds, admitting=True),
-            "loop scans a full batch every tick")
+        add(
+            f"{n:,} due jobs, concurrency {opts.memory_concurrency}",
+            await _rss_while_serving(
+                workdir, small, "memory-scanning", opts.memory_seconds, admitting=True
+            ),
+            "loop scans a full batch every tick",
+        )
     return figures
 
 
@@ -671,8 +782,10 @@ async def run(opts: BenchOptions) -> list[Figure]:
                     fallback = PgFallback()
                     opts.postgres_url = fallback.start()
                 except ImportError:
-                    raise RuntimeError(f"PostgreSQL at {opts.postgres_url} is not usable ({why}); "
-                                       "pass --postgres-url or --engine sqlite") from None
+                    raise RuntimeError(
+                        f"PostgreSQL at {opts.postgres_url} is not usable ({why}); "
+                        "pass --postgres-url or --engine sqlite"
+                    ) from None
                 print(f"PostgreSQL: started a private server ({why} on the default URL)")
         for measurement in opts.measurements:
             for engine in opts.engines:
@@ -703,10 +816,13 @@ def _write_json(path: Path, opts: BenchOptions, figures: list[Figure]) -> None:
 
 def summary(figures: list[Figure]) -> str:
     """The figures as a Markdown table."""
-    rows = ["| engine | measurement | figure | value | target | note |",
-            "|---|---|---|---:|---|---|"]
+    rows = [
+        "| engine | measurement | figure | value | target | note |",
+        "|---|---|---|---:|---|---|",
+    ]
     for f in figures:
-        rows.append(f"| {f.engine} | {f.measurement} | {f.name} | {_fmt(f.value)} {f.unit} | "
-                    f"{f.target} | {f.note} |")
+        rows.append(
+            f"| {f.engine} | {f.measurement} | {f.name} | {_fmt(f.value)} {f.unit} | "
+            f"{f.target} | {f.note} |"
+        )
     return "\n".join(rows)
-

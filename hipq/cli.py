@@ -16,16 +16,23 @@ import typer
 
 from hipq.config import ConfigError, Settings, load_settings
 
-app = typer.Typer(help="hipq: durable, throttled jobs against external systems.",
-                  no_args_is_help=True, pretty_exceptions_enable=False)
-jobs_app = typer.Typer(help="Add, inspect, cancel and retry jobs (through the REST API).",
-                       no_args_is_help=True)
+app = typer.Typer(
+    help="hipq: durable, throttled jobs against external systems.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+)
+jobs_app = typer.Typer(
+    help="Add, inspect, cancel and retry jobs (through the REST API).", no_args_is_help=True
+)
 app.add_typer(jobs_app, name="jobs")
 
-ConfigOpt = Annotated[str | None, typer.Option("--config", "-c", envvar="HIPQ_CONFIG",
-                                               help="YAML config file")]
-UrlOpt = Annotated[str | None, typer.Option("--url", envvar="HIPQ_URL",
-                                            help="hipq's API (default: from the config's server)")]
+ConfigOpt = Annotated[
+    str | None, typer.Option("--config", "-c", envvar="HIPQ_CONFIG", help="YAML config file")
+]
+UrlOpt = Annotated[
+    str | None,
+    typer.Option("--url", envvar="HIPQ_URL", help="hipq's API (default: from the config's server)"),
+]
 
 
 def fail(message: str) -> NoReturn:
@@ -52,8 +59,9 @@ def serve(
         settings.server.host = host
     if port is not None:
         settings.server.port = port
-    logging.basicConfig(level=settings.log_level.upper(),
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
     # uvicorn re-raises the signal that stopped it once its own shutdown is done; under
     # SIGTERM's default action that killed the process before Service.stop() ran (lease
     # kept, in-flight jobs cut off). As KeyboardInterrupt it unwinds through that cleanup.
@@ -81,10 +89,15 @@ async def _serve(settings: Settings) -> None:
     except OSError as exc:
         fail(f"cannot open the database: {exc}")
     try:
-        server = uvicorn.Server(uvicorn.Config(
-            create_app(service, manage_service=False), host=settings.server.host,
-            port=settings.server.port, log_level=settings.log_level, access_log=False,
-        ))
+        server = uvicorn.Server(
+            uvicorn.Config(
+                create_app(service, manage_service=False),
+                host=settings.server.host,
+                port=settings.server.port,
+                log_level=settings.log_level,
+                access_log=False,
+            )
+        )
         await server.serve()
         if not server.started:
             fail(f"cannot listen on {settings.server.host}:{settings.server.port}")
@@ -187,8 +200,15 @@ def jobs_add(
 ) -> None:
     """Create a job and print it."""
     body: dict[str, Any] = {"type": type, "payload": _parse_json(payload, "--payload")}
-    optional = {"queue": queue, "run_at": run_at, "priority": priority, "weight": weight,
-                "timeout": timeout, "job_key": job_key, "correlation_key": correlation_key}
+    optional = {
+        "queue": queue,
+        "run_at": run_at,
+        "priority": priority,
+        "weight": weight,
+        "timeout": timeout,
+        "job_key": job_key,
+        "correlation_key": correlation_key,
+    }
     body.update({k: v for k, v in optional.items() if v is not None})
     if label:
         body["labels"] = _labels(label)
@@ -223,8 +243,10 @@ def jobs_list(
     typer.echo(f"{'ID':>8}  {'STATE':<10} {'QUEUE':<12} {'TYPE':<20} {'ATT':>3}  RUN_AT / WAITING")
     for job in body["jobs"]:
         note = job["waiting_reason"] or job["last_error"] or ""
-        typer.echo(f"{job['id']:>8}  {job['state']:<10} {job['queue']:<12} {job['type']:<20} "
-                   f"{job['attempt']:>3}  {job['run_at']}  {note}")
+        typer.echo(
+            f"{job['id']:>8}  {job['state']:<10} {job['queue']:<12} {job['type']:<20} "
+            f"{job['attempt']:>3}  {job['run_at']}  {note}"
+        )
     if body["next_cursor"]:
         typer.echo(f"more: --cursor {body['next_cursor']}")
 
@@ -268,13 +290,17 @@ def queues(
         _print(call("GET", base, f"/v1/queues/{name}"))
         return
     body = call("GET", base, "/v1/queues")
-    typer.echo(f"{'QUEUE':<14} {'SCHED':>7} {'DUE':>7} {'RUN':>6} {'AWAIT':>6} {'FAILED':>6} "
-               f"{'IN USE':>8}  OWNER")
+    typer.echo(
+        f"{'QUEUE':<14} {'SCHED':>7} {'DUE':>7} {'RUN':>6} {'AWAIT':>6} {'FAILED':>6} "
+        f"{'IN USE':>8}  OWNER"
+    )
     for q in body["queues"]:
         cap = f"{q['capacity_in_use']}/{q['concurrency'] or '∞'}"
-        typer.echo(f"{q['name']:<14} {q['scheduled']:>7} {q['due']:>7} {q['running']:>6} "
-                   f"{q['awaiting']:>6} {q['failed']:>6} {cap:>8}  "
-                   f"{'paused ' if q['paused'] else ''}{q['owner'] or '-'}")
+        typer.echo(
+            f"{q['name']:<14} {q['scheduled']:>7} {q['due']:>7} {q['running']:>6} "
+            f"{q['awaiting']:>6} {q['failed']:>6} {cap:>8}  "
+            f"{'paused ' if q['paused'] else ''}{q['owner'] or '-'}"
+        )
 
 
 def main() -> None:
@@ -300,13 +326,18 @@ def main() -> None:
 
 @app.command()
 def bench(
-    measurements: Annotated[list[str] | None, typer.Argument(
-        help="enqueue, process, latency, memory (default: all four)")] = None,
+    measurements: Annotated[
+        list[str] | None,
+        typer.Argument(help="enqueue, process, latency, memory (default: all four)"),
+    ] = None,
     engine: Annotated[str, typer.Option(help="sqlite, postgres or both")] = "both",
-    postgres_url: Annotated[str, typer.Option(
-        envvar="HIPQ_BENCH_POSTGRES_URL",
-        help="a server on which to create and drop a database hipq_bench_<pid>",
-    )] = "postgresql+asyncpg://postgres@127.0.0.1:5432/postgres",
+    postgres_url: Annotated[
+        str,
+        typer.Option(
+            envvar="HIPQ_BENCH_POSTGRES_URL",
+            help="a server on which to create and drop a database hipq_bench_<pid>",
+        ),
+    ] = "postgresql+asyncpg://postgres@127.0.0.1:5432/postgres",
     batches: Annotated[int, typer.Option(help="enqueue: batch POSTs")] = 50,
     batch_size: Annotated[int, typer.Option(help="enqueue: jobs per batch POST")] = 1000,
     batch_clients: Annotated[int, typer.Option(help="enqueue: concurrent batch clients")] = 4,
@@ -317,12 +348,16 @@ def bench(
     latency_jobs: Annotated[int, typer.Option(help="latency: jobs posted one at a time")] = 200,
     memory_jobs: Annotated[int, typer.Option(help="memory: jobs in the database")] = 1_000_000,
     memory_seconds: Annotated[float, typer.Option(help="memory: how long each run serves")] = 10.0,
-    memory_concurrency: Annotated[int, typer.Option(
-        help="memory: the queue's concurrency in the due-jobs run")] = 10,
-    workdir: Annotated[str | None, typer.Option(
-        help="where SQLite files, configs and logs go (default: a temporary folder)")] = None,
-    json_path: Annotated[str | None, typer.Option(
-        "--json", help="also write the figures to this file")] = None,
+    memory_concurrency: Annotated[
+        int, typer.Option(help="memory: the queue's concurrency in the due-jobs run")
+    ] = 10,
+    workdir: Annotated[
+        str | None,
+        typer.Option(help="where SQLite files, configs and logs go (default: a temporary folder)"),
+    ] = None,
+    json_path: Annotated[
+        str | None, typer.Option("--json", help="also write the figures to this file")
+    ] = None,
 ) -> None:
     """Measure hipq's core on this machine: enqueue rate, processing rate, idle latency, memory.
 
@@ -339,12 +374,22 @@ def bench(
     if unknown:
         fail(f"unknown measurement {unknown[0]!r} (known: {', '.join(benchmarks.MEASUREMENTS)})")
     options = benchmarks.BenchOptions(
-        measurements=tuple(measurements or benchmarks.MEASUREMENTS), engines=engines[engine],
-        postgres_url=postgres_url, batches=batches, batch_size=batch_size,
-        batch_clients=batch_clients, single_jobs=single_jobs, single_clients=single_clients,
-        backlog=backlog, process_batch_size=process_batch_size, latency_jobs=latency_jobs,
-        memory_jobs=memory_jobs, memory_seconds=memory_seconds,
-        memory_concurrency=memory_concurrency, workdir=workdir, json_path=json_path,
+        measurements=tuple(measurements or benchmarks.MEASUREMENTS),
+        engines=engines[engine],
+        postgres_url=postgres_url,
+        batches=batches,
+        batch_size=batch_size,
+        batch_clients=batch_clients,
+        single_jobs=single_jobs,
+        single_clients=single_clients,
+        backlog=backlog,
+        process_batch_size=process_batch_size,
+        latency_jobs=latency_jobs,
+        memory_jobs=memory_jobs,
+        memory_seconds=memory_seconds,
+        memory_concurrency=memory_concurrency,
+        workdir=workdir,
+        json_path=json_path,
     )
     logging.basicConfig(level="WARNING", format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:

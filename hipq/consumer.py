@@ -188,8 +188,13 @@ class ResponseConsumer:
                 return
             except Exception as exc:
                 error = exc
-                log.warning("kafka message %s:%s/%s not stored: %r",
-                            msg.topic, msg.partition, msg.offset, exc)
+                log.warning(
+                    "kafka message %s:%s/%s not stored: %r",
+                    msg.topic,
+                    msg.partition,
+                    msg.offset,
+                    exc,
+                )
         reason = _clean(f"could not be stored: {error}"[:_MAX_REASON_CHARS])
         parked = ParkedMessage(
             item.source, reason, msg.partition, msg.offset, _text(msg.key), _text(msg.value)
@@ -202,8 +207,14 @@ class ResponseConsumer:
         except Exception as exc:  # a bug must not stop the consumer on this message
             log.exception("kafka message %s:%s/%s", msg.topic, msg.partition, msg.offset)
             reason = _clean(f"cannot be read: {exc!r}"[:_MAX_REASON_CHARS])
-            return ParkedMessage(f"kafka:{msg.topic}", reason, msg.partition, msg.offset,
-                                 _text(msg.key), _text((msg.value or b"")[:_PREVIEW_BYTES]))
+            return ParkedMessage(
+                f"kafka:{msg.topic}",
+                reason,
+                msg.partition,
+                msg.offset,
+                _text(msg.key),
+                _text((msg.value or b"")[:_PREVIEW_BYTES]),
+            )
 
     def _convert(self, msg: ConsumerRecord) -> NewResponse | ParkedMessage:
         source = self._sources[msg.topic]
@@ -275,8 +286,9 @@ class ResponseConsumer:
             await close_quietly(consumer)
             raise
         self._consumer, self._broker_ok = consumer, True
-        log.info("kafka consumer joined group %s on %s", self._kafka.group_id,
-                 ", ".join(self._sources))
+        log.info(
+            "kafka consumer joined group %s on %s", self._kafka.group_id, ", ".join(self._sources)
+        )
         return consumer
 
     async def _disconnect(self) -> None:
@@ -302,8 +314,11 @@ class ResponseConsumer:
             except _StoreFailed as exc:
                 log.warning("%s; retrying", exc)
             except Exception as exc:
-                log.warning("kafka consumer on %s failed: %r; reconnecting",
-                            self._kafka.bootstrap_servers, exc)
+                log.warning(
+                    "kafka consumer on %s failed: %r; reconnecting",
+                    self._kafka.bootstrap_servers,
+                    exc,
+                )
                 async with self._lock:
                     await self._disconnect()
             await asyncio.sleep(backoff.next())

@@ -1,4 +1,4 @@
-"""Duration strings with a unit ("500ms", "1s", "5m", "24h", "7d"), as config and the API speak them."""
+"""Duration strings with a unit ("500ms", "1s", "5m", "24h", "7d"), as config and API speak them."""
 
 from __future__ import annotations
 
@@ -51,7 +51,7 @@ def format_duration(seconds: float) -> str:
         if seconds >= size and seconds % size == 0:
             return f"{int(seconds // size)}{unit}"
     if seconds < 1 and round(seconds * 1000, 6).is_integer():
-        return f"{int(round(seconds * 1000))}ms"
+        return f"{round(seconds * 1000)}ms"
     # repr() is the shortest exact form; Decimal spells it without an exponent, which
     # parse_duration would refuse ("1e+06s"); "{:g}" also rounded to 6 digits.
     text = format(Decimal(repr(float(seconds))), "f")

@@ -155,7 +155,9 @@ class Intake:
         weight = job["weight"] if job.get("weight") is not None else jt.weight
         capacity = self.settings.queues[queue].concurrency
         if capacity is not None and weight > capacity:
-            raise IntakeError("weight", f"{weight} exceeds the capacity {capacity} of queue {queue}")
+            raise IntakeError(
+                "weight", f"{weight} exceeds the capacity {capacity} of queue {queue}"
+            )
         return NewJob(
             type=info.name,
             queue=queue,

@@ -1,4 +1,4 @@
-"""Plain, frozen records of jobs and attempts as the core sees them (pydantic stays at the edges)."""
+"""Immutable records of jobs and attempts as the core sees them (pydantic stays at the edges)."""
 
 from __future__ import annotations
 

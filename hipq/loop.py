@@ -109,7 +109,11 @@ class QueueLoop:
         self._lookback = max((s.lookback_seconds for s in self.stages), default=0.0)
         self._starts: deque[Start] = deque()
         self._stat_labels = sorted(
-            {lbl for s in self.stages if isinstance(lbl := getattr(s.throttler, "label", None), str)}
+            {
+                lbl
+                for s in self.stages
+                if isinstance(lbl := getattr(s.throttler, "label", None), str)
+            }
         )
         self._stats: dict[str, Any] | None = None
         self._errors: Counter[str] = Counter()
@@ -237,8 +241,14 @@ class QueueLoop:
         if self.late_types:
             accepted = await batch.accept_late(self.late_types, self.clock())
             for job_id in accepted:
-                self.events.emit("job_settled", queue=self.name, job_id=job_id,
-                                 state="completed", attempt=None, error=None)
+                self.events.emit(
+                    "job_settled",
+                    queue=self.name,
+                    job_id=job_id,
+                    state="completed",
+                    attempt=None,
+                    error=None,
+                )
         matches, duplicates = await batch.match_responses(self.signed_types)
         if duplicates:
             await batch.mark_responses([], duplicates, self.clock())
@@ -293,7 +303,8 @@ class QueueLoop:
     def _sent_pairs(self, inbox: _Inbox, settled: list[Settlement]) -> list[tuple[int, int]]:
         done = {s.job_id for s in settled}
         return [
-            (i, a) for i, a in inbox.sent
+            (i, a)
+            for i, a in inbox.sent
             if i not in done and (j := self.in_flight.get(i)) is not None and j.attempt == a
         ]
 
@@ -334,9 +345,7 @@ class QueueLoop:
             reason = "outside its time windows" if stage == "window" else f"deferred by {stage}"
             await batch.defer(deferred, reason, now)
         stored = {j.id: j.waiting_reason for j in candidates}
-        changed = {
-            i: r for i, r in chain.held.items() if not _same_reason(stored.get(i), r)
-        }
+        changed = {i: r for i, r in chain.held.items() if not _same_reason(stored.get(i), r)}
         await batch.note_waiting(changed)
         report.admitted, report.held = len(claimed), len(chain.held)
         report.deferred = len(chain.deferred)
@@ -356,8 +365,13 @@ class QueueLoop:
         for job in claimed:
             template = self.key_templates.get(job.type)
             if template is not None:
-                context = {"payload": job.payload, "labels": job.labels, "type": job.type,
-                           "id": job.id, "attempt": job.attempt}
+                context = {
+                    "payload": job.payload,
+                    "labels": job.labels,
+                    "type": job.type,
+                    "id": job.id,
+                    "attempt": job.attempt,
+                }
                 try:
                     keys[job.id] = template.render(context)
                 except TemplateError as exc:
@@ -405,8 +419,14 @@ class QueueLoop:
             job = self.in_flight.pop(s.job_id, None)
             if job is not None:
                 self._transport_of(job).abandon(job.id)
-            self.events.emit("job_settled", queue=self.name, job_id=s.job_id, state=s.state.value,
-                             attempt=s.attempt, error=s.last_error)
+            self.events.emit(
+                "job_settled",
+                queue=self.name,
+                job_id=s.job_id,
+                state=s.state.value,
+                attempt=s.attempt,
+                error=s.last_error,
+            )
         for job_id, attempt in inbox.sent:
             job = self.in_flight.get(job_id)
             if job is not None and job.attempt == attempt and job.state == State.RUNNING:
@@ -467,7 +487,9 @@ class QueueLoop:
                 if self.token is None or report.full or self._inbox.outcomes:
                     continue
                 now = self.clock()
-                await self._sleep(self.next_wake(now, await self.store.job_next_run_at(self.name, now)))
+                await self._sleep(
+                    self.next_wake(now, await self.store.job_next_run_at(self.name, now))
+                )
             except asyncio.CancelledError:
                 raise
             except Exception:
@@ -504,8 +526,13 @@ def _same_reason(stored: str | None, new: str) -> bool:
 
 def _in_flight_view(job: Job) -> InFlight:
     return InFlight(
-        id=job.id, type=job.type, weight=job.weight, labels=job.labels,
-        claimed_at=job.claimed_at or job.updated_at, critical=job.critical, payload=job.payload,
+        id=job.id,
+        type=job.type,
+        weight=job.weight,
+        labels=job.labels,
+        claimed_at=job.claimed_at or job.updated_at,
+        critical=job.critical,
+        payload=job.payload,
     )
 
 

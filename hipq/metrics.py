@@ -13,22 +13,33 @@ class Metrics:
     def __init__(self, events: Events) -> None:
         self.registry = CollectorRegistry()
         r = self.registry
-        self.admitted = Counter("hipq_jobs_admitted", "Jobs claimed by a queue's loop", ["queue"], registry=r)
+        self.admitted = Counter(
+            "hipq_jobs_admitted", "Jobs claimed by a queue's loop", ["queue"], registry=r
+        )
         self.settled = Counter(
-            "hipq_jobs_settled", "Attempt outcomes persisted, by resulting state", ["queue", "state"],
+            "hipq_jobs_settled",
+            "Attempt outcomes persisted, by resulting state",
+            ["queue", "state"],
             registry=r,
         )
         self.throttled = Counter(
-            "hipq_jobs_held", "Due jobs held by a throttler (per tick)", ["queue", "throttler"],
+            "hipq_jobs_held",
+            "Due jobs held by a throttler (per tick)",
+            ["queue", "throttler"],
             registry=r,
         )
         self.throttler_errors = Counter(
-            "hipq_throttler_errors", "Throttler faults (it admitted nothing that tick)",
-            ["queue", "throttler"], registry=r,
+            "hipq_throttler_errors",
+            "Throttler faults (it admitted nothing that tick)",
+            ["queue", "throttler"],
+            registry=r,
         )
-        self.tick_failures = Counter("hipq_tick_failures", "Failed loop ticks", ["queue"], registry=r)
-        self.owned = Gauge("hipq_queue_owned", "1 if this process runs the queue's loop", ["queue"],
-                           registry=r)
+        self.tick_failures = Counter(
+            "hipq_tick_failures", "Failed loop ticks", ["queue"], registry=r
+        )
+        self.owned = Gauge(
+            "hipq_queue_owned", "1 if this process runs the queue's loop", ["queue"], registry=r
+        )
         events.subscribe(self.on_event)
 
     def on_event(self, name: str, f: dict[str, Any]) -> None:

@@ -55,7 +55,11 @@ def settle(job: Job, outcome: Outcome, strategy: RetryStrategy, now: datetime) -
         # PermanentError, a refused request...: no strategy may retry it, even a plugin
         # that ignores ``error.retryable``.
         return _final(
-            job, State.FAILED, now, "failed", error=f"not retryable: {error.message}",
+            job,
+            State.FAILED,
+            now,
+            "failed",
+            error=f"not retryable: {error.message}",
             response=outcome.response,
         )
     try:
@@ -72,8 +76,14 @@ def settle(job: Job, outcome: Outcome, strategy: RetryStrategy, now: datetime) -
     check_transition(job.state, State.SCHEDULED)
     payload = decision.payload if decision.payload is not None else job.payload
     return Settlement(
-        job_id=job.id, attempt=job.attempt, state=State.SCHEDULED, run_at=decision.at,
-        payload=payload, finished_at=None, result=None, last_error=error.message,
+        job_id=job.id,
+        attempt=job.attempt,
+        state=State.SCHEDULED,
+        run_at=decision.at,
+        payload=payload,
+        finished_at=None,
+        result=None,
+        last_error=error.message,
         record=_record(job, now, "retried", error.message, outcome.response),
     )
 
@@ -107,16 +117,29 @@ def _final(
 ) -> Settlement:
     check_transition(job.state, state)
     return Settlement(
-        job_id=job.id, attempt=job.attempt, state=state, run_at=job.run_at, payload=job.payload,
-        finished_at=now, result=result, last_error=error,
+        job_id=job.id,
+        attempt=job.attempt,
+        state=state,
+        run_at=job.run_at,
+        payload=job.payload,
+        finished_at=now,
+        result=result,
+        last_error=error,
         record=_record(job, now, label, error, result if response is None else response),
     )
 
 
-def _record(job: Job, now: datetime, outcome: str, error: str | None, response: Any = None) -> Attempt:
+def _record(
+    job: Job, now: datetime, outcome: str, error: str | None, response: Any = None
+) -> Attempt:
     return Attempt(
-        job_id=job.id, attempt=job.attempt, started_at=job.claimed_at, finished_at=now,
-        outcome=outcome, error=error, response=response,
+        job_id=job.id,
+        attempt=job.attempt,
+        started_at=job.claimed_at,
+        finished_at=now,
+        outcome=outcome,
+        error=error,
+        response=response,
     )
 
 

@@ -7,11 +7,11 @@ to have its settings validated at start; otherwise it receives the raw mapping.
 
 from __future__ import annotations
 
-import orjson
 from functools import cache
 from importlib.metadata import entry_points
 from typing import Any
 
+import orjson
 from pydantic import BaseModel, ValidationError
 
 THROTTLERS = "hipq.throttlers"

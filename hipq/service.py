@@ -94,7 +94,7 @@ class SqliteLock:
         self._file: IO[str] | None = None
 
     def acquire(self) -> None:
-        self._file = open(self.path, "a+")  # noqa: SIM115 - held for the process lifetime
+        self._file = open(self.path, "a+")
         try:
             fcntl.flock(self._file, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -147,9 +147,15 @@ class Service:
 
     def _loop(self, name: str) -> QueueLoop:
         return QueueLoop(
-            name, self.settings.queues[name], self.store, owner=self.owner,
-            stages=build_stages(name, self.settings), transports=self.transports,
-            retry=self.retry, clock=self.clock, events=self.events,
+            name,
+            self.settings.queues[name],
+            self.store,
+            owner=self.owner,
+            stages=build_stages(name, self.settings),
+            transports=self.transports,
+            retry=self.retry,
+            clock=self.clock,
+            events=self.events,
             lease_ttl=self.settings.lease_ttl,
             # Jobs may be enqueued to another queue than their type's: any queue
             # matches responses if any job type is external.
@@ -178,7 +184,9 @@ class Service:
             try:
                 handlers[name] = import_handler(spec.handler)
             except HandlerImportError as exc:
-                raise ServiceError(f"config error: job_types.{name}.transport.python: {exc}") from None
+                raise ServiceError(
+                    f"config error: job_types.{name}.transport.python: {exc}"
+                ) from None
         out: dict[str, Transport] = {}
         python = PythonTransport(handlers, self.clock)
         out.update({name: python for name in handlers})
@@ -206,7 +214,11 @@ class Service:
 
         try:
             return ResponseConsumer(
-                kafka, self.store, self.clock, self.settings.responses.ttl, self.wake_all,
+                kafka,
+                self.store,
+                self.clock,
+                self.settings.responses.ttl,
+                self.wake_all,
                 consumer_options={
                     "session_timeout_ms": int(kafka.session_timeout * 1000),
                     "heartbeat_interval_ms": int(kafka.heartbeat_interval * 1000),

@@ -238,7 +238,9 @@ class GuardedChain:
                 try:
                     answer = await asyncio.wait_for(asyncio.shield(future), self.time_limit)
                 except TimeoutError:
-                    answer = ThrottlerFault(f"took longer than its time limit of {self.time_limit:g}s")
+                    answer = ThrottlerFault(
+                        f"took longer than its time limit of {self.time_limit:g}s"
+                    )
                 except Exception as exc:
                     answer = exc
             survivors = _record(result, stage, survivors, bypass, judged, answer)

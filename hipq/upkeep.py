@@ -52,7 +52,9 @@ class Upkeep:
     async def _prune(self, now: datetime) -> None:
         cutoff = now - timedelta(seconds=self.settings.idempotency_ttl)
         async with self.store._write() as conn:
-            await conn.execute(delete(idempotency_keys).where(idempotency_keys.c.created_at < cutoff))
+            await conn.execute(
+                delete(idempotency_keys).where(idempotency_keys.c.created_at < cutoff)
+            )
         await self.store.response_prune(now - timedelta(seconds=self.settings.responses.retention))
 
     def start(self) -> None:

@@ -48,7 +48,7 @@ class PgListener:
             try:
                 conn = await asyncpg.connect(self._dsn)
                 lost = asyncio.Event()
-                conn.add_termination_listener(lambda _c: lost.set())
+                conn.add_termination_listener(lambda _c, lost=lost: lost.set())
                 await conn.add_listener(NOTIFY_CHANNEL, self._notified)
                 self.connected.set()
                 delay = 0.5

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import shutil
-from concurrent.futures import ThreadPoolExecutor
 from collections.abc import AsyncIterator, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest

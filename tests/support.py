@@ -28,8 +28,10 @@ class FakeClock:
 def make_settings(database_url: str, **overrides: Any) -> Settings:
     """Settings with a python job type per handler of tests/handlers.py."""
     job_types = {
-        name: {"transport": {"python": {"handler": f"tests.handlers:{name}"}},
-               "retry": {"strategy": "fixed", "delay": "10s", "max_attempts": 3}}
+        name: {
+            "transport": {"python": {"handler": f"tests.handlers:{name}"}},
+            "retry": {"strategy": "fixed", "delay": "10s", "max_attempts": 3},
+        }
         for name in ("ok", "fail", "hang", "record", "permanent", "checkpointing")
     }
     job_types.update(overrides.pop("job_types", {}))
@@ -44,7 +46,8 @@ def make_settings(database_url: str, **overrides: Any) -> Settings:
 
 
 async def eventually(
-    check: Callable[[], Awaitable[Any]] | Callable[[], Any], timeout: float = 10.0,
+    check: Callable[[], Awaitable[Any]] | Callable[[], Any],
+    timeout: float = 10.0,  # noqa: ASYNC109 - a polling helper's bound, not a call's
     interval: float = 0.02,
 ) -> Any:
     """Wait until ``check()`` returns something truthy (or raise with its last value)."""

@@ -30,8 +30,10 @@ pytestmark = pytest.mark.e2e
 REPO = Path(__file__).resolve().parents[1]
 HIPQ = str(Path(sys.executable).with_name("hipq"))
 JOB_TYPES = {
-    name: {"transport": {"python": {"handler": f"tests.handlers:{name}"}},
-           "retry": {"strategy": "none"}}
+    name: {
+        "transport": {"python": {"handler": f"tests.handlers:{name}"}},
+        "retry": {"strategy": "none"},
+    }
     for name in ("ok", "fail", "hang", "permanent")
 }
 
@@ -94,8 +96,15 @@ class Result:
 def hipq_many(*commands: list[str], timeout: float = 60) -> list[Result]:
     """Run several `hipq` commands at once; their results in order."""
     procs = [
-        subprocess.Popen([HIPQ, *args], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                         stderr=subprocess.PIPE, text=True, env=_env(), cwd=REPO)
+        subprocess.Popen(
+            [HIPQ, *args],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=_env(),
+            cwd=REPO,
+        )
         for args in commands
     ]
     results = []
@@ -141,8 +150,9 @@ class Server:
 
     def ready(self) -> bool:
         if self.process.poll() is not None:
-            raise AssertionError(f"hipq serve exited with {self.process.returncode}:\n"
-                                 f"{self.log_text()}")
+            raise AssertionError(
+                f"hipq serve exited with {self.process.returncode}:\n{self.log_text()}"
+            )
         try:
             return httpx.get(f"{self.url}/readyz", timeout=2).status_code == 200
         except httpx.HTTPError:
@@ -165,8 +175,12 @@ def serving(config: Path, log: Path) -> Iterator[Server]:
     with open(log, "ab") as out:
         process = subprocess.Popen(
             [HIPQ, "serve", "--config", str(config), "--port", str(port)],
-            stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, env=_env(),
-            cwd=REPO, preexec_fn=_die_with_parent if sys.platform == "linux" else None,
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=_env(),
+            cwd=REPO,
+            preexec_fn=_die_with_parent if sys.platform == "linux" else None,
         )
     server = Server(process, port, log)
     try:
@@ -205,8 +219,22 @@ def test_jobs_add_show_list_cancel_retry(server: Server) -> None:
     url = ["--url", server.url]
     future = (datetime.now(UTC) + timedelta(hours=1)).isoformat()
     added = hipq_many(
-        ["jobs", "add", "ok", "--payload", '{"n": 1}', "--label", "region=east",
-         "--priority", "5", "--timeout", "30s", "--job-key", "k-1", *url],
+        [
+            "jobs",
+            "add",
+            "ok",
+            "--payload",
+            '{"n": 1}',
+            "--label",
+            "region=east",
+            "--priority",
+            "5",
+            "--timeout",
+            "30s",
+            "--job-key",
+            "k-1",
+            *url,
+        ],
         ["jobs", "add", "permanent", "--critical", "--weight", "2", "--run-at", future, *url],
     )
     first, doomed = (r.json() for r in added)
@@ -315,8 +343,10 @@ def test_serve_refuses_a_bad_config(tmp_path: Path) -> None:
             "job_types": {"ok": {"transport": {"python": {"handler": "tests.handlers:absent"}}}}
         },
     }
-    paths = [write_config(tmp_path / f"bad{i}.yaml", db, **overrides)
-             for i, overrides in enumerate(configs.values())]
+    paths = [
+        write_config(tmp_path / f"bad{i}.yaml", db, **overrides)
+        for i, overrides in enumerate(configs.values())
+    ]
     missing = str(tmp_path / "missing.yaml")
     results = hipq_many(
         *(["serve", "--config", str(p), "--port", str(free_port())] for p in paths),

@@ -62,11 +62,17 @@ def upgrade() -> None:
     )
     op.create_index("ix_hipq_jobs_state", "hipq_jobs", ["state", "id"])
     op.create_index(
-        "uq_hipq_jobs_open_correlation_key", "hipq_jobs", ["correlation_key"], unique=True,
+        "uq_hipq_jobs_open_correlation_key",
+        "hipq_jobs",
+        ["correlation_key"],
+        unique=True,
         **_partial(f"correlation_key IS NOT NULL AND {OPEN}"),
     )
     op.create_index(
-        "uq_hipq_jobs_open_job_key", "hipq_jobs", ["job_key"], unique=True,
+        "uq_hipq_jobs_open_job_key",
+        "hipq_jobs",
+        ["job_key"],
+        unique=True,
         **_partial(f"job_key IS NOT NULL AND {OPEN}"),
     )
     op.create_index(
@@ -75,9 +81,7 @@ def upgrade() -> None:
     op.create_table(
         "hipq_attempts",
         sa.Column("id", ID, primary_key=True, autoincrement=True),
-        sa.Column(
-            "job_id", ID, sa.ForeignKey("hipq_jobs.id", ondelete="CASCADE"), nullable=False
-        ),
+        sa.Column("job_id", ID, sa.ForeignKey("hipq_jobs.id", ondelete="CASCADE"), nullable=False),
         sa.Column("attempt", sa.Integer, nullable=False),
         sa.Column("started_at", UTCDateTime, nullable=True),
         sa.Column("finished_at", UTCDateTime, nullable=False),

@@ -39,8 +39,11 @@ def upgrade() -> None:
         sa.Column("settled_at", UTCDateTime, nullable=True),
     )
     op.create_index(
-        "ix_hipq_responses_pending_key", "hipq_responses", ["correlation_key"],
-        postgresql_where=sa.text("status = 'pending'"), sqlite_where=sa.text("status = 'pending'"),
+        "ix_hipq_responses_pending_key",
+        "hipq_responses",
+        ["correlation_key"],
+        postgresql_where=sa.text("status = 'pending'"),
+        sqlite_where=sa.text("status = 'pending'"),
     )
     op.create_index("ix_hipq_responses_status", "hipq_responses", ["status", "id"])
     op.create_index("ix_hipq_responses_expires", "hipq_responses", ["expires_at"])

@@ -60,7 +60,9 @@ def create_app(service: Service, *, manage_service: bool = True) -> FastAPI:
             problems["database"] = f"unreachable: {type(exc).__name__}"
         status = service.status()
         if status["listener"] is False:
-            problems["listen"] = "PostgreSQL LISTEN connection is down (wake-ups fall back to ticks)"
+            problems["listen"] = (
+                "PostgreSQL LISTEN connection is down (wake-ups fall back to ticks)"
+            )
         if status["kafka_producer"] is False:
             problems["kafka_producer"] = "not connected to the Kafka broker (reconnecting)"
         if status["kafka_consumer"] is False:

@@ -74,8 +74,13 @@ async def deliver_callback(
         signature = info.config.callback_signature
         if signature is not None:
             try:
-                verify(signature.secret, request.headers, raw, service.clock().timestamp(),
-                       int(signature.tolerance))
+                verify(
+                    signature.secret,
+                    request.headers,
+                    raw,
+                    service.clock().timestamp(),
+                    int(signature.tolerance),
+                )
             except SignatureError as exc:
                 return JSONResponse(
                     error_body("unauthorized", [("webhook-signature", exc.reason)]), 401
@@ -84,9 +89,17 @@ async def deliver_callback(
     headers = {k: v for k, v in request.headers.items() if k not in _DROPPED_HEADERS}
     outcome = decide(outcome_rule(info), body, headers)
     [response_id] = await service.store.response_insert_many(
-        [NewResponse(correlation_key=key, source="webhook", succeeded=outcome.succeeded,
-                     reason=None if outcome.succeeded else outcome.reason, body=body,
-                     headers=headers, job_type=type)],
+        [
+            NewResponse(
+                correlation_key=key,
+                source="webhook",
+                succeeded=outcome.succeeded,
+                reason=None if outcome.succeeded else outcome.reason,
+                body=body,
+                headers=headers,
+                job_type=type,
+            )
+        ],
         service.clock(),
         service.settings.responses.ttl,
     )

@@ -114,9 +114,16 @@ class BodyLimit:
         body = orjson.dumps(
             error_body("body_too_large", [(None, f"request body exceeds {self.max_bytes} bytes")])
         )
-        await send({"type": "http.response.start", "status": 413,
-                    "headers": [(b"content-type", b"application/json"),
-                                (b"content-length", str(len(body)).encode())]})
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 413,
+                "headers": [
+                    (b"content-type", b"application/json"),
+                    (b"content-length", str(len(body)).encode()),
+                ],
+            }
+        )
         await send({"type": "http.response.body", "body": body})
 
 
@@ -155,4 +162,6 @@ def install(app: FastAPI) -> None:
     @app.exception_handler(Exception)
     async def _unexpected(_r: Request, exc: Exception) -> JSONResponse:
         log.exception("unexpected error")
-        return JSONResponse(error_body("internal_error", [(None, "internal error; see the log")]), 500)
+        return JSONResponse(
+            error_body("internal_error", [(None, "internal error; see the log")]), 500
+        )

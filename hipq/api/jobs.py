@@ -29,13 +29,18 @@ from hipq.windows import WindowError, next_opening, parse_windows
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"], route_class=StrictJSONRoute)
 
 _ERRORS: dict[int | str, dict[str, Any]] = {
-    404: {"model": ErrorOut}, 409: {"model": ErrorOut}, 413: {"model": ErrorOut},
+    404: {"model": ErrorOut},
+    409: {"model": ErrorOut},
+    413: {"model": ErrorOut},
     422: {"model": ErrorOut},
 }
 IdempotencyKey = Annotated[
     str | None,
-    Header(alias="Idempotency-Key", max_length=300,
-           description="a retried POST with the same key returns the first one's jobs"),
+    Header(
+        alias="Idempotency-Key",
+        max_length=300,
+        description="a retried POST with the same key returns the first one's jobs",
+    ),
 ]
 # Ids are BIGINT (PostgreSQL) / INTEGER (SQLite): a larger number is a 422, not a driver error.
 _MAX_ID = 2**63 - 1
@@ -58,7 +63,9 @@ async def _insert(request: Request, items: list[JobIn], key: str | None, prefix:
         try:
             new.append(service.intake.resolve(item.fields_set(), now))
         except IntakeError as exc:
-            raise IntakeError(f"{prefix}{i}].{exc.field}" if prefix else exc.field, exc.message) from None
+            raise IntakeError(
+                f"{prefix}{i}].{exc.field}" if prefix else exc.field, exc.message
+            ) from None
     idempotency = None
     if key:
         # Dumping every job again to hash the request costs as much as validating it:
@@ -70,8 +77,7 @@ async def _insert(request: Request, items: list[JobIn], key: str | None, prefix:
     return result
 
 
-@router.post("", status_code=201, response_model=JobOut, responses=_ERRORS,
-             summary="Create a job")
+@router.post("", status_code=201, response_model=JobOut, responses=_ERRORS, summary="Create a job")
 async def create_job(
     job: JobIn, request: Request, response: Response, idempotency_key: IdempotencyKey = None
 ) -> JobOut:
@@ -82,10 +88,17 @@ async def create_job(
     return JobOut.of(result.jobs[0])
 
 
-@router.post("/batch", status_code=201, response_model=JobBatchOut, responses=_ERRORS,
-             summary="Create many jobs in one transaction (all or none)")
+@router.post(
+    "/batch",
+    status_code=201,
+    response_model=JobBatchOut,
+    responses=_ERRORS,
+    summary="Create many jobs in one transaction (all or none)",
+)
 async def create_jobs(
-    batch: JobBatchIn, request: Request, idempotency_key: IdempotencyKey = None,
+    batch: JobBatchIn,
+    request: Request,
+    idempotency_key: IdempotencyKey = None,
 ) -> Response:
     limit = _service(request).settings.server.max_batch_jobs
     if len(batch.jobs) > limit:
@@ -93,11 +106,14 @@ async def create_jobs(
     result = await _insert(request, batch.jobs, idempotency_key, "jobs[")
     # The JobBatchOut body, written by orjson: a JobRef model per job cost about a tenth of
     # the whole request. OPT_UTC_Z writes instants exactly as pydantic does.
-    refs = [{"id": j.id, "state": j.state.value, "queue": j.queue, "run_at": j.run_at}
-            for j in result.jobs]
+    refs = [
+        {"id": j.id, "state": j.state.value, "queue": j.queue, "run_at": j.run_at}
+        for j in result.jobs
+    ]
     return Response(
         orjson.dumps({"count": len(refs), "jobs": refs}, option=orjson.OPT_UTC_Z),
-        status_code=200 if result.replayed else 201, media_type="application/json",
+        status_code=200 if result.replayed else 201,
+        media_type="application/json",
         headers={"Idempotent-Replayed": "true"} if result.replayed else None,
     )
 
@@ -133,15 +149,25 @@ async def list_jobs(
         if not cursor.isascii() or not cursor.isdigit() or int(cursor) > _MAX_ID:
             raise IntakeError("cursor", "not a cursor returned by this API")
         after = int(cursor)
-    flt = JobFilter(queue=queue, states=tuple(s.value for s in state or ()), type=type,
-                    labels=labels, after_id=after, limit=limit)
+    flt = JobFilter(
+        queue=queue,
+        states=tuple(s.value for s in state or ()),
+        type=type,
+        labels=labels,
+        after_id=after,
+        limit=limit,
+    )
     found = await _service(request).store.job_list(flt)
     next_cursor = str(found[-1].id) if len(found) == limit else None
     return JobListOut(jobs=[JobOut.of(j) for j in found], next_cursor=next_cursor)
 
 
-@router.post("/{job_id}/cancel", response_model=JobOut, responses=_ERRORS,
-             summary="Cancel a job (a running one is cancelled by its queue's loop)")
+@router.post(
+    "/{job_id}/cancel",
+    response_model=JobOut,
+    responses=_ERRORS,
+    summary="Cancel a job (a running one is cancelled by its queue's loop)",
+)
 async def cancel_job(job_id: JobId, request: Request, response: Response) -> JobOut:
     service = _service(request)
     job = await service.store.job_cancel(job_id, service.clock())
@@ -151,8 +177,12 @@ async def cancel_job(job_id: JobId, request: Request, response: Response) -> Job
     return JobOut.of(job)
 
 
-@router.patch("/{job_id}", response_model=JobOut, responses=_ERRORS,
-              summary="Change a scheduled job (run_at, priority, payload, weight, labels, ...)")
+@router.patch(
+    "/{job_id}",
+    response_model=JobOut,
+    responses=_ERRORS,
+    summary="Change a scheduled job (run_at, priority, payload, weight, labels, ...)",
+)
 async def patch_job(job_id: JobId, patch: JobPatch, request: Request) -> JobOut:
     service = _service(request)
     changes: dict[str, Any] = patch.model_dump(exclude_unset=True)
@@ -185,15 +215,20 @@ async def patch_job(job_id: JobId, patch: JobPatch, request: Request) -> JobOut:
         limit = capacity.concurrency if capacity is not None else None
         if limit is not None and changes["weight"] > limit:
             raise IntakeError(
-                "weight", f"{changes['weight']} exceeds the capacity {limit} of queue {current.queue}"
+                "weight",
+                f"{changes['weight']} exceeds the capacity {limit} of queue {current.queue}",
             )
     job = await service.store.job_update_pending(job_id, changes, service.clock())
     service.wake([job.queue])
     return JobOut.of(job)
 
 
-@router.post("/{job_id}/retry", response_model=JobOut, responses=_ERRORS,
-             summary="Run a failed or cancelled job again (a new attempt)")
+@router.post(
+    "/{job_id}/retry",
+    response_model=JobOut,
+    responses=_ERRORS,
+    summary="Run a failed or cancelled job again (a new attempt)",
+)
 async def retry_job(job_id: JobId, request: Request, body: RetryRequest | None = None) -> JobOut:
     service = _service(request)
     job = await service.store.job_retry(job_id, service.clock(), body.run_at if body else None)

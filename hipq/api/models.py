@@ -52,7 +52,9 @@ class _In(BaseModel):
 
 class WindowIn(_In):
     start: str = Field(description="opening wall-clock time, HH:MM")
-    end: str = Field(description="closing wall-clock time, HH:MM; earlier than start wraps midnight")
+    end: str = Field(
+        description="closing wall-clock time, HH:MM; earlier than start wraps midnight"
+    )
     tz: str = Field("UTC", description="IANA time zone")
     days: str | list[str] | None = Field(None, description="e.g. 'mon-fri' (the day it opens)")
 
@@ -77,7 +79,9 @@ class JobIn(_In):
     correlation_key: str | None = Field(None, min_length=1, max_length=500)
     job_key: str | None = Field(None, min_length=1, max_length=500)
     job_key_mode: Literal["replace", "preserve_run_at", "unsafe_dedupe"] | None = None
-    critical: StrictBool = Field(False, description="passes throttlers that let critical work through")
+    critical: StrictBool = Field(
+        False, description="passes throttlers that let critical work through"
+    )
 
     def fields_set(self) -> dict[str, Any]:
         """As ``model_dump(exclude_unset=True, exclude_none=True)``, at a third of its cost
@@ -124,8 +128,14 @@ class AttemptOut(BaseModel):
 
     @classmethod
     def of(cls, a: Attempt) -> AttemptOut:
-        return cls(attempt=a.attempt, started_at=a.started_at, finished_at=a.finished_at,
-                   outcome=a.outcome, error=a.error, response=a.response)
+        return cls(
+            attempt=a.attempt,
+            started_at=a.started_at,
+            finished_at=a.finished_at,
+            outcome=a.outcome,
+            error=a.error,
+            response=a.response,
+        )
 
 
 class JobOut(BaseModel):
@@ -159,14 +169,31 @@ class JobOut(BaseModel):
     @classmethod
     def of(cls, job: Job, attempts: list[Attempt] | None = None) -> JobOut:
         return cls(
-            id=job.id, type=job.type, queue=job.queue, state=job.state.value,
-            payload=job.payload, run_at=job.run_at, priority=job.priority, weight=job.weight,
-            labels=job.labels, windows=job.windows, timeout=job.timeout_seconds,
-            retry=job.retry, critical=job.critical, correlation_key=job.correlation_key,
-            job_key=job.job_key, attempt=job.attempt, created_at=job.created_at,
-            updated_at=job.updated_at, claimed_at=job.claimed_at, deadline=job.deadline,
-            finished_at=job.finished_at, result=job.result, last_error=job.last_error,
-            waiting_reason=job.waiting_reason, cancel_requested=job.cancel_requested,
+            id=job.id,
+            type=job.type,
+            queue=job.queue,
+            state=job.state.value,
+            payload=job.payload,
+            run_at=job.run_at,
+            priority=job.priority,
+            weight=job.weight,
+            labels=job.labels,
+            windows=job.windows,
+            timeout=job.timeout_seconds,
+            retry=job.retry,
+            critical=job.critical,
+            correlation_key=job.correlation_key,
+            job_key=job.job_key,
+            attempt=job.attempt,
+            created_at=job.created_at,
+            updated_at=job.updated_at,
+            claimed_at=job.claimed_at,
+            deadline=job.deadline,
+            finished_at=job.finished_at,
+            result=job.result,
+            last_error=job.last_error,
+            waiting_reason=job.waiting_reason,
+            cancel_requested=job.cancel_requested,
             attempts=None if attempts is None else [AttemptOut.of(a) for a in attempts],
         )
 

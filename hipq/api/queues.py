@@ -19,11 +19,19 @@ async def queue_out(service: Service, name: str) -> QueueOut:
     config = service.settings.queues[name]
     counts = await service.store.queue_counts(name, service.clock())
     return QueueOut(
-        name=name, concurrency=config.concurrency, order=config.order,
-        batch_interval=config.batch_interval, batch_size=config.batch_size,
+        name=name,
+        concurrency=config.concurrency,
+        order=config.order,
+        batch_interval=config.batch_interval,
+        batch_size=config.batch_size,
         throttlers=[s.name for s in service.loops[name].stages],
-        paused=counts.paused, owner=counts.lease_owner, scheduled=counts.scheduled,
-        due=counts.due, running=counts.running, awaiting=counts.awaiting, failed=counts.failed,
+        paused=counts.paused,
+        owner=counts.lease_owner,
+        scheduled=counts.scheduled,
+        due=counts.due,
+        running=counts.running,
+        awaiting=counts.awaiting,
+        failed=counts.failed,
         capacity_in_use=counts.weight_in_flight,
         in_use_by=counts.stats.get("in_use_by", {}),
         held_by=counts.stats.get("held_by", {}),
@@ -34,7 +42,9 @@ async def queue_out(service: Service, name: str) -> QueueOut:
 @router.get("", response_model=QueueListOut, summary="All queues with live counts")
 async def list_queues(request: Request) -> QueueListOut:
     service: Service = request.app.state.service
-    return QueueListOut(queues=[await queue_out(service, n) for n in sorted(service.settings.queues)])
+    return QueueListOut(
+        queues=[await queue_out(service, n) for n in sorted(service.settings.queues)]
+    )
 
 
 @router.get("/{name}", response_model=QueueOut, responses=_ERRORS, summary="One queue")
@@ -42,8 +52,12 @@ async def get_queue(name: str, request: Request) -> QueueOut:
     return await queue_out(request.app.state.service, name)
 
 
-@router.post("/{name}/pause", response_model=QueueOut, responses=_ERRORS,
-             summary="Stop admitting jobs (in-flight jobs still finish)")
+@router.post(
+    "/{name}/pause",
+    response_model=QueueOut,
+    responses=_ERRORS,
+    summary="Stop admitting jobs (in-flight jobs still finish)",
+)
 async def pause_queue(name: str, request: Request) -> QueueOut:
     service: Service = request.app.state.service
     await queue_out(service, name)

@@ -30,7 +30,9 @@ class ResponseOut(BaseModel):
     body: Any
     headers: dict[str, str] | None
     job_type: str | None
-    status: str = Field(description="pending (early or unknown key), matched, duplicate, late, expired")
+    status: str = Field(
+        description="pending (early or unknown key), matched, duplicate, late, expired"
+    )
     job_id: int | None
     forced_job_id: int | None = Field(description="set when an operator matched it by hand")
     settled_at: datetime | None
@@ -90,8 +92,11 @@ async def list_responses(
     )
 
 
-@router.get("/parked", response_model=list[ParkedOut],
-            summary="Kafka messages that could not become responses, with the reason")
+@router.get(
+    "/parked",
+    response_model=list[ParkedOut],
+    summary="Kafka messages that could not become responses, with the reason",
+)
 async def list_parked(
     request: Request, limit: Annotated[int, Query(ge=1, le=1000)] = 100, cursor: str | None = None
 ) -> list[ParkedOut]:
@@ -105,9 +110,12 @@ async def get_response(response_id: int, request: Request) -> ResponseOut:
     return ResponseOut.of(await service.store.response_get(response_id))
 
 
-@router.post("/{response_id}/match", response_model=ResponseOut,
-             responses={404: {"model": ErrorOut}, 409: {"model": ErrorOut}},
-             summary="Match a response to an in-flight job by hand (settled at the next tick)")
+@router.post(
+    "/{response_id}/match",
+    response_model=ResponseOut,
+    responses={404: {"model": ErrorOut}, 409: {"model": ErrorOut}},
+    summary="Match a response to an in-flight job by hand (settled at the next tick)",
+)
 async def match_response(response_id: int, body: MatchIn, request: Request) -> ResponseOut:
     service: Service = request.app.state.service
     response = await service.store.response_force_match(response_id, body.job_id, service.clock())

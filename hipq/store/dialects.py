@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 import orjson
-from sqlalchemy import Select, event, func
+from sqlalchemy import ARRAY, BigInteger, Select, bindparam, event, func
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 from sqlalchemy.sql import text
@@ -93,6 +93,14 @@ def lock_due(conn: AsyncConnection, query: Select[Any]) -> Select[Any]:
     return query
 
 
+def id_in(conn: AsyncConnection, column: Any, ids: list[int]) -> Any:
+    """``column IN ids``; on PostgreSQL as ``= ANY(array)``: one parameter instead of
+    one per id, and one plan whatever the batch's size."""
+    if conn.dialect.name == "postgresql":
+        return column == func.any(bindparam("ids_array", ids, type_=ARRAY(BigInteger)))
+    return column.in_(ids)
+
+
 def epoch_seconds(conn: AsyncConnection, column: Any) -> Any:
     """Seconds since 1970 of a timestamp column, in SQL (for aging's ORDER BY)."""
     if conn.dialect.name == "postgresql":
@@ -107,3 +115,120 @@ async def notify(conn: AsyncConnection, queues: set[str]) -> None:
         return
     for queue in sorted(queues):
         await conn.execute(text("SELECT pg_notify(:ch, :q)"), {"ch": NOTIFY_CHANNEL, "q": queue})
+
+
+# PostgreSQL: a whole tick's settlements in two statements. An executemany of one
+# UPDATE per job costs the server a plan execution per row; unnest() of column
+# arrays lets it do the batch as one join (JSON travels as text, cast to jsonb).
+_SETTLE_PG = text(
+    """
+    UPDATE hipq_jobs AS j
+    SET state = u.state, run_at = u.run_at, payload = u.payload::jsonb,
+        finished_at = u.finished_at, result = u.result::jsonb, last_error = u.last_error,
+        deadline = NULL, cancel_requested = false, updated_at = :now
+    FROM unnest(CAST(:ids AS bigint[]), CAST(:attempts AS integer[]), CAST(:states AS text[]),
+                CAST(:run_ats AS timestamptz[]), CAST(:payloads AS text[]),
+                CAST(:finished AS timestamptz[]), CAST(:results AS text[]),
+                CAST(:errors AS text[]))
+         AS u(id, attempt, state, run_at, payload, finished_at, result, last_error)
+    WHERE j.id = u.id AND j.attempt = u.attempt AND j.state IN ('running', 'awaiting')
+    """
+)
+_ATTEMPTS_PG = text(
+    """
+    INSERT INTO hipq_attempts (job_id, attempt, started_at, finished_at, outcome, error, response)
+    SELECT u.job_id, u.attempt, u.started_at, u.finished_at, u.outcome, u.error,
+           u.response::jsonb
+    FROM unnest(CAST(:job_ids AS bigint[]), CAST(:attempts AS integer[]),
+                CAST(:started AS timestamptz[]), CAST(:finished AS timestamptz[]),
+                CAST(:outcomes AS text[]), CAST(:errors AS text[]), CAST(:responses AS text[]))
+         AS u(job_id, attempt, started_at, finished_at, outcome, error, response)
+    """
+)
+
+
+def _json_or_null(value: Any) -> str | None:
+    return None if value is None else _json_dumps(value)
+
+
+async def settle_unnest(conn: AsyncConnection, settlements: Any, now: Any) -> None:
+    await conn.execute(
+        _SETTLE_PG,
+        {
+            "now": now,
+            "ids": [s.job_id for s in settlements],
+            "attempts": [s.attempt for s in settlements],
+            "states": [s.state.value for s in settlements],
+            "run_ats": [s.run_at for s in settlements],
+            "payloads": [_json_dumps(s.payload) for s in settlements],
+            "finished": [s.finished_at for s in settlements],
+            "results": [_json_or_null(s.result) for s in settlements],
+            "errors": [s.last_error for s in settlements],
+        },
+    )
+    records = [s.record for s in settlements if s.record is not None]
+    if records:
+        await conn.execute(
+            _ATTEMPTS_PG,
+            {
+                "job_ids": [r.job_id for r in records],
+                "attempts": [r.attempt for r in records],
+                "started": [r.started_at for r in records],
+                "finished": [r.finished_at for r in records],
+                "outcomes": [r.outcome for r in records],
+                "errors": [r.error for r in records],
+                "responses": [_json_or_null(r.response) for r in records],
+            },
+        )
+
+
+_INSERT_JOBS_PG = text(
+    """
+    INSERT INTO hipq_jobs (queue, type, state, payload, labels, windows, retry, run_at,
+                           priority, weight, timeout_seconds, critical, correlation_key,
+                           job_key, attempt, created_at, updated_at, cancel_requested)
+    SELECT u.queue, u.type, 'scheduled', u.payload::jsonb, u.labels::jsonb, u.windows::jsonb,
+           u.retry::jsonb, u.run_at, u.priority, u.weight, u.timeout_seconds, u.critical,
+           u.correlation_key, u.job_key, 0, :now, :now, false
+    FROM unnest(CAST(:queues AS text[]), CAST(:types AS text[]), CAST(:payloads AS text[]),
+                CAST(:labels AS text[]), CAST(:windows AS text[]), CAST(:retries AS text[]),
+                CAST(:run_ats AS timestamptz[]), CAST(:priorities AS integer[]),
+                CAST(:weights AS integer[]), CAST(:timeouts AS float8[]),
+                CAST(:criticals AS boolean[]), CAST(:correlation_keys AS text[]),
+                CAST(:job_keys AS text[])) WITH ORDINALITY
+         AS u(queue, type, payload, labels, windows, retry, run_at, priority, weight,
+              timeout_seconds, critical, correlation_key, job_key, ord)
+    ORDER BY u.ord
+    RETURNING id
+    """
+)
+
+
+async def insert_jobs_unnest(
+    conn: AsyncConnection, rows: list[dict[str, Any]], now: Any
+) -> list[int]:
+    """PostgreSQL: insert job rows in one statement; their ids in the order given.
+
+    The ids come from the table's sequence, drawn row by row in ``ord`` order, so
+    they increase in the order given: sorting what RETURNING yields restores it.
+    """
+    result = await conn.execute(
+        _INSERT_JOBS_PG,
+        {
+            "now": now,
+            "queues": [r["queue"] for r in rows],
+            "types": [r["type"] for r in rows],
+            "payloads": [_json_dumps(r["payload"]) for r in rows],
+            "labels": [_json_dumps(r["labels"]) for r in rows],
+            "windows": [_json_or_null(r["windows"]) for r in rows],
+            "retries": [_json_dumps(r["retry"]) for r in rows],
+            "run_ats": [r["run_at"] for r in rows],
+            "priorities": [r["priority"] for r in rows],
+            "weights": [r["weight"] for r in rows],
+            "timeouts": [r["timeout_seconds"] for r in rows],
+            "criticals": [r["critical"] for r in rows],
+            "correlation_keys": [r["correlation_key"] for r in rows],
+            "job_keys": [r["job_key"] for r in rows],
+        },
+    )
+    return sorted(result.scalars().all())

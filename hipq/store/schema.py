@@ -95,9 +95,25 @@ jobs = Table(
     Column("last_error", Text, nullable=True),
     Column("waiting_reason", Text, nullable=True),
     Column("cancel_requested", Boolean, nullable=False),
-    # The loop's due-jobs scan, one index per queue order.
-    Index("ix_hipq_jobs_due_time", "queue", "state", "run_at", "priority", "id"),
-    Index("ix_hipq_jobs_due_priority", "queue", "state", "priority", "run_at", "id"),
+    # The loop's due-jobs scan, one index per queue order, over scheduled jobs only.
+    Index(
+        "ix_hipq_jobs_due_time",
+        "queue",
+        "run_at",
+        "priority",
+        "id",
+        postgresql_where=text("state = 'scheduled'"),
+        sqlite_where=text("state = 'scheduled'"),
+    ),
+    Index(
+        "ix_hipq_jobs_due_priority",
+        "queue",
+        "priority",
+        "run_at",
+        "id",
+        postgresql_where=text("state = 'scheduled'"),
+        sqlite_where=text("state = 'scheduled'"),
+    ),
     Index("ix_hipq_jobs_state", "state", "id"),
     Index(
         "uq_hipq_jobs_open_correlation_key",

@@ -23,15 +23,15 @@ from hipq.lifecycle import IN_FLIGHT, OPEN, State, check_transition
 from hipq.store import dialects
 from hipq.store.records import (
     Conflict,
-    Match,
-    NewResponse,
-    ParkedMessage,
-    Response,
     InsertResult,
     JobFilter,
     LeaseLost,
+    Match,
+    NewResponse,
     NotFound,
+    ParkedMessage,
     QueueCounts,
+    Response,
     Settlement,
 )
 from hipq.store.schema import (
@@ -217,8 +217,7 @@ class Store:
             await conn.execute(jobs.insert(), rows)
             last = (await conn.exec_driver_sql("SELECT last_insert_rowid()")).scalar_one()
             return list(range(last - len(rows) + 1, last + 1))
-        stmt = jobs.insert().returning(jobs.c.id, sort_by_parameter_order=True)
-        return list((await conn.execute(stmt, rows)).scalars().all())
+        return await dialects.insert_jobs_unnest(conn, rows, rows[0]["created_at"])
 
     async def _insert_keyed(self, conn: AsyncConnection, job: NewJob, now: datetime) -> Job:
         """job_key de-duplication, with graphile-worker's three modes."""
@@ -359,7 +358,8 @@ class Store:
                 job = await self._locked(conn, job_id)
                 if job.state not in (State.FAILED, State.CANCELLED):
                     raise Conflict(
-                        f"job {job_id} is {job.state}; only failed or cancelled jobs can be retried",
+                        f"job {job_id} is {job.state}; "
+                        "only failed or cancelled jobs can be retried",
                         field="state",
                     )
                 check_transition(job.state, State.SCHEDULED)
@@ -482,8 +482,15 @@ class Store:
         async with self._write() as conn:
             if new:
                 rows = [
-                    {**asdict(r), "received_at": now, "expires_at": expires, "status": "pending",
-                     "job_id": None, "forced_job_id": None, "settled_at": None}
+                    {
+                        **asdict(r),
+                        "received_at": now,
+                        "expires_at": expires,
+                        "status": "pending",
+                        "job_id": None,
+                        "forced_job_id": None,
+                        "settled_at": None,
+                    }
                     for r in new
                 ]
                 stmt = responses.insert().returning(responses.c.id, sort_by_parameter_order=True)
@@ -535,18 +542,24 @@ class Store:
             if job.state not in IN_FLIGHT:
                 raise Conflict(
                     f"job {job_id} is {job.state}; a response can settle only a running or "
-                    "awaiting job", field="job_id",
+                    "awaiting job",
+                    field="job_id",
                 )
             await conn.execute(
                 update(responses)
                 .where(responses.c.id == response_id)
-                .values(status="pending", forced_job_id=job_id,
-                        expires_at=max(row.expires_at, now + timedelta(hours=1)))
+                .values(
+                    status="pending",
+                    forced_job_id=job_id,
+                    expires_at=max(row.expires_at, now + timedelta(hours=1)),
+                )
             )
             await self._notify(conn, {job.queue})
         return await self.response_get(response_id)
 
-    async def parked_list(self, after_id: int | None = None, limit: int = 100) -> list[dict[str, Any]]:
+    async def parked_list(
+        self, after_id: int | None = None, limit: int = 100
+    ) -> list[dict[str, Any]]:
         query = select(parked_messages).order_by(parked_messages.c.id.desc()).limit(limit)
         if after_id is not None:
             query = query.where(parked_messages.c.id < after_id)
@@ -582,16 +595,22 @@ class Store:
             ).all()
             open_keys = {r.correlation_key for r in job_rows if r.state in _OPEN}
             finished = {r.correlation_key: r.id for r in job_rows if r.state not in _OPEN}
-            matched_jobs = set(
-                (
-                    await conn.execute(
-                        select(responses.c.job_id).where(
-                            responses.c.status == "matched",
-                            responses.c.job_id.in_(list(finished.values())),
+            matched_jobs = (
+                set(
+                    (
+                        await conn.execute(
+                            select(responses.c.job_id).where(
+                                responses.c.status == "matched",
+                                responses.c.job_id.in_(list(finished.values())),
+                            )
                         )
                     )
-                ).scalars().all()
-            ) if finished else set()
+                    .scalars()
+                    .all()
+                )
+                if finished
+                else set()
+            )
             for r in pending:
                 if r.correlation_key in open_keys:
                     continue  # early, or about to be matched by the loop
@@ -603,7 +622,8 @@ class Store:
                 else:
                     continue  # unknown key: kept until its TTL
                 await conn.execute(
-                    update(responses).where(responses.c.id == r.id)
+                    update(responses)
+                    .where(responses.c.id == r.id)
                     .values(status=status, job_id=job_id, settled_at=now)
                 )
                 counts[status] += 1
@@ -613,10 +633,13 @@ class Store:
         """Delete settled inbox rows and parked messages older than ``before``."""
         async with self._write() as conn:
             done = await conn.execute(
-                delete(responses).where(responses.c.status != "pending",
-                                        responses.c.received_at < before)
+                delete(responses).where(
+                    responses.c.status != "pending", responses.c.received_at < before
+                )
             )
-            await conn.execute(delete(parked_messages).where(parked_messages.c.received_at < before))
+            await conn.execute(
+                delete(parked_messages).where(parked_messages.c.received_at < before)
+            )
         return done.rowcount or 0
 
     # -- the loop's side --------------------------------------------------------------
@@ -691,6 +714,9 @@ class QueueBatch:
     async def settle(self, settlements: Sequence[Settlement], now: datetime) -> None:
         if not settlements:
             return
+        if self.conn.dialect.name == "postgresql":
+            await dialects.settle_unnest(self.conn, settlements, now)
+            return
         stmt = (
             update(jobs)
             .where(
@@ -726,9 +752,15 @@ class QueueBatch:
         await self.conn.execute(stmt, params)
         # Plain dicts by hand: dataclasses.asdict deep-copies every response body.
         records = [
-            {"job_id": r.job_id, "attempt": r.attempt, "started_at": r.started_at,
-             "finished_at": r.finished_at, "outcome": r.outcome, "error": r.error,
-             "response": r.response}
+            {
+                "job_id": r.job_id,
+                "attempt": r.attempt,
+                "started_at": r.started_at,
+                "finished_at": r.finished_at,
+                "outcome": r.outcome,
+                "error": r.error,
+                "response": r.response,
+            }
             for s in settlements
             if (r := s.record) is not None
         ]
@@ -770,7 +802,9 @@ class QueueBatch:
         for timeout, ids in by_timeout.items():
             await self.conn.execute(
                 update(jobs)
-                .where(jobs.c.id.in_(ids), jobs.c.state == State.SCHEDULED.value)
+                .where(
+                    dialects.id_in(self.conn, jobs.c.id, ids), jobs.c.state == State.SCHEDULED.value
+                )
                 .values(
                     state=State.RUNNING.value,
                     attempt=jobs.c.attempt + 1,
@@ -782,8 +816,11 @@ class QueueBatch:
             )
         return [
             j._replace(
-                state=State.RUNNING, attempt=j.attempt + 1, claimed_at=now,
-                deadline=now + timedelta(seconds=j.timeout_seconds), waiting_reason=None,
+                state=State.RUNNING,
+                attempt=j.attempt + 1,
+                claimed_at=now,
+                deadline=now + timedelta(seconds=j.timeout_seconds),
+                waiting_reason=None,
                 updated_at=now,
             )
             for j in admitted
@@ -858,8 +895,12 @@ class QueueBatch:
         by_key = (
             select(responses, jobs.c.id.label("matched_job"))
             .join(jobs, jobs.c.correlation_key == responses.c.correlation_key)
-            .where(responses.c.status == "pending", responses.c.forced_job_id.is_(None),
-                   jobs.c.queue == self.queue, jobs.c.state.in_(_IN_FLIGHT))
+            .where(
+                responses.c.status == "pending",
+                responses.c.forced_job_id.is_(None),
+                jobs.c.queue == self.queue,
+                jobs.c.state.in_(_IN_FLIGHT),
+            )
         )
         if signed_types:
             by_key = by_key.where(
@@ -868,8 +909,11 @@ class QueueBatch:
         by_hand = (
             select(responses, jobs.c.id.label("matched_job"))
             .join(jobs, jobs.c.id == responses.c.forced_job_id)
-            .where(responses.c.status == "pending", jobs.c.queue == self.queue,
-                   jobs.c.state.in_(_IN_FLIGHT))
+            .where(
+                responses.c.status == "pending",
+                jobs.c.queue == self.queue,
+                jobs.c.state.in_(_IN_FLIGHT),
+            )
         )
         rows = (await self.conn.execute(by_key.union_all(by_hand).limit(limit))).all()
         matches: list[Match] = []
@@ -902,17 +946,29 @@ class QueueBatch:
                 .values(status="duplicate", settled_at=now)
             )
 
-    async def accept_late(self, types: Sequence[str], now: datetime, limit: int = 1000) -> list[int]:
+    async def accept_late(
+        self, types: Sequence[str], now: datetime, limit: int = 1000
+    ) -> list[int]:
         """Complete failed or cancelled jobs of ``types`` with their late successful
         responses (upkeep marked them late with the job's id). Returns the job ids."""
         rows = (
             await self.conn.execute(
-                select(responses.c.id, responses.c.body, jobs.c.id.label("job"), jobs.c.attempt,
-                       jobs.c.claimed_at, jobs.c.state)
+                select(
+                    responses.c.id,
+                    responses.c.body,
+                    jobs.c.id.label("job"),
+                    jobs.c.attempt,
+                    jobs.c.claimed_at,
+                    jobs.c.state,
+                )
                 .join(jobs, jobs.c.id == responses.c.job_id)
-                .where(responses.c.status == "late", responses.c.succeeded.is_(True),
-                       jobs.c.queue == self.queue, jobs.c.type.in_(list(types)),
-                       jobs.c.state.in_([State.FAILED.value, State.CANCELLED.value]))
+                .where(
+                    responses.c.status == "late",
+                    responses.c.succeeded.is_(True),
+                    jobs.c.queue == self.queue,
+                    jobs.c.type.in_(list(types)),
+                    jobs.c.state.in_([State.FAILED.value, State.CANCELLED.value]),
+                )
                 .order_by(responses.c.id)
                 .limit(limit)
             )
@@ -925,20 +981,30 @@ class QueueBatch:
             changed = await self.conn.execute(
                 update(jobs)
                 .where(jobs.c.id == row.job, jobs.c.state == row.state)
-                .values(state=State.COMPLETED.value, result=row.body, finished_at=now,
-                        updated_at=now, last_error=None)
+                .values(
+                    state=State.COMPLETED.value,
+                    result=row.body,
+                    finished_at=now,
+                    updated_at=now,
+                    last_error=None,
+                )
             )
             if changed.rowcount != 1:
                 continue
             await self.conn.execute(
                 attempts.insert().values(
-                    job_id=row.job, attempt=row.attempt, started_at=row.claimed_at,
-                    finished_at=now, outcome="completed", error="late response accepted",
+                    job_id=row.job,
+                    attempt=row.attempt,
+                    started_at=row.claimed_at,
+                    finished_at=now,
+                    outcome="completed",
+                    error="late response accepted",
                     response=row.body,
                 )
             )
             await self.conn.execute(
-                update(responses).where(responses.c.id == row.id)
+                update(responses)
+                .where(responses.c.id == row.id)
                 .values(status="matched", settled_at=now)
             )
             done.append(row.job)

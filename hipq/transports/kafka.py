@@ -238,7 +238,9 @@ class KafkaTransport:
                 delay = backoff.next()
                 log.warning(
                     "kafka producer cannot connect to %s (%r); retrying in %.1fs",
-                    self._kafka.bootstrap_servers, exc, delay,
+                    self._kafka.bootstrap_servers,
+                    exc,
+                    delay,
                 )
                 await asyncio.sleep(delay)
                 continue
@@ -259,7 +261,8 @@ class KafkaTransport:
             healthy = await _probe(producer.client)
             if healthy != self._healthy:
                 log.warning(
-                    "kafka producer %s %s", "reconnected to" if healthy else "lost",
+                    "kafka producer %s %s",
+                    "reconnected to" if healthy else "lost",
                     self._kafka.bootstrap_servers,
                 )
             self._healthy = healthy

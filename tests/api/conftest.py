@@ -82,7 +82,10 @@ class Api:
 
 @asynccontextmanager
 async def open_api(
-    database_url: str, *, run_loops: bool = False, clock: FakeClock | None = None,
+    database_url: str,
+    *,
+    run_loops: bool = False,
+    clock: FakeClock | None = None,
     **overrides: Any,
 ) -> AsyncIterator[Api]:
     clock = clock or FakeClock()

@@ -125,8 +125,7 @@ async def test_overrides_of_the_job_type(api: Api) -> None:
     # A retry without a strategy refines the type's; with one it replaces it.
     refined = await api.post_job(type="typed", payload={"order_id": 1}, retry={"max_attempts": 9})
     assert refined["retry"] == {"strategy": "fixed", "delay": "5s", "max_attempts": 9}
-    replaced = await api.post_job(type="typed", payload={"order_id": 2},
-                                  retry={"strategy": "none"})
+    replaced = await api.post_job(type="typed", payload={"order_id": 2}, retry={"strategy": "none"})
     assert replaced["retry"] == {"strategy": "none"}
     # An explicit correlation key wins over the type's template.
     keyed = await api.post_job(type="typed", payload={"order_id": 3}, correlation_key="mine")
@@ -154,13 +153,19 @@ async def test_job_key_modes(api: Api) -> None:
     assert replaced["id"] == first["id"]
     assert replaced["payload"] == {"v": 2} and at(replaced["run_at"]) == NOW + timedelta(hours=2)
 
-    kept = await api.post_job(type="ok", payload={"v": 3}, job_key="k", run_at=later(hours=5),
-                              job_key_mode="preserve_run_at")
+    kept = await api.post_job(
+        type="ok",
+        payload={"v": 3},
+        job_key="k",
+        run_at=later(hours=5),
+        job_key_mode="preserve_run_at",
+    )
     assert kept["id"] == first["id"]
     assert kept["payload"] == {"v": 3} and at(kept["run_at"]) == NOW + timedelta(hours=2)
 
-    deduped = await api.post_job(type="ok", payload={"v": 4}, job_key="k",
-                                 job_key_mode="unsafe_dedupe")
+    deduped = await api.post_job(
+        type="ok", payload={"v": 4}, job_key="k", job_key_mode="unsafe_dedupe"
+    )
     assert deduped["id"] == first["id"] and deduped["payload"] == {"v": 3}
     assert await api.count_jobs() == 1
 
@@ -181,7 +186,8 @@ async def test_get_shows_every_attempt(api: Api) -> None:
     assert done["result"] == {"attempt": 2}
     assert at(done["finished_at"]) == NOW + timedelta(seconds=10)
     assert [(a["attempt"], a["outcome"]) for a in done["attempts"]] == [
-        (1, "retried"), (2, "completed")
+        (1, "retried"),
+        (2, "completed"),
     ]
     assert "attempt 1 fails" in done["attempts"][0]["error"]
     assert done["attempts"][1]["response"] == {"attempt": 2}
@@ -232,8 +238,9 @@ async def test_list_filters(api: Api) -> None:
 
 
 async def test_list_pages_with_a_cursor(api: Api) -> None:
-    batch = {"jobs": [{"type": "ok" if i % 3 else "fail", "run_at": later(hours=1)}
-                      for i in range(8)]}
+    batch = {
+        "jobs": [{"type": "ok" if i % 3 else "fail", "run_at": later(hours=1)} for i in range(8)]
+    }
     response = await api.client.post("/v1/jobs/batch", json=batch)
     assert response.status_code == 201, response.text
     all_ids = sorted((j["id"] for j in response.json()["jobs"]), reverse=True)
@@ -302,16 +309,23 @@ async def test_cancel(api: Api) -> None:
     done = await api.post_job(type="ok")
     await api.tick()
     for terminal in (scheduled, running, done):
-        body = assert_error(await api.client.post(f"/v1/jobs/{terminal['id']}/cancel"), 409,
-                            "state")
+        body = assert_error(
+            await api.client.post(f"/v1/jobs/{terminal['id']}/cancel"), 409, "state"
+        )
         assert body["error"] == "conflict"
     assert_error(await api.client.post("/v1/jobs/424242/cancel"), 404, "id")
 
 
 async def test_patch_a_scheduled_job(api: Api) -> None:
     job = await api.post_job(type="ok", run_at=later(hours=1))
-    changes = {"priority": 5, "payload": {"a": 1}, "labels": {"region": "north"}, "weight": 4,
-               "timeout": "2m", "run_at": later(hours=2)}
+    changes = {
+        "priority": 5,
+        "payload": {"a": 1},
+        "labels": {"region": "north"},
+        "weight": 4,
+        "timeout": "2m",
+        "run_at": later(hours=2),
+    }
     response = await api.client.patch(f"/v1/jobs/{job['id']}", json=changes)
     assert response.status_code == 200, response.text
     stored = await api.job(job["id"])
@@ -328,9 +342,11 @@ async def test_patch_a_scheduled_job(api: Api) -> None:
     moved = (await api.client.patch(f"/v1/jobs/{job['id']}", json={"windows": berlin})).json()
     assert at(moved["run_at"]) == datetime(2026, 1, 6, 4, 0, tzinfo=UTC)
     assert moved["windows"] == berlin
-    moved = (await api.client.patch(
-        f"/v1/jobs/{job['id']}", json={"windows": berlin, "run_at": "2026-01-08T12:00:00Z"}
-    )).json()
+    moved = (
+        await api.client.patch(
+            f"/v1/jobs/{job['id']}", json={"windows": berlin, "run_at": "2026-01-08T12:00:00Z"}
+        )
+    ).json()
     assert at(moved["run_at"]) == datetime(2026, 1, 9, 4, 0, tzinfo=UTC)
     cleared = (await api.client.patch(f"/v1/jobs/{job['id']}", json={"windows": None})).json()
     assert cleared["windows"] is None
@@ -347,13 +363,13 @@ async def test_patch_refuses_bad_changes(api: Api) -> None:
     assert_error(await api.client.patch(url, json={"timeout": 0}), 422, "timeout")
     assert_error(await api.client.patch(url, json={"timeout": "soon"}), 422, "timeout")
     assert_error(await api.client.patch(url, json={"timeout": 1e300}), 422, "timeout")
-    assert_error(await api.client.patch(url, json={"run_at": "1900-01-01T00:00:00Z"}), 422,
-                 "run_at")
+    assert_error(
+        await api.client.patch(url, json={"run_at": "1900-01-01T00:00:00Z"}), 422, "run_at"
+    )
     assert_error(await api.client.patch(url, json={"payload": [1]}), 422, "payload")
     assert_error(await api.client.patch(url, json={"run_at": "2026-01-05T12:00:00"}), 422, "run_at")
     bad_windows = [{"start": "05:00", "end": "05:00"}]
-    assert_error(await api.client.patch(url, json={"windows": bad_windows}), 422,
-                 "windows[0].end")
+    assert_error(await api.client.patch(url, json={"windows": bad_windows}), 422, "windows[0].end")
     assert_error(await api.client.patch("/v1/jobs/424242", json={"priority": 1}), 404, "id")
     assert (await api.job(job["id"]))["updated_at"] == job["updated_at"]  # nothing changed
 
@@ -364,8 +380,9 @@ async def test_patch_only_scheduled_jobs(api: Api) -> None:
     await api.tick()
     assert (await api.job(done["id"]))["state"] == "completed"
     for job in (running, done):
-        assert_error(await api.client.patch(f"/v1/jobs/{job['id']}", json={"priority": 1}), 409,
-                     "state")
+        assert_error(
+            await api.client.patch(f"/v1/jobs/{job['id']}", json={"priority": 1}), 409, "state"
+        )
         windows = {"windows": [{"start": "05:00", "end": "07:00"}]}
         assert_error(await api.client.patch(f"/v1/jobs/{job['id']}", json=windows), 409, "state")
 
@@ -385,13 +402,15 @@ async def test_retry_failed_and_cancelled_jobs(api: Api) -> None:
     rerun = await api.job(failed["id"])
     assert rerun["state"] == "failed"
     assert [(a["attempt"], a["outcome"]) for a in rerun["attempts"]] == [
-        (1, "failed"), (2, "failed")
+        (1, "failed"),
+        (2, "failed"),
     ]
 
     cancelled = await api.post_job(type="ok", run_at=later(hours=1))
     await api.client.post(f"/v1/jobs/{cancelled['id']}/cancel")
-    response = await api.client.post(f"/v1/jobs/{cancelled['id']}/retry",
-                                     json={"run_at": later(hours=3)})
+    response = await api.client.post(
+        f"/v1/jobs/{cancelled['id']}/retry", json={"run_at": later(hours=3)}
+    )
     assert response.status_code == 200, response.text
     assert response.json()["state"] == "scheduled"
     assert at(response.json()["run_at"]) == NOW + timedelta(hours=3)
@@ -401,16 +420,23 @@ async def test_retry_failed_and_cancelled_jobs(api: Api) -> None:
     for job in (completed, cancelled):  # cancelled was retried: it is scheduled again
         assert_error(await api.client.post(f"/v1/jobs/{job['id']}/retry"), 409, "state")
     assert_error(await api.client.post("/v1/jobs/424242/retry"), 404, "id")
-    assert_error(await api.client.post(f"/v1/jobs/{failed['id']}/retry",
-                                       json={"run_at": "soon"}), 422, "run_at")
+    assert_error(
+        await api.client.post(f"/v1/jobs/{failed['id']}/retry", json={"run_at": "soon"}),
+        422,
+        "run_at",
+    )
 
 
 # -- batches ----------------------------------------------------------------------------
 
 
 async def test_a_batch_of_ten_thousand_jobs(api: Api) -> None:
-    batch = {"jobs": [{"type": "ok", "payload": {"n": i}, "labels": {"shard": str(i % 4)}}
-                      for i in range(10_000)]}
+    batch = {
+        "jobs": [
+            {"type": "ok", "payload": {"n": i}, "labels": {"shard": str(i % 4)}}
+            for i in range(10_000)
+        ]
+    }
     response = await api.client.post("/v1/jobs/batch", json=batch)
     assert response.status_code == 201, response.text
     body = response.json()
@@ -436,11 +462,17 @@ async def test_a_bad_batch_writes_nothing(api: Api) -> None:
         (_batch(10, i7={"weight": 0}), 422, "jobs[7].weight"),
         (_batch(10, i3={"type": "nope"}), 422, "jobs[3].type"),
         (_batch(10, i4={"queue": "nope"}), 422, "jobs[4].queue"),
-        (_batch(10, i9={"windows": [{"start": "01:00", "end": "02:00", "tz": "Mars/Base"}]}),
-         422, "jobs[9].windows[0].tz"),
+        (
+            _batch(10, i9={"windows": [{"start": "01:00", "end": "02:00", "tz": "Mars/Base"}]}),
+            422,
+            "jobs[9].windows[0].tz",
+        ),
         # Found by the database, after earlier rows were inserted: rolled back.
-        (_batch(10, i2={"correlation_key": "same"}, i8={"correlation_key": "same"}), 409,
-         "correlation_key"),
+        (
+            _batch(10, i2={"correlation_key": "same"}, i8={"correlation_key": "same"}),
+            409,
+            "correlation_key",
+        ),
         ({"jobs": []}, 422, "jobs"),
         ({"jobs": {"type": "ok"}}, 422, "jobs"),
         ({"job": [{"type": "ok"}]}, 422, "job"),
@@ -501,23 +533,28 @@ async def test_idempotency_key(api: Api) -> None:
 async def test_a_failed_request_does_not_burn_its_idempotency_key(api: Api) -> None:
     headers = {"Idempotency-Key": "k"}
     await api.post_job(type="ok", correlation_key="taken")
-    clash = await api.client.post("/v1/jobs", json={"type": "ok", "correlation_key": "taken"},
-                                  headers=headers)
+    clash = await api.client.post(
+        "/v1/jobs", json={"type": "ok", "correlation_key": "taken"}, headers=headers
+    )
     assert_error(clash, 409, "correlation_key")
-    ok = await api.client.post("/v1/jobs", json={"type": "ok", "correlation_key": "free"},
-                               headers=headers)
+    ok = await api.client.post(
+        "/v1/jobs", json={"type": "ok", "correlation_key": "free"}, headers=headers
+    )
     assert ok.status_code == 201, ok.text
 
 
 async def test_correlation_key_is_unique_among_open_jobs(api: Api) -> None:
     first = await api.post_job(type="ok", correlation_key="c-1", run_at=later(hours=1))
-    body = assert_error(await api.client.post("/v1/jobs", json={"type": "ok",
-                                                                  "correlation_key": "c-1"}),
-                        409, "correlation_key")
+    body = assert_error(
+        await api.client.post("/v1/jobs", json={"type": "ok", "correlation_key": "c-1"}),
+        409,
+        "correlation_key",
+    )
     assert body["error"] == "conflict"
     await api.post_job(type="typed", payload={"order_id": 9})
-    templated = await api.client.post("/v1/jobs", json={"type": "typed",
-                                                         "payload": {"order_id": 9}})
+    templated = await api.client.post(
+        "/v1/jobs", json={"type": "typed", "payload": {"order_id": 9}}
+    )
     assert_error(templated, 409, "correlation_key")
     assert await api.count_jobs() == 2
 
@@ -543,8 +580,7 @@ BAD_JOBS: list[tuple[str, dict[str, Any], str]] = [
     ("run_at without offset", {"type": "ok", "run_at": "2026-01-05T12:00:00"}, "run_at"),
     ("run_at impossible", {"type": "ok", "run_at": "2026-02-30T12:00:00Z"}, "run_at"),
     ("run_at before 1970", {"type": "ok", "run_at": "0316-12-30T11:41:19Z"}, "run_at"),
-    ("run_at at the end of time", {"type": "ok", "run_at": "9999-12-31T23:59:59-05:00"},
-     "run_at"),
+    ("run_at at the end of time", {"type": "ok", "run_at": "9999-12-31T23:59:59-05:00"}, "run_at"),
     ("weight zero", {"type": "ok", "weight": 0}, "weight"),
     ("weight negative", {"type": "ok", "weight": -2}, "weight"),
     ("weight a string", {"type": "ok", "weight": "2"}, "weight"),
@@ -565,14 +601,22 @@ BAD_JOBS: list[tuple[str, dict[str, Any], str]] = [
     ("payload a list", {"type": "ok", "payload": [1, 2]}, "payload"),
     ("payload a string", {"type": "ok", "payload": "x"}, "payload"),
     ("payload null", {"type": "ok", "payload": None}, "payload"),
-    ("windows bad tz", {"type": "ok", "windows": [{**BERLIN, "tz": "Mars/Base"}]},
-     "windows[0].tz"),
-    ("windows start == end", {"type": "ok", "windows": [BERLIN, {**BERLIN, "end": "05:00"}]},
-     "windows[1].end"),
-    ("windows bad time", {"type": "ok", "windows": [{**BERLIN, "start": "25:00"}]},
-     "windows[0].start"),
-    ("windows bad days", {"type": "ok", "windows": [{**BERLIN, "days": "someday"}]},
-     "windows[0].days"),
+    ("windows bad tz", {"type": "ok", "windows": [{**BERLIN, "tz": "Mars/Base"}]}, "windows[0].tz"),
+    (
+        "windows start == end",
+        {"type": "ok", "windows": [BERLIN, {**BERLIN, "end": "05:00"}]},
+        "windows[1].end",
+    ),
+    (
+        "windows bad time",
+        {"type": "ok", "windows": [{**BERLIN, "start": "25:00"}]},
+        "windows[0].start",
+    ),
+    (
+        "windows bad days",
+        {"type": "ok", "windows": [{**BERLIN, "days": "someday"}]},
+        "windows[0].days",
+    ),
     ("windows not a list", {"type": "ok", "windows": BERLIN}, "windows"),
     ("window unknown field", {"type": "ok", "windows": [{**BERLIN, "x": 1}]}, "windows[0].x"),
     ("unknown field", {"type": "ok", "colour": "red"}, "colour"),
@@ -580,8 +624,11 @@ BAD_JOBS: list[tuple[str, dict[str, Any], str]] = [
     ("label null", {"type": "ok", "labels": {"region": None}}, "labels.region"),
     ("labels a list", {"type": "ok", "labels": ["east"]}, "labels"),
     ("critical a string", {"type": "ok", "critical": "yes"}, "critical"),
-    ("job_key_mode unknown", {"type": "ok", "job_key": "k", "job_key_mode": "often"},
-     "job_key_mode"),
+    (
+        "job_key_mode unknown",
+        {"type": "ok", "job_key": "k", "job_key_mode": "often"},
+        "job_key_mode",
+    ),
     ("retry unknown strategy", {"type": "ok", "retry": {"strategy": "nope"}}, "retry"),
     ("retry zero attempts", {"type": "ok", "retry": {"max_attempts": 0}}, "retry.max_attempts"),
     ("retry a string", {"type": "ok", "retry": "always"}, "retry"),
@@ -596,16 +643,19 @@ async def test_bad_job_names_the_field(sqlite_api: Api, body: dict[str, Any], fi
     assert error["error"] == "invalid_request"
     # The same job inside a batch is named by its index.
     batch = {"jobs": [{"type": "ok"}, {"type": "ok"}, body]}
-    assert_error(await sqlite_api.client.post("/v1/jobs/batch", json=batch), 422,
-                 f"jobs[2].{field}")
+    assert_error(
+        await sqlite_api.client.post("/v1/jobs/batch", json=batch), 422, f"jobs[2].{field}"
+    )
     assert await sqlite_api.count_jobs() == 0
 
 
 NON_FINITE = ["NaN", "Infinity", "-Infinity", "1e999", "-1e999"]
 RAW_BODIES: list[tuple[str, bytes]] = [
     *((f"{v} top level", b'{"type": "ok", "priority": %s}' % v.encode()) for v in NON_FINITE),
-    *((f"{v} in payload", b'{"type": "ok", "payload": {"a": {"b": [1, %s]}}}' % v.encode())
-      for v in NON_FINITE),
+    *(
+        (f"{v} in payload", b'{"type": "ok", "payload": {"a": {"b": [1, %s]}}}' % v.encode())
+        for v in NON_FINITE
+    ),
     *((f"{v} as timeout", b'{"type": "ok", "timeout": %s}' % v.encode()) for v in NON_FINITE),
     ("empty body", b""),
     ("invalid JSON", b'{"type": "ok",'),
@@ -707,10 +757,14 @@ async def test_a_chunked_body_over_the_limit_is_413(small_api: Api) -> None:
 # -- fuzz -----------------------------------------------------------------------------------
 
 JSON_VALUES = st.recursive(
-    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False)
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.floats(allow_nan=False, allow_infinity=False)
     | st.text(max_size=20),
-    lambda children: st.lists(children, max_size=4)
-    | st.dictionaries(st.text(max_size=8), children, max_size=4),
+    lambda children: (
+        st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=8), children, max_size=4)
+    ),
     max_leaves=10,
 )
 JOB_FIELDS = {
@@ -720,19 +774,32 @@ JOB_FIELDS = {
     "run_at": st.datetimes(timezones=st.timezones()).map(datetime.isoformat) | JSON_VALUES,
     "priority": st.integers() | JSON_VALUES,
     "weight": st.integers() | JSON_VALUES,
-    "labels": st.dictionaries(st.text(max_size=8), st.text(max_size=8) | JSON_VALUES,
-                              max_size=3) | JSON_VALUES,
-    "windows": st.lists(st.fixed_dictionaries(
-        {"start": st.sampled_from(["05:00", "24:00", "x"]) | JSON_VALUES,
-         "end": st.sampled_from(["07:00", "05:00"]) | JSON_VALUES},
-        optional={"tz": st.sampled_from(["UTC", "Europe/Berlin", "../etc", ""]) | JSON_VALUES,
-                  "days": st.sampled_from(["mon-fri", "fri-mon", "x"]) | JSON_VALUES}),
-        max_size=2) | JSON_VALUES,
+    "labels": st.dictionaries(st.text(max_size=8), st.text(max_size=8) | JSON_VALUES, max_size=3)
+    | JSON_VALUES,
+    "windows": st.lists(
+        st.fixed_dictionaries(
+            {
+                "start": st.sampled_from(["05:00", "24:00", "x"]) | JSON_VALUES,
+                "end": st.sampled_from(["07:00", "05:00"]) | JSON_VALUES,
+            },
+            optional={
+                "tz": st.sampled_from(["UTC", "Europe/Berlin", "../etc", ""]) | JSON_VALUES,
+                "days": st.sampled_from(["mon-fri", "fri-mon", "x"]) | JSON_VALUES,
+            },
+        ),
+        max_size=2,
+    )
+    | JSON_VALUES,
     "timeout": st.sampled_from(["24h", "1h30m", "0s", "-1s", "1e400s"]) | JSON_VALUES,
-    "retry": st.fixed_dictionaries({}, optional={
-        "strategy": st.sampled_from(["fixed", "exponential", "none", "nope"]) | JSON_VALUES,
-        "max_attempts": st.integers() | JSON_VALUES,
-        "delay": st.sampled_from(["1s", "x"]) | JSON_VALUES}) | JSON_VALUES,
+    "retry": st.fixed_dictionaries(
+        {},
+        optional={
+            "strategy": st.sampled_from(["fixed", "exponential", "none", "nope"]) | JSON_VALUES,
+            "max_attempts": st.integers() | JSON_VALUES,
+            "delay": st.sampled_from(["1s", "x"]) | JSON_VALUES,
+        },
+    )
+    | JSON_VALUES,
     "correlation_key": st.text(max_size=10) | JSON_VALUES,
     "job_key": st.text(max_size=10) | JSON_VALUES,
     "job_key_mode": st.sampled_from(["replace", "preserve_run_at", "unsafe_dedupe", "x"])
@@ -757,8 +824,11 @@ def fuzz_target(database_url: str) -> Any:
             runner.run(opened.__aexit__(None, None, None))
 
 
-@settings(max_examples=150, deadline=None,
-          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@settings(
+    max_examples=150,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
 @given(body=JOB_BODIES | JSON_VALUES, how=st.sampled_from(["one", "batch", "patch"]))
 def test_random_bodies_never_get_a_500(fuzz_target: Any, body: Any, how: str) -> None:
     runner, api, job_id = fuzz_target

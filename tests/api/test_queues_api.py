@@ -42,7 +42,12 @@ async def test_queue_config_and_live_counts(api: Api) -> None:
 
     default = await queue(api, "default")
     assert counts(default) == {
-        "scheduled": 3, "due": 2, "running": 1, "awaiting": 1, "failed": 1, "capacity_in_use": 5,
+        "scheduled": 3,
+        "due": 2,
+        "running": 1,
+        "awaiting": 1,
+        "failed": 1,
+        "capacity_in_use": 5,
     }
     assert default["concurrency"] == 10
     assert default["order"] == "time_priority"
@@ -74,7 +79,12 @@ async def test_capacity_holds_jobs_and_says_why(api: Api) -> None:
     await api.tick(ticks=1)
     q = await queue(api, "default")
     assert counts(q) == {
-        "scheduled": 1, "due": 1, "running": 1, "awaiting": 0, "failed": 0, "capacity_in_use": 8,
+        "scheduled": 1,
+        "due": 1,
+        "running": 1,
+        "awaiting": 0,
+        "failed": 0,
+        "capacity_in_use": 8,
     }
     assert q["held_by"].get("concurrency") == 1
     job = await api.job(held["id"])
@@ -83,8 +93,11 @@ async def test_capacity_holds_jobs_and_says_why(api: Api) -> None:
 
 
 async def test_unknown_queue_is_404(sqlite_api: Api) -> None:
-    for method, path in (("GET", "/v1/queues/nope"), ("POST", "/v1/queues/nope/pause"),
-                         ("POST", "/v1/queues/nope/resume")):
+    for method, path in (
+        ("GET", "/v1/queues/nope"),
+        ("POST", "/v1/queues/nope/pause"),
+        ("POST", "/v1/queues/nope/resume"),
+    ):
         response = await sqlite_api.client.request(method, path)
         assert response.status_code == 404, response.text
         body = response.json()
@@ -143,8 +156,9 @@ async def test_readyz_before_the_service_started(sqlite_url: str) -> None:
     service = Service(api_settings(sqlite_url), clock=FakeClock(), run_loops=False)
     app = create_app(service, manage_service=False)
     try:
-        async with httpx.AsyncClient(transport=httpx.ASGITransport(app),
-                                     base_url="http://test") as client:
+        async with httpx.AsyncClient(
+            transport=httpx.ASGITransport(app), base_url="http://test"
+        ) as client:
             response = await client.get("/readyz")
         assert response.status_code == 503
         assert response.json()["status"] == "not ready"
@@ -212,9 +226,22 @@ async def test_docs_and_openapi_list_the_routes(sqlite_api: Api) -> None:
     assert {"201", "409", "413", "422"} <= set(create["responses"])
     assert "Idempotency-Key" in {p["name"] for p in create.get("parameters", [])}
     job_fields = set(spec["components"]["schemas"]["JobIn"]["properties"])
-    assert {"type", "payload", "queue", "run_at", "priority", "weight", "labels", "windows",
-            "timeout", "retry", "correlation_key", "job_key", "job_key_mode",
-            "critical"} <= job_fields
+    assert {
+        "type",
+        "payload",
+        "queue",
+        "run_at",
+        "priority",
+        "weight",
+        "labels",
+        "windows",
+        "timeout",
+        "retry",
+        "correlation_key",
+        "job_key",
+        "job_key_mode",
+        "critical",
+    } <= job_fields
 
 
 async def test_unknown_routes_and_methods_answer_json(sqlite_api: Api) -> None:
@@ -224,4 +251,3 @@ async def test_unknown_routes_and_methods_answer_json(sqlite_api: Api) -> None:
     response = await sqlite_api.client.delete("/v1/jobs")
     assert response.status_code == 405
     assert response.json()["error"] == "method_not_allowed"
-

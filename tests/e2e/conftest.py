@@ -46,7 +46,10 @@ def free_port() -> int:
 
 
 def wait_for(
-    check: Callable[[], _T], timeout: float, what: str, interval: float = 0.05,
+    check: Callable[[], _T],
+    timeout: float,
+    what: str,
+    interval: float = 0.05,
     describe: Callable[[], str] | None = None,
 ) -> _T:
     """Poll ``check()`` until it returns something truthy; fail after ``timeout`` seconds."""
@@ -155,14 +158,19 @@ class Servers:
         self.runs_file = tmp_path / "runs.txt"
         self.started: list[HipqServer] = []
 
-    def start(self, name: str, config: Path, *, work_ms: int = 20,
-              ready_timeout: float = 30.0) -> HipqServer:
+    def start(
+        self, name: str, config: Path, *, work_ms: int = 20, ready_timeout: float = 30.0
+    ) -> HipqServer:
         """Start `hipq serve` on a free port and wait for /readyz."""
         for _ in range(3):
             server = self._spawn(name, config, work_ms)
             try:
-                wait_for(server.ready, ready_timeout, f"hipq serve {name} ready",
-                         describe=server.describe)
+                wait_for(
+                    server.ready,
+                    ready_timeout,
+                    f"hipq serve {name} ready",
+                    describe=server.describe,
+                )
                 return server
             except AssertionError:
                 # The free port can be taken between probing and binding: try another.
@@ -175,20 +183,32 @@ class Servers:
         stderr_path = self.tmp_path / f"{name}.stderr"
         # A developer's HIPQ_ variables would override the test's config.
         env = {k: v for k, v in os.environ.items() if not k.startswith("HIPQ_")}
-        env.update({
-            "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
-            RUNS_FILE_ENV: str(self.runs_file),
-            WORK_MS_ENV: str(work_ms),
-        })
+        env.update(
+            {
+                "PYTHONPATH": os.pathsep.join(
+                    filter(None, [str(REPO), os.environ.get("PYTHONPATH")])
+                ),
+                RUNS_FILE_ENV: str(self.runs_file),
+                WORK_MS_ENV: str(work_ms),
+            }
+        )
         with open(stderr_path, "ab") as err:
             process = subprocess.Popen(
                 [str(HIPQ), "serve", "--config", str(config), "--port", str(port)],
-                stdin=subprocess.DEVNULL, stdout=err, stderr=subprocess.STDOUT,
-                env=env, cwd=self.tmp_path,
+                stdin=subprocess.DEVNULL,
+                stdout=err,
+                stderr=subprocess.STDOUT,
+                env=env,
+                cwd=self.tmp_path,
                 preexec_fn=_die_with_parent if sys.platform == "linux" else None,
             )
-        server = HipqServer(name, port, process, stderr_path,
-                            httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30))
+        server = HipqServer(
+            name,
+            port,
+            process,
+            stderr_path,
+            httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30),
+        )
         self.started.append(server)
         return server
 

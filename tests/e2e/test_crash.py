@@ -47,8 +47,12 @@ def post_jobs(servers: list[HipqServer], total: int) -> list[int]:
     servers[0].post("/v1/queues/default/pause", {})
     ids: list[int] = []
     for n, start in enumerate(range(0, total, BATCH)):
-        body = {"jobs": [{"type": "record", "payload": {"n": i}}
-                         for i in range(start, min(start + BATCH, total))]}
+        body = {
+            "jobs": [
+                {"type": "record", "payload": {"n": i}}
+                for i in range(start, min(start + BATCH, total))
+            ]
+        }
         out = servers[n % len(servers)].post("/v1/jobs/batch", body)
         assert out["count"] == len(body["jobs"])
         ids.extend(ref["id"] for ref in out["jobs"])
@@ -125,19 +129,25 @@ def db_snapshot(database_url: str) -> Snapshot:
         try:
             async with store.engine.connect() as conn:
                 rows = (await conn.execute(select(jobs.c.id, jobs.c.state))).all()
-                lease_owner = (await conn.execute(
-                    select(queues.c.lease_owner).where(queues.c.name == "default")
-                )).scalar_one_or_none()
+                lease_owner = (
+                    await conn.execute(
+                        select(queues.c.lease_owner).where(queues.c.name == "default")
+                    )
+                ).scalar_one_or_none()
         finally:
             await store.close()
-        return Snapshot(Counter(r.state for r in rows),
-                        {r.id for r in rows if r.state == "running"}, lease_owner)
+        return Snapshot(
+            Counter(r.state for r in rows),
+            {r.id for r in rows if r.state == "running"},
+            lease_owner,
+        )
 
     return asyncio.run(read())
 
 
-def check_runs(runs_file: Path, ids: list[int], killed: HipqServer, survivor: HipqServer,
-               at_kill: Snapshot) -> set[int]:
+def check_runs(
+    runs_file: Path, ids: list[int], killed: HipqServer, survivor: HipqServer, at_kill: Snapshot
+) -> set[int]:
     """Every job ran; only jobs in flight at the kill ran twice, and those ran again in
     the survivor. Returns the ids that ran more than once."""
     by_job: dict[int, list[int]] = defaultdict(list)
@@ -156,10 +166,20 @@ def check_runs(runs_file: Path, ids: list[int], killed: HipqServer, survivor: Hi
     return reran
 
 
-def kill_midway(server: HipqServer, watch: HipqServer, database_url: str,
-                total: int = TOTAL, graceful: bool = False) -> Snapshot:
-    wait_for(lambda: midway(watch, total), 60, "some but not all jobs completed",
-             interval=0.01, describe=server.describe)
+def kill_midway(
+    server: HipqServer,
+    watch: HipqServer,
+    database_url: str,
+    total: int = TOTAL,
+    graceful: bool = False,
+) -> Snapshot:
+    wait_for(
+        lambda: midway(watch, total),
+        60,
+        "some but not all jobs completed",
+        interval=0.01,
+        describe=server.describe,
+    )
     if graceful:
         server.process.terminate()
         assert server.process.wait(timeout=20) == 0, server.describe()
@@ -188,15 +208,22 @@ def test_sqlite_sigkill_mid_work_loses_no_job(servers: Servers, tmp_path: Path) 
     # Same file, new process: it takes the queue once the dead owner's lease expires.
     started = time.monotonic()
     second = servers.start("second", config, work_ms=WORK_MS)
-    q = wait_for(lambda: drained(second), 60, "every job settled after the restart",
-                 interval=0.1, describe=second.describe)
+    q = wait_for(
+        lambda: drained(second),
+        60,
+        "every job settled after the restart",
+        interval=0.1,
+        describe=second.describe,
+    )
     took = time.monotonic() - started
     assert q["failed"] == 0
     assert_all_completed(second, ids)
 
     reran = check_runs(servers.runs_file, ids, first, second, at_kill)
-    print(f"sqlite: {len(at_kill.running)} in flight at the kill, {len(reran)} ran twice, "
-          f"{at_kill.states['completed']} completed before it; restart drained in {took:.1f}s")
+    print(
+        f"sqlite: {len(at_kill.running)} in flight at the kill, {len(reran)} ran twice, "
+        f"{at_kill.states['completed']} completed before it; restart drained in {took:.1f}s"
+    )
 
 
 def test_sqlite_sigterm_hands_the_queue_over_at_once(servers: Servers, tmp_path: Path) -> None:
@@ -213,10 +240,19 @@ def test_sqlite_sigterm_hands_the_queue_over_at_once(servers: Servers, tmp_path:
 
     second = servers.start("second", config, work_ms=WORK_MS)
     # A held lease would have kept it waiting for about 15 s (its next try: in 5 s).
-    wait_for(lambda: owner_pid(second) == second.pid, 3, "the new process owns the queue",
-             describe=second.describe)
-    q = wait_for(lambda: drained(second), 60, "every job settled after the restart",
-                 interval=0.1, describe=second.describe)
+    wait_for(
+        lambda: owner_pid(second) == second.pid,
+        3,
+        "the new process owns the queue",
+        describe=second.describe,
+    )
+    q = wait_for(
+        lambda: drained(second),
+        60,
+        "every job settled after the restart",
+        interval=0.1,
+        describe=second.describe,
+    )
     assert q["failed"] == 0
     assert_all_completed(second, ids)
     # Jobs cut off by the stop are still `running` in the database: they run again.
@@ -245,18 +281,30 @@ def test_postgres_survivor_takes_over_the_killed_owners_queue(
         )
 
         killed_at = time.monotonic()
-        wait_for(lambda: owner_pid(survivor) == survivor.pid, 30, "the survivor owns the queue",
-                 interval=0.05, describe=survivor.describe)
+        wait_for(
+            lambda: owner_pid(survivor) == survivor.pid,
+            30,
+            "the survivor owns the queue",
+            interval=0.05,
+            describe=survivor.describe,
+        )
         takeover = time.monotonic() - killed_at
-        q = wait_for(lambda: drained(survivor), 60, "every job settled after the takeover",
-                     interval=0.1, describe=survivor.describe)
+        q = wait_for(
+            lambda: drained(survivor),
+            60,
+            "every job settled after the takeover",
+            interval=0.1,
+            describe=survivor.describe,
+        )
         assert q["failed"] == 0
         assert owner_pid(survivor) == survivor.pid
         assert_all_completed(survivor, ids)
 
         reran = check_runs(servers.runs_file, ids, owner, survivor, at_kill)
-        print(f"postgres: takeover after {takeover:.1f}s; {len(at_kill.running)} in flight at "
-              f"the kill, {len(reran)} ran twice")
+        print(
+            f"postgres: takeover after {takeover:.1f}s; {len(at_kill.running)} in flight at "
+            f"the kill, {len(reran)} ran twice"
+        )
     finally:
         servers.close()
         drop_database_sync(postgres_admin_url, name)
@@ -273,7 +321,9 @@ def test_postgres_notify_wakes_the_owner_for_jobs_posted_elsewhere(
     url = create_database_sync(postgres_admin_url, name)
     try:
         config = write_config(
-            tmp_path / "hipq.yaml", url, lease_ttl="60s",
+            tmp_path / "hipq.yaml",
+            url,
+            lease_ttl="60s",
             queues={"default": {"concurrency": CONCURRENCY, "batch_interval": "30s"}},
         )
         a = servers.start("a", config, work_ms=1)
@@ -286,15 +336,21 @@ def test_postgres_notify_wakes_the_owner_for_jobs_posted_elsewhere(
             time.sleep(0.3)  # the owner's loop is asleep again after the previous job
             started = time.monotonic()
             job_id = other.post("/v1/jobs", {"type": "record", "payload": {"n": i}})["id"]
-            wait_for(lambda j=job_id: other.get(f"/v1/jobs/{j}")["state"] == "completed", 10,
-                     f"job {job_id} posted to the non-owner completed (NOTIFY wake-up)",
-                     interval=0.01, describe=owner.describe)
+            wait_for(
+                lambda j=job_id: other.get(f"/v1/jobs/{j}")["state"] == "completed",
+                10,
+                f"job {job_id} posted to the non-owner completed (NOTIFY wake-up)",
+                interval=0.01,
+                describe=owner.describe,
+            )
             latencies.append(time.monotonic() - started)
         assert max(latencies) < 3.0, latencies
         runs = read_runs(servers.runs_file)
         assert [pid for _job, _attempt, pid in runs] == [owner.pid] * 3
-        print(f"postgres NOTIFY: job posted to the non-owner completed in "
-              f"{', '.join(f'{t * 1000:.0f}ms' for t in latencies)}")
+        print(
+            f"postgres NOTIFY: job posted to the non-owner completed in "
+            f"{', '.join(f'{t * 1000:.0f}ms' for t in latencies)}"
+        )
     finally:
         servers.close()
         drop_database_sync(postgres_admin_url, name)

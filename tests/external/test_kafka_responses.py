@@ -26,8 +26,11 @@ async def responder(
 ) -> AsyncIterator[AIOKafkaProducer]:
     """Consumes hipq's requests and answers each on ``responses``, keyed by header."""
     consumer = AIOKafkaConsumer(
-        requests, bootstrap_servers=bootstrap, group_id=f"responder-{uuid.uuid4().hex[:6]}",
-        auto_offset_reset="earliest", **FAST_CONSUMER_GROUP_KWARGS,
+        requests,
+        bootstrap_servers=bootstrap,
+        group_id=f"responder-{uuid.uuid4().hex[:6]}",
+        auto_offset_reset="earliest",
+        **FAST_CONSUMER_GROUP_KWARGS,
     )
     producer = AIOKafkaProducer(bootstrap_servers=bootstrap)
     await consumer.start()
@@ -62,17 +65,27 @@ async def test_kafka_jobs_complete_by_correlated_response_messages(
     settings = make_settings(
         database_url,
         queues={"default": {"batch_interval": "100ms"}},
-        job_types={"send_order": {
-            "correlation_key": "{payload.order_id}",
-            "timeout": "30s",
-            "retry": {"strategy": "none"},
-            "transport": {"kafka": {"topic": requests}},
-        }},
+        job_types={
+            "send_order": {
+                "correlation_key": "{payload.order_id}",
+                "timeout": "30s",
+                "retry": {"strategy": "none"},
+                "transport": {"kafka": {"topic": requests}},
+            }
+        },
         kafka={
-            "enabled": True, "bootstrap_servers": kafka_bootstrap, "group_id": f"hipq-{suffix}",
-            "session_timeout": "1s", "heartbeat_interval": "200ms",
-            "responses": [{"topic": responses, "key": "{headers.correlation_id}",
-                           "outcome": {"field": "status", "success": ["ok"]}}],
+            "enabled": True,
+            "bootstrap_servers": kafka_bootstrap,
+            "group_id": f"hipq-{suffix}",
+            "session_timeout": "1s",
+            "heartbeat_interval": "200ms",
+            "responses": [
+                {
+                    "topic": responses,
+                    "key": "{headers.correlation_id}",
+                    "outcome": {"field": "status", "success": ["ok"]},
+                }
+            ],
         },
     )
     answered: list[str] = []
@@ -86,8 +99,9 @@ async def test_kafka_jobs_complete_by_correlated_response_messages(
             payloads: list[dict[str, Any]] = [
                 {"order_id": f"o-{i}", "decline": i % 10 == 0} for i in range(50)
             ]
-            new = [service.intake.resolve({"type": "send_order", "payload": p}, now)
-                   for p in payloads]
+            new = [
+                service.intake.resolve({"type": "send_order", "payload": p}, now) for p in payloads
+            ]
             await service.store.job_insert_many(new, now)
             service.wake_all()
 

@@ -14,11 +14,16 @@ from tests.support import FakeClock, make_settings
 
 @pytest.fixture
 async def service(database_url: str) -> AsyncIterator[Service]:
-    settings = make_settings(database_url, job_types={"keyed": {
-        "correlation_key": "{payload.order}:{attempt}",
-        "retry": {"strategy": "fixed", "delay": "1s", "max_attempts": 3},
-        "transport": {"python": {"handler": "tests.handlers:fail"}},
-    }})
+    settings = make_settings(
+        database_url,
+        job_types={
+            "keyed": {
+                "correlation_key": "{payload.order}:{attempt}",
+                "retry": {"strategy": "fixed", "delay": "1s", "max_attempts": 3},
+                "transport": {"python": {"handler": "tests.handlers:fail"}},
+            }
+        },
+    )
     svc = Service(settings, clock=FakeClock(), run_loops=False)
     await svc.start()
     yield svc

@@ -173,9 +173,11 @@ async def test_job_heavier_than_the_capacity_waits_without_blocking_the_queue(
     clock = FakeClock()
     svc = await services(clock, queues={"default": {"concurrency": 2}})
     loop = await owned(svc)
-    [stored] = (await svc.store.job_insert_many(
-        [NewJob(type="ok", queue="default", payload={}, run_at=clock(), weight=3)], clock()
-    )).jobs
+    [stored] = (
+        await svc.store.job_insert_many(
+            [NewJob(type="ok", queue="default", payload={}, run_at=clock(), weight=3)], clock()
+        )
+    ).jobs
     heavy = stored
     light = await add(svc, weight=1)
     await tick(loop)
@@ -183,7 +185,8 @@ async def test_job_heavier_than_the_capacity_waits_without_blocking_the_queue(
     assert (await get(svc, light)).state == State.COMPLETED
     waiting = await get(svc, heavy)
     assert (waiting.state, waiting.waiting_reason) == (
-        State.SCHEDULED, "weight 3 exceeds the capacity of 2"
+        State.SCHEDULED,
+        "weight 3 exceeds the capacity of 2",
     )
 
 
@@ -196,8 +199,13 @@ async def test_queue_order(services: Factory, order: str, expected: str) -> None
     loop = await owned(svc)
     now = clock()
     for name, ago, priority in [("A", 10, 200), ("B", 5, 50), ("C", 10, 300)]:
-        await add(svc, type="record", payload={"name": name}, priority=priority,
-                  run_at=now - timedelta(seconds=ago))
+        await add(
+            svc,
+            type="record",
+            payload={"name": name},
+            priority=priority,
+            run_at=now - timedelta(seconds=ago),
+        )
     for _ in range(5):
         await tick(loop)
     assert "".join(payload["name"] for _, _, payload in handlers.SEEN) == expected
@@ -232,7 +240,9 @@ async def test_failing_job_is_retried_after_its_delay_and_then_fails(services: F
     assert done.last_error == "gave up after 3 attempts: RuntimeError: failing on attempt 3"
     attempts = await svc.store.job_attempts(job.id)
     assert [(a.attempt, a.outcome) for a in attempts] == [
-        (1, "retried"), (2, "retried"), (3, "failed")
+        (1, "retried"),
+        (2, "retried"),
+        (3, "failed"),
     ]
     assert [a.started_at for a in attempts] == [t0 + timedelta(seconds=s) for s in (0, 10, 20)]
     assert loop.in_flight == {}
@@ -332,7 +342,9 @@ async def test_cancel_of_a_running_job(services: Factory) -> None:
     assert (await tick(loop)).settled == 1
     done = await get(svc, job)
     assert (done.state, done.finished_at, done.cancel_requested) == (
-        State.CANCELLED, clock(), False
+        State.CANCELLED,
+        clock(),
+        False,
     )
     assert job.id not in handlers.RUNNING
     assert await history(svc, job) == [(1, "cancelled")]
@@ -343,8 +355,13 @@ async def test_unknown_job_type_in_the_database_fails_without_retry(services: Fa
     clock = FakeClock()
     svc = await services(clock)
     loop = await owned(svc)
-    new = NewJob(type="vanished", queue="default", payload={}, run_at=clock(),
-                 retry={"strategy": "fixed", "delay": 1, "max_attempts": 5})
+    new = NewJob(
+        type="vanished",
+        queue="default",
+        payload={},
+        run_at=clock(),
+        retry={"strategy": "fixed", "delay": 1, "max_attempts": 5},
+    )
     [job] = (await svc.store.job_insert_many([new], clock())).jobs
     await tick(loop)
     await tick(loop)
@@ -370,7 +387,9 @@ async def test_job_outside_its_windows_is_deferred_without_an_attempt(services: 
     assert (report.admitted, report.deferred) == (0, 1)
     deferred = await get(svc, job)
     assert (deferred.state, deferred.attempt, deferred.run_at) == (
-        State.SCHEDULED, 1, t0 + timedelta(days=1)
+        State.SCHEDULED,
+        1,
+        t0 + timedelta(days=1),
     )
     assert deferred.waiting_reason == "outside its time windows"
     assert await history(svc, job) == [(1, "retried")]
@@ -416,7 +435,10 @@ async def test_next_wake_is_the_earliest_of_tick_lease_due_job_and_deadline(
     await tick(loop)
     assert loop.next_wake(now, None) == 1.5
     slow = await services(
-        clock, owner="b", start=False, queues={"default": {"batch_interval": "1m"}},
+        clock,
+        owner="b",
+        start=False,
+        queues={"default": {"batch_interval": "1m"}},
         lease_ttl="30s",
     )
     assert slow.loops["default"].next_wake(now, None) == 10.0  # a third of the lease
@@ -506,12 +528,16 @@ CAPACITY = 4
 OUTCOME = st.sampled_from(["ok", "fail", "permanent", "hang"])
 ENQUEUE = st.tuples(
     st.just("enqueue"),
-    st.lists(st.tuples(st.integers(1, CAPACITY), st.lists(OUTCOME, min_size=1, max_size=3)),
-             min_size=1, max_size=4),
+    st.lists(
+        st.tuples(st.integers(1, CAPACITY), st.lists(OUTCOME, min_size=1, max_size=3)),
+        min_size=1,
+        max_size=4,
+    ),
 )
 OPS = st.lists(
     st.one_of(ENQUEUE, st.just(("tick",)), st.tuples(st.just("advance"), st.floats(0, 30))),
-    min_size=1, max_size=25,
+    min_size=1,
+    max_size=25,
 )
 
 
@@ -585,4 +611,3 @@ def test_property_capacity_holds_and_no_job_is_lost(
         asyncio.run(_run_scenario(url, ops))
     finally:
         shutil.rmtree(folder, ignore_errors=True)
-

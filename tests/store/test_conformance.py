@@ -74,9 +74,17 @@ async def failed_job(store: Store, **fields: Any) -> Job:
 async def test_insert_and_get_round_trip(store: Store) -> None:
     made = await insert(
         store,
-        new(payload={"n": 1}, labels={"region": "east"}, priority=5, weight=3, critical=True,
-            windows=[{"start": "05:00", "end": "07:00", "tz": "UTC"}], timeout_seconds=90.5,
-            retry={"strategy": "fixed", "delay": 5.0}, correlation_key="c-1"),
+        new(
+            payload={"n": 1},
+            labels={"region": "east"},
+            priority=5,
+            weight=3,
+            critical=True,
+            windows=[{"start": "05:00", "end": "07:00", "tz": "UTC"}],
+            timeout_seconds=90.5,
+            retry={"strategy": "fixed", "delay": 5.0},
+            correlation_key="c-1",
+        ),
         new(payload={"n": 2}),
     )
     assert [j.payload for j in made] == [{"n": 1}, {"n": 2}]
@@ -85,7 +93,10 @@ async def test_insert_and_get_round_trip(store: Store) -> None:
         assert await store.job_get(job.id) == job
     first = made[0]
     assert (first.state, first.attempt, first.run_at, first.created_at) == (
-        State.SCHEDULED, 0, T0, T0
+        State.SCHEDULED,
+        0,
+        T0,
+        T0,
     )
     assert (first.weight, first.priority, first.critical) == (3, 5, True)
     assert first.timeout_seconds == 90.5
@@ -266,7 +277,10 @@ async def test_update_pending_changes_a_scheduled_job(store: Store) -> None:
         job.id, {"payload": {"v": 2}, "run_at": at(60), "priority": 1, "weight": 4}, at(1)
     )
     assert (changed.payload, changed.run_at, changed.priority, changed.weight) == (
-        {"v": 2}, at(60), 1, 4
+        {"v": 2},
+        at(60),
+        1,
+        4,
     )
     assert await store.job_get(job.id) == changed
 
@@ -291,7 +305,10 @@ async def test_retry_a_failed_job(store: Store) -> None:
     job = await failed_job(store, payload={"v": 1})
     again = await store.job_retry(job.id, at(5), run_at=at(50))
     assert (again.state, again.run_at, again.finished_at, again.attempt) == (
-        State.SCHEDULED, at(50), None, 1
+        State.SCHEDULED,
+        at(50),
+        None,
+        1,
     )
     # The next claim is a new attempt.
     [claimed] = await claim_due(store, now=at(50))
@@ -381,9 +398,12 @@ async def test_cursor_paging_visits_every_job_exactly_once(store: Store) -> None
 async def test_queue_counts(store: Store) -> None:
     await insert(
         store,
-        new(weight=2), new(weight=3), new(weight=4),  # claimed below
+        new(weight=2),
+        new(weight=3),
+        new(weight=4),  # claimed below
         new(run_at=at(60)),  # scheduled, not due
-        new(), new(queue="other"),
+        new(),
+        new(queue="other"),
     )
     owner_now = T0
     token = await store.lease_acquire("default", "owner-a", owner_now, TTL)
@@ -395,7 +415,11 @@ async def test_queue_counts(store: Store) -> None:
     await settle_jobs(store, [(claimed[0], Failed(AttemptError("no", retryable=False)))], T0)
     counts = await store.queue_counts("default", T0)
     assert (counts.scheduled, counts.due, counts.running, counts.awaiting, counts.failed) == (
-        2, 1, 1, 1, 1
+        2,
+        1,
+        1,
+        1,
+        1,
     )
     assert counts.weight_in_flight == 3 + 4
     assert (counts.paused, counts.lease_owner) == (False, "owner-a")
@@ -485,14 +509,20 @@ async def test_claim_settle_and_attempt_records(store: Store) -> None:
     [job] = await insert(store, new(timeout_seconds=30))
     [claimed] = await claim_due(store)
     assert (claimed.state, claimed.attempt, claimed.claimed_at, claimed.deadline) == (
-        State.RUNNING, 1, T0, at(30)
+        State.RUNNING,
+        1,
+        T0,
+        at(30),
     )
     assert await store.job_get(job.id) == claimed
     assert [j.id for j in await store.job_in_flight("default")] == [job.id]
     await settle_jobs(store, [(claimed, Failed(AttemptError("boom")))], at(4))
     retried = await store.job_get(job.id)
     assert (retried.state, retried.run_at, retried.last_error, retried.deadline) == (
-        State.SCHEDULED, at(14), "boom", None
+        State.SCHEDULED,
+        at(14),
+        "boom",
+        None,
     )
     assert await store.job_next_run_at("default", at(4)) == at(14)
     [again] = await claim_due(store, now=at(14))
@@ -500,11 +530,15 @@ async def test_claim_settle_and_attempt_records(store: Store) -> None:
     await settle_jobs(store, [(again, Succeeded({"done": 1}))], at(15))
     done = await store.job_get(job.id)
     assert (done.state, done.result, done.finished_at, done.attempt) == (
-        State.COMPLETED, {"done": 1}, at(15), 2
+        State.COMPLETED,
+        {"done": 1},
+        at(15),
+        2,
     )
     history = await store.job_attempts(job.id)
     assert [(a.attempt, a.outcome, a.error, a.started_at) for a in history] == [
-        (1, "retried", "boom", T0), (2, "completed", None, at(14))
+        (1, "retried", "boom", T0),
+        (2, "completed", None, at(14)),
     ]
     assert history[1].response == {"done": 1}
     assert await store.job_in_flight("default") == []
@@ -535,11 +569,15 @@ async def test_batch_defer_note_deadline_payload_and_awaiting(store: Store) -> N
         await batch.mark_awaiting([(c.id, claimed.attempt)], T0)
     deferred, noted, running = [await store.job_get(j.id) for j in (a, b, c)]
     assert (deferred.run_at, deferred.waiting_reason, deferred.attempt) == (
-        at(100), "outside its time windows", 0
+        at(100),
+        "outside its time windows",
+        0,
     )
     assert (noted.waiting_reason, noted.state) == ("concurrency 1/1 in use", State.SCHEDULED)
     assert (running.state, running.deadline, running.payload) == (
-        State.AWAITING, at(500), {"step": 2}
+        State.AWAITING,
+        at(500),
+        {"step": 2},
     )
 
 
@@ -560,7 +598,5 @@ async def test_cancelled_settlement_and_cancel_flag_reset(store: Store) -> None:
     await store.job_cancel(job.id, T0)
     await settle_jobs(store, [(running, Cancelled())], at(1))
     done = await store.job_get(job.id)
-    assert (done.state, done.cancel_requested, done.finished_at) == (
-        State.CANCELLED, False, at(1)
-    )
+    assert (done.state, done.cancel_requested, done.finished_at) == (State.CANCELLED, False, at(1))
     assert [a.outcome for a in await store.job_attempts(job.id)] == ["cancelled"]

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import random
 
 import pytest
@@ -39,15 +38,21 @@ async def test_region_shares_hold_at_the_handlers(database_url: str, lend: bool)
     settings = make_settings(
         database_url,
         job_types=PROBE,
-        queues={"default": {
-            "concurrency": 100, "batch_interval": "50ms",
-            "throttlers": [{"share": {"label": "region", "shares": REGIONS, "lend": lend}}],
-        }},
+        queues={
+            "default": {
+                "concurrency": 100,
+                "batch_interval": "50ms",
+                "throttlers": [{"share": {"label": "region", "shares": REGIONS, "lend": lend}}],
+            }
+        },
     )
     rng = random.Random(7)
     jobs = [
-        {"type": "probe", "weight": rng.randint(1, 3),
-         "labels": {"region": rng.choice(list(REGIONS))}}
+        {
+            "type": "probe",
+            "weight": rng.randint(1, 3),
+            "labels": {"region": rng.choice(list(REGIONS))},
+        }
         for _ in range(3000)
     ]
     service = Service(settings)
@@ -71,10 +76,12 @@ async def test_waiting_reason_and_queue_stats_name_the_throttler(database_url: s
     settings = make_settings(
         database_url,
         job_types={"hang": {"transport": {"python": {"handler": "tests.handlers:hang"}}}},
-        queues={"default": {
-            "concurrency": 10,
-            "throttlers": [{"share": {"label": "region", "shares": {"east": 40, "west": 60}}}],
-        }},
+        queues={
+            "default": {
+                "concurrency": 10,
+                "throttlers": [{"share": {"label": "region", "shares": {"east": 40, "west": 60}}}],
+            }
+        },
     )
     service = Service(settings, run_loops=False)
     await service.start()
@@ -98,10 +105,13 @@ async def test_example_plugin_caps_each_tenant(database_url: str) -> None:
     settings = make_settings(
         database_url,
         job_types=PROBE,
-        queues={"default": {
-            "concurrency": 20, "batch_interval": "50ms",
-            "throttlers": [{"tenant_cap": {"label": "tenant", "percent": 20}}],
-        }},
+        queues={
+            "default": {
+                "concurrency": 20,
+                "batch_interval": "50ms",
+                "throttlers": [{"tenant_cap": {"label": "tenant", "percent": 20}}],
+            }
+        },
     )
     service = Service(settings)
     await service.start()
@@ -119,11 +129,20 @@ async def test_critical_jobs_pass_a_full_share(database_url: str) -> None:
     settings = make_settings(
         database_url,
         job_types={"hang": {"transport": {"python": {"handler": "tests.handlers:hang"}}}},
-        queues={"default": {
-            "concurrency": 10,
-            "throttlers": [{"share": {"label": "region", "shares": {"east": 50, "west": 50},
-                                      "let_critical_through": True}}],
-        }},
+        queues={
+            "default": {
+                "concurrency": 10,
+                "throttlers": [
+                    {
+                        "share": {
+                            "label": "region",
+                            "shares": {"east": 50, "west": 50},
+                            "let_critical_through": True,
+                        }
+                    }
+                ],
+            }
+        },
     )
     service = Service(settings, run_loops=False)
     await service.start()
@@ -149,10 +168,13 @@ async def test_limits_hold_across_two_processes(postgres_url_fresh: str) -> None
         postgres_url_fresh,
         job_types=PROBE,
         lease_ttl="1s",
-        queues={"default": {
-            "concurrency": 30, "batch_interval": "50ms",
-            "throttlers": [{"share": {"label": "region", "shares": {"east": 50, "west": 50}}}],
-        }},
+        queues={
+            "default": {
+                "concurrency": 30,
+                "batch_interval": "50ms",
+                "throttlers": [{"share": {"label": "region", "shares": {"east": 50, "west": 50}}}],
+            }
+        },
     )
     first, second = Service(settings), Service(settings)
     await first.start()
@@ -181,11 +203,14 @@ async def test_a_share_takes_its_capacity_back_when_the_queue_has_a_concurrency(
     settings = make_settings(
         database_url,
         job_types={"hang": {"transport": {"python": {"handler": "tests.handlers:hang"}}}},
-        queues={"default": {
-            "concurrency": 10,
-            "throttlers": [{"share": {"label": "region", "shares": {"east": 50, "west": 50},
-                                      "lend": True}}],
-        }},
+        queues={
+            "default": {
+                "concurrency": 10,
+                "throttlers": [
+                    {"share": {"label": "region", "shares": {"east": 50, "west": 50}, "lend": True}}
+                ],
+            }
+        },
     )
     service = Service(settings, run_loops=False)
     await service.start()

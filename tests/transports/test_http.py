@@ -46,10 +46,21 @@ class Seen:
 
 
 def _reply(status: int, body: bytes = b"", headers: dict[str, str] | None = None) -> bytes:
-    reasons = {200: "OK", 202: "Accepted", 302: "Found", 404: "Not Found", 422: "Unprocessable",
-               429: "Too Many Requests", 500: "Internal Server Error", 503: "Unavailable"}
-    head = [f"HTTP/1.1 {status} {reasons.get(status, 'X')}", f"content-length: {len(body)}",
-            "connection: close"]
+    reasons = {
+        200: "OK",
+        202: "Accepted",
+        302: "Found",
+        404: "Not Found",
+        422: "Unprocessable",
+        429: "Too Many Requests",
+        500: "Internal Server Error",
+        503: "Unavailable",
+    }
+    head = [
+        f"HTTP/1.1 {status} {reasons.get(status, 'X')}",
+        f"content-length: {len(body)}",
+        "connection: close",
+    ]
     head += [f"{k}: {v}" for k, v in (headers or {}).items()]
     return ("\r\n".join(head) + "\r\n\r\n").encode() + body
 
@@ -184,11 +195,23 @@ def info(name: str = "charge", outcome: dict | None = None, **http: Any) -> JobT
 def job(type: str = "charge", **changes: Any) -> Job:
     now = datetime(2026, 1, 5, 12, 0, tzinfo=UTC)
     fields: dict[str, Any] = dict(
-        id=7, type=type, queue="default", state=State.RUNNING,
+        id=7,
+        type=type,
+        queue="default",
+        state=State.RUNNING,
         payload={"order_id": "A-17", "amount": 1200, "items": [{"sku": "s1", "qty": 2}]},
-        run_at=now, priority=100, weight=1, labels={"tenant": "acme"}, windows=None,
-        timeout_seconds=3600.0, retry={}, attempt=1, created_at=now, updated_at=now,
-        correlation_key="A 17/x", claimed_at=now,
+        run_at=now,
+        priority=100,
+        weight=1,
+        labels={"tenant": "acme"},
+        windows=None,
+        timeout_seconds=3600.0,
+        retry={},
+        attempt=1,
+        created_at=now,
+        updated_at=now,
+        correlation_key="A 17/x",
+        claimed_at=now,
     )
     fields.update(changes)
     return Job(**fields)
@@ -218,13 +241,20 @@ async def send(transport: HttpTransport, j: Job | None = None) -> Recorder:
 async def test_sends_the_rendered_request_with_the_callback_url_then_reports_sent(
     peer: Peer, transports: Any
 ) -> None:
-    t = await transports(info(
-        url=f"{peer.base}/ok/{{payload.order_id}}?attempt={{attempt}}",
-        method="PUT",
-        headers={"Authorization": "Bearer {labels.tenant}", "X-Static": "yes"},
-        body={"order": "{payload.order_id}", "amount": "{payload.amount}",
-              "items": "{payload.items}", "ref": "order {payload.order_id}", "kind": "charge"},
-    ))
+    t = await transports(
+        info(
+            url=f"{peer.base}/ok/{{payload.order_id}}?attempt={{attempt}}",
+            method="PUT",
+            headers={"Authorization": "Bearer {labels.tenant}", "X-Static": "yes"},
+            body={
+                "order": "{payload.order_id}",
+                "amount": "{payload.amount}",
+                "items": "{payload.items}",
+                "ref": "order {payload.order_id}",
+                "kind": "charge",
+            },
+        )
+    )
     rec = await send(t)
     assert await rec.one() == ("sent", None)
     [req] = peer.seen
@@ -235,21 +265,26 @@ async def test_sends_the_rendered_request_with_the_callback_url_then_reports_sen
     assert req.headers["x-callback-url"] == callback
     assert req.headers["content-type"] == "application/json"
     assert req.json() == {
-        "order": "A-17", "amount": 1200, "items": [{"sku": "s1", "qty": 2}],
-        "ref": "order A-17", "kind": "charge", "callback_url": callback,
+        "order": "A-17",
+        "amount": 1200,
+        "items": [{"sku": "s1", "qty": 2}],
+        "ref": "order A-17",
+        "kind": "charge",
+        "callback_url": callback,
     }
 
 
-async def test_without_a_body_template_the_payload_is_the_body(
-    peer: Peer, transports: Any
-) -> None:
-    t = await transports(info(url=f"{peer.base}/ok", callback_header=None,
-                              callback_field="reply_to"))
+async def test_without_a_body_template_the_payload_is_the_body(peer: Peer, transports: Any) -> None:
+    t = await transports(
+        info(url=f"{peer.base}/ok", callback_header=None, callback_field="reply_to")
+    )
     rec = await send(t)
     assert await rec.one() == ("sent", None)
     [req] = peer.seen
     assert req.json() == {
-        "order_id": "A-17", "amount": 1200, "items": [{"sku": "s1", "qty": 2}],
+        "order_id": "A-17",
+        "amount": 1200,
+        "items": [{"sku": "s1", "qty": 2}],
         "reply_to": f"{CALLBACK_BASE}/v1/callbacks/A%2017%2Fx?type=charge",
     }
     assert "x-callback-url" not in req.headers
@@ -313,9 +348,7 @@ async def test_503_honours_retry_after_as_an_http_date(peer: Peer, transports: A
     assert failed.error.retry_after == datetime(2026, 1, 7, 8, 0, tzinfo=UTC)
 
 
-async def test_4xx_are_retried_unless_the_job_type_lists_them(
-    peer: Peer, transports: Any
-) -> None:
+async def test_4xx_are_retried_unless_the_job_type_lists_them(peer: Peer, transports: Any) -> None:
     t = await transports(
         info("listed", url=f"{peer.base}/missing", non_retryable_statuses=[404, 410]),
         info("unlisted", url=f"{peer.base}/invalid", non_retryable_statuses=[404]),
@@ -341,8 +374,7 @@ async def test_redirects_are_not_followed(peer: Peer, transports: Any) -> None:
 async def test_a_response_body_over_the_cap_fails_the_attempt(
     peer: Peer, transports: Any, path: str
 ) -> None:
-    t = await transports(info(url=f"{peer.base}/{path}", callback=False,
-                              max_response_bytes=1000))
+    t = await transports(info(url=f"{peer.base}/{path}", callback=False, max_response_bytes=1000))
     failed = await (await send(t)).failure()
     assert failed.error.retryable
     assert failed.error.message == f"response body over 1000 bytes from {peer.base}/{path}"
@@ -373,14 +405,23 @@ async def test_synchronous_mode_takes_the_response_as_the_result(
     peer: Peer, transports: Any
 ) -> None:
     t = await transports(
-        info("ruled", url=f"{peer.base}/result", callback=False,
-             outcome={"field": "status", "success": ["ok"]}),
-        info("declined", url=f"{peer.base}/declined", callback=False,
-             outcome={"field": "status", "success": ["ok"]}),
+        info(
+            "ruled",
+            url=f"{peer.base}/result",
+            callback=False,
+            outcome={"field": "status", "success": ["ok"]},
+        ),
+        info(
+            "declined",
+            url=f"{peer.base}/declined",
+            callback=False,
+            outcome={"field": "status", "success": ["ok"]},
+        ),
         info("anything", url=f"{peer.base}/text", callback=False),
     )
     assert await (await send(t, job("ruled"))).one() == (
-        "outcome", Succeeded({"status": "ok", "total": 5})
+        "outcome",
+        Succeeded({"status": "ok", "total": 5}),
     )
     declined = await (await send(t, job("declined", id=8))).failure()
     assert declined.error.kind == "response"
@@ -388,7 +429,8 @@ async def test_synchronous_mode_takes_the_response_as_the_result(
     assert declined.response == {"status": "declined"}
     # No outcome rule: any 2xx is a success, and a body that is not JSON is kept as text.
     assert await (await send(t, job("anything", id=9))).one() == (
-        "outcome", Succeeded("plain words")
+        "outcome",
+        Succeeded("plain words"),
     )
     # No callback in synchronous mode: nothing will call back.
     assert all("x-callback-url" not in s.headers for s in peer.seen)
@@ -412,11 +454,15 @@ def test_a_bad_template_fails_at_construction_naming_the_job_type_key() -> None:
     with pytest.raises(RequestTemplateError, match=r"job_types\.charge\.transport\.http\.url: "):
         HttpTransport({"charge": info(url="{payload.url}")}, CALLBACK_BASE, FakeClock())
     with pytest.raises(RequestTemplateError, match=r"job_types\.charge\.transport\.http\.body"):
-        HttpTransport({"charge": info(url="http://x/", body={"a": "{id"})}, CALLBACK_BASE,
-                      FakeClock())
+        HttpTransport(
+            {"charge": info(url="http://x/", body={"a": "{id"})}, CALLBACK_BASE, FakeClock()
+        )
     with pytest.raises(RequestTemplateError, match=r"job_types\.charge\.outcome: "):
-        HttpTransport({"charge": info(url="http://x/", outcome={"field": "s", "bogus": 1})},
-                      CALLBACK_BASE, FakeClock())
+        HttpTransport(
+            {"charge": info(url="http://x/", outcome={"field": "s", "bogus": 1})},
+            CALLBACK_BASE,
+            FakeClock(),
+        )
 
 
 # --- through the service's loop ------------------------------------------------------
@@ -426,15 +472,26 @@ async def test_through_the_loop_a_2xx_awaits_the_callback_and_sync_mode_complete
     database_url: str, peer: Peer
 ) -> None:
     retry = {"strategy": "fixed", "delay": "10s", "max_attempts": 3}
-    settings = make_settings(database_url, job_types={
-        "charge": {"correlation_key": "{payload.order_id}", "retry": retry,
-                   "transport": {"http": {"url": f"{peer.base}/ok"}}},
-        "quote": {"retry": retry,
-                  "transport": {"http": {"url": f"{peer.base}/result", "callback": False}},
-                  "outcome": {"field": "status", "success": ["ok"]}},
-        "flaky": {"correlation_key": "{payload.order_id}", "retry": retry,
-                  "transport": {"http": {"url": f"{peer.base}/busy-long"}}},
-    })
+    settings = make_settings(
+        database_url,
+        job_types={
+            "charge": {
+                "correlation_key": "{payload.order_id}",
+                "retry": retry,
+                "transport": {"http": {"url": f"{peer.base}/ok"}},
+            },
+            "quote": {
+                "retry": retry,
+                "transport": {"http": {"url": f"{peer.base}/result", "callback": False}},
+                "outcome": {"field": "status", "success": ["ok"]},
+            },
+            "flaky": {
+                "correlation_key": "{payload.order_id}",
+                "retry": retry,
+                "transport": {"http": {"url": f"{peer.base}/busy-long"}},
+            },
+        },
+    )
     clock = FakeClock()
     svc = Service(settings, clock=clock, run_loops=False)
     await svc.start()
@@ -443,16 +500,21 @@ async def test_through_the_loop_a_2xx_awaits_the_callback_and_sync_mode_complete
         assert await loop.acquire()
         added = {}
         for type_ in ("charge", "quote", "flaky"):
-            new = svc.intake.resolve({"type": type_, "payload": {"order_id": f"{type_}-1"}},
-                                     clock())
+            new = svc.intake.resolve(
+                {"type": type_, "payload": {"order_id": f"{type_}-1"}}, clock()
+            )
             [added[type_]] = (await svc.store.job_insert_many([new], clock())).jobs
 
         async def states() -> dict[str, State]:
             await loop.run_once()
             return {k: (await svc.store.job_get(j.id)).state for k, j in added.items()}
 
-        await eventually(lambda: _expect(states(), {
-            "charge": State.AWAITING, "quote": State.COMPLETED, "flaky": State.SCHEDULED}))
+        await eventually(
+            lambda: _expect(
+                states(),
+                {"charge": State.AWAITING, "quote": State.COMPLETED, "flaky": State.SCHEDULED},
+            )
+        )
         quote = await svc.store.job_get(added["quote"].id)
         assert quote.result == {"status": "ok", "total": 5}
         flaky = await svc.store.job_get(added["flaky"].id)

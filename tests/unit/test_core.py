@@ -45,9 +45,22 @@ NOW = datetime(2026, 1, 5, 12, 0, tzinfo=UTC)
 
 def job(job_id: int = 1, **fields: Any) -> Job:
     base: dict[str, Any] = dict(
-        id=job_id, type="ok", queue="default", state=State.RUNNING, payload={"n": job_id},
-        run_at=NOW, priority=100, weight=1, labels={}, windows=None, timeout_seconds=60.0,
-        retry={"strategy": "fixed"}, attempt=1, created_at=NOW, updated_at=NOW, claimed_at=NOW,
+        id=job_id,
+        type="ok",
+        queue="default",
+        state=State.RUNNING,
+        payload={"n": job_id},
+        run_at=NOW,
+        priority=100,
+        weight=1,
+        labels={},
+        windows=None,
+        timeout_seconds=60.0,
+        retry={"strategy": "fixed"},
+        attempt=1,
+        created_at=NOW,
+        updated_at=NOW,
+        claimed_at=NOW,
     )
     return Job(**{**base, **fields})
 
@@ -61,17 +74,47 @@ def seconds(at: datetime) -> float:
 
 @pytest.mark.parametrize(
     ("text", "expected"),
-    [("500ms", 0.5), ("1s", 1.0), ("5m", 300.0), ("24h", 86400.0), ("7d", 604800.0),
-     ("1h30m", 5400.0), ("1.5h", 5400.0), (" 2 m ", 120.0), ("90", 90.0), ("0", 0.0),
-     (12, 12.0), (0.25, 0.25), ("1d2h3m4s5ms", 93784.005)],
+    [
+        ("500ms", 0.5),
+        ("1s", 1.0),
+        ("5m", 300.0),
+        ("24h", 86400.0),
+        ("7d", 604800.0),
+        ("1h30m", 5400.0),
+        ("1.5h", 5400.0),
+        (" 2 m ", 120.0),
+        ("90", 90.0),
+        ("0", 0.0),
+        (12, 12.0),
+        (0.25, 0.25),
+        ("1d2h3m4s5ms", 93784.005),
+    ],
 )
 def test_parse_duration(text: object, expected: float) -> None:
     assert parse_duration(text) == pytest.approx(expected)
 
 
 @pytest.mark.parametrize(
-    "bad", ["", "  ", "abc", "5x", "1h-5m", "m5", "1m30", "-5", "-5s", "nan", "inf", True, None,
-            [1], float("nan"), float("inf"), -1],
+    "bad",
+    [
+        "",
+        "  ",
+        "abc",
+        "5x",
+        "1h-5m",
+        "m5",
+        "1m30",
+        "-5",
+        "-5s",
+        "nan",
+        "inf",
+        True,
+        None,
+        [1],
+        float("nan"),
+        float("inf"),
+        -1,
+    ],
 )
 def test_parse_duration_refuses(bad: object) -> None:
     with pytest.raises(ValueError):
@@ -85,9 +128,19 @@ def test_parse_duration_message_names_the_units() -> None:
 
 @pytest.mark.parametrize(
     ("value", "text"),
-    [(86400, "1d"), (172800, "2d"), (3600, "1h"), (5400, "90m"), (90, "90s"), (1, "1s"),
-     (0.25, "250ms"), (1.5, "1.5s"), (1234.567, "1234.567s"), (1000001, "1000001s"),
-     (1e-7, "0.0000001s")],
+    [
+        (86400, "1d"),
+        (172800, "2d"),
+        (3600, "1h"),
+        (5400, "90m"),
+        (90, "90s"),
+        (1, "1s"),
+        (0.25, "250ms"),
+        (1.5, "1.5s"),
+        (1234.567, "1234.567s"),
+        (1000001, "1000001s"),
+        (1e-7, "0.0000001s"),
+    ],
 )
 def test_format_duration(value: float, text: str) -> None:
     assert format_duration(value) == text
@@ -117,11 +170,23 @@ def test_states_partition_into_open_and_terminal() -> None:
 
 @pytest.mark.parametrize(
     ("source", "target"),
-    [("scheduled", "running"), ("scheduled", "cancelled"), ("scheduled", "scheduled"),
-     ("running", "awaiting"), ("running", "completed"), ("running", "failed"),
-     ("running", "scheduled"), ("running", "cancelled"), ("awaiting", "completed"),
-     ("awaiting", "failed"), ("awaiting", "scheduled"), ("awaiting", "cancelled"),
-     ("failed", "scheduled"), ("cancelled", "scheduled"), ("completed", "scheduled")],
+    [
+        ("scheduled", "running"),
+        ("scheduled", "cancelled"),
+        ("scheduled", "scheduled"),
+        ("running", "awaiting"),
+        ("running", "completed"),
+        ("running", "failed"),
+        ("running", "scheduled"),
+        ("running", "cancelled"),
+        ("awaiting", "completed"),
+        ("awaiting", "failed"),
+        ("awaiting", "scheduled"),
+        ("awaiting", "cancelled"),
+        ("failed", "scheduled"),
+        ("cancelled", "scheduled"),
+        ("completed", "scheduled"),
+    ],
 )
 def test_allowed_transitions(source: str, target: str) -> None:
     assert can_transition(source, target)
@@ -130,9 +195,17 @@ def test_allowed_transitions(source: str, target: str) -> None:
 
 @pytest.mark.parametrize(
     ("source", "target"),
-    [("scheduled", "completed"), ("scheduled", "failed"), ("scheduled", "awaiting"),
-     ("awaiting", "running"), ("completed", "failed"), ("failed", "running"),
-     ("cancelled", "running"), ("completed", "completed"), ("failed", "cancelled")],
+    [
+        ("scheduled", "completed"),
+        ("scheduled", "failed"),
+        ("scheduled", "awaiting"),
+        ("awaiting", "running"),
+        ("completed", "failed"),
+        ("failed", "running"),
+        ("cancelled", "running"),
+        ("completed", "completed"),
+        ("failed", "cancelled"),
+    ],
 )
 def test_refused_transitions(source: str, target: str) -> None:
     assert not can_transition(source, target)
@@ -230,8 +303,7 @@ def test_retry_after_is_a_floor(strategy: Any) -> None:
 
 @pytest.mark.parametrize(
     "strategy",
-    [exponential(), Fixed(FixedSettings(strategy="fixed")),
-     NoRetry(NoneSettings(strategy="none"))],
+    [exponential(), Fixed(FixedSettings(strategy="fixed")), NoRetry(NoneSettings(strategy="none"))],
     ids=["exponential", "fixed", "none"],
 )
 def test_non_retryable_errors_give_up(strategy: Any) -> None:
@@ -262,13 +334,18 @@ def test_strategy_settings_through_the_plugin_registry() -> None:
 
 @pytest.mark.parametrize(
     ("config", "message"),
-    [({"strategy": "nope"}, "unknown retry strategy 'nope'; installed: exponential, fixed, none"),
-     ({"strategy": "fixed", "dealy": "1s"}, "dealy"),
-     ({"strategy": "fixed", "delay": "soon"}, "delay"),
-     ({"strategy": "exponential", "max_attempts": 0}, "max_attempts"),
-     ({"strategy": "exponential", "multiplier": 0.5}, "multiplier"),
-     ({"strategy": "exponential", "jitter": 2}, "jitter"),
-     ({"strategy": "none", "max_attempts": 3}, "max_attempts")],
+    [
+        (
+            {"strategy": "nope"},
+            "unknown retry strategy 'nope'; installed: exponential, fixed, none",
+        ),
+        ({"strategy": "fixed", "dealy": "1s"}, "dealy"),
+        ({"strategy": "fixed", "delay": "soon"}, "delay"),
+        ({"strategy": "exponential", "max_attempts": 0}, "max_attempts"),
+        ({"strategy": "exponential", "multiplier": 0.5}, "multiplier"),
+        ({"strategy": "exponential", "jitter": 2}, "jitter"),
+        ({"strategy": "none", "max_attempts": 3}, "max_attempts"),
+    ],
 )
 def test_strategy_settings_errors(config: dict[str, Any], message: str) -> None:
     with pytest.raises(PluginError, match=message):
@@ -302,7 +379,10 @@ FIXED = Fixed(FixedSettings(strategy="fixed", delay=10, max_attempts=3))
 def test_settle_success() -> None:
     done = settle(job(), Succeeded({"ok": 1}), FIXED, NOW + timedelta(seconds=3))
     assert (done.state, done.result, done.finished_at, done.last_error) == (
-        State.COMPLETED, {"ok": 1}, NOW + timedelta(seconds=3), None
+        State.COMPLETED,
+        {"ok": 1},
+        NOW + timedelta(seconds=3),
+        None,
     )
     assert done.record is not None
     assert (done.record.outcome, done.record.attempt) == ("completed", 1)
@@ -313,7 +393,9 @@ def test_settle_success() -> None:
 def test_settle_cancelled() -> None:
     done = settle(job(state=State.AWAITING), Cancelled(), FIXED, NOW)
     assert (done.state, done.finished_at, done.last_error) == (
-        State.CANCELLED, NOW, "cancelled by request"
+        State.CANCELLED,
+        NOW,
+        "cancelled by request",
     )
     assert done.record is not None and done.record.outcome == "cancelled"
 
@@ -321,7 +403,10 @@ def test_settle_cancelled() -> None:
 def test_settle_failure_retries_through_the_strategy() -> None:
     retried = settle(job(attempt=2), Failed(AttemptError("boom")), FIXED, NOW)
     assert (retried.state, retried.run_at, retried.finished_at, retried.last_error) == (
-        State.SCHEDULED, NOW + timedelta(seconds=10), None, "boom"
+        State.SCHEDULED,
+        NOW + timedelta(seconds=10),
+        None,
+        "boom",
     )
     assert (retried.attempt, retried.payload) == (2, {"n": 1})
     assert retried.record is not None and retried.record.outcome == "retried"
@@ -349,14 +434,22 @@ def test_non_retryable_error_fails_whatever_the_strategy_says() -> None:
 
 @pytest.mark.parametrize(
     "answer",
-    [RuntimeError("plugin bug"), None, "later", RetryAt(datetime(2026, 1, 5, 13, 0)),
-     RetryAt(NOW, payload=["not", "an", "object"]), RetryAt(NOW, payload={"x": {1, 2}})],
+    [
+        RuntimeError("plugin bug"),
+        None,
+        "later",
+        RetryAt(datetime(2026, 1, 5, 13, 0)),
+        RetryAt(NOW, payload=["not", "an", "object"]),
+        RetryAt(NOW, payload={"x": {1, 2}}),
+    ],
     ids=["raises", "none", "string", "naive-datetime", "list-payload", "unserialisable-payload"],
 )
 def test_faulty_strategy_retries_later_instead_of_breaking_the_tick(answer: Any) -> None:
     retried = settle(job(), Failed(AttemptError("boom")), Returns(answer), NOW)
     assert (retried.state, retried.run_at, retried.payload) == (
-        State.SCHEDULED, NOW + STRATEGY_FAULT_DELAY, {"n": 1}
+        State.SCHEDULED,
+        NOW + STRATEGY_FAULT_DELAY,
+        {"n": 1},
     )
     assert retried.last_error is not None
     assert retried.last_error.startswith("boom (retry strategy failed: ")
@@ -380,8 +473,10 @@ def test_settle_refuses_a_job_that_is_not_in_flight() -> None:
 def test_defensive_copy_is_deep() -> None:
     def fields() -> dict[str, Any]:  # fresh objects each call
         return dict(
-            payload={"a": {"b": [1]}}, labels={"r": "east"},
-            windows=[{"start": "05:00", "end": "06:00"}], retry={"strategy": "fixed"},
+            payload={"a": {"b": [1]}},
+            labels={"r": "east"},
+            windows=[{"start": "05:00", "end": "06:00"}],
+            retry={"strategy": "fixed"},
         )
 
     original = job(**fields())
@@ -438,8 +533,12 @@ def admit_all(cands: Sequence[Job]) -> Verdict:
 def test_chain_filters_in_order_and_keeps_reasons() -> None:
     first = Fn(lambda cs: Verdict(admitted=[c.id for c in cs if c.id != 11], held={11: "no 11"}))
     second = Fn(lambda cs: Verdict(admitted=[c.id for c in cs if c.id != 12]))
-    result = run_chain([Stage("first", first), Stage("second", second)], candidates(1, 1, 1, 1),
-                       RunningView([]), NOW)
+    result = run_chain(
+        [Stage("first", first), Stage("second", second)],
+        candidates(1, 1, 1, 1),
+        RunningView([]),
+        NOW,
+    )
     assert [j.id for j in result.admitted] == [10, 13]
     assert second.seen == [[10, 12, 13]]
     assert result.held == {11: "no 11", 12: "held by second"}
@@ -451,8 +550,9 @@ def test_chain_deferrals_leave_the_chain() -> None:
     later = NOW + timedelta(hours=1)
     first = Fn(lambda cs: Verdict(admitted=[c.id for c in cs[1:]], deferred={cs[0].id: later}))
     second = Fn(admit_all)
-    result = run_chain([Stage("window", first), Stage("next", second)], candidates(1, 1),
-                       RunningView([]), NOW)
+    result = run_chain(
+        [Stage("window", first), Stage("next", second)], candidates(1, 1), RunningView([]), NOW
+    )
     assert result.deferred == {10: later}
     assert [j.id for j in result.admitted] == [11]
     assert second.seen == [[11]]
@@ -465,16 +565,26 @@ def _raise(cs: Sequence[Job]) -> Verdict:
 
 @pytest.mark.parametrize(
     ("answer", "error"),
-    [(_raise, "RuntimeError: plugin bug"),
-     (lambda cs: None, "returned NoneType, not a Verdict"),
-     (lambda cs: [c.id for c in cs], "returned list, not a Verdict"),
-     (lambda cs: Verdict(admitted=[c.id for c in cs] + [999]), "not given: [999]"),
-     (lambda cs: Verdict(admitted=[cs[0].id], held={cs[0].id: "x"}), "twice"),
-     (lambda cs: Verdict(deferred={cs[0].id: datetime(2026, 1, 6)}), "aware datetime"),
-     (lambda cs: Verdict(held={cs[0].id: 42}), "reason"),
-     (lambda cs: Verdict(admitted=["10"]), "not given")],
-    ids=["raises", "none", "list", "unknown-id", "twice", "naive-defer", "non-text-reason",
-         "string-id"],
+    [
+        (_raise, "RuntimeError: plugin bug"),
+        (lambda cs: None, "returned NoneType, not a Verdict"),
+        (lambda cs: [c.id for c in cs], "returned list, not a Verdict"),
+        (lambda cs: Verdict(admitted=[c.id for c in cs] + [999]), "not given: [999]"),
+        (lambda cs: Verdict(admitted=[cs[0].id], held={cs[0].id: "x"}), "twice"),
+        (lambda cs: Verdict(deferred={cs[0].id: datetime(2026, 1, 6)}), "aware datetime"),
+        (lambda cs: Verdict(held={cs[0].id: 42}), "reason"),
+        (lambda cs: Verdict(admitted=["10"]), "not given"),
+    ],
+    ids=[
+        "raises",
+        "none",
+        "list",
+        "unknown-id",
+        "twice",
+        "naive-defer",
+        "non-text-reason",
+        "string-id",
+    ],
 )
 def test_faulty_throttler_holds_its_candidates_not_the_queue(answer: Any, error: str) -> None:
     after = Fn(admit_all)
@@ -495,8 +605,9 @@ def test_critical_jobs_bypass_stages_that_let_them_through() -> None:
     assert [j.id for j in result.admitted] == [11]
     assert closed.seen == [[10, 12]]
     assert set(result.held) == {10, 12}
-    strict = run_chain([Stage("gate", closed)], candidates(1, 1, critical=[11]), RunningView([]),
-                       NOW)
+    strict = run_chain(
+        [Stage("gate", closed)], candidates(1, 1, critical=[11]), RunningView([]), NOW
+    )
     assert strict.admitted == []
 
 

@@ -18,11 +18,28 @@ NOW = datetime(2026, 1, 5, 12, 0, tzinfo=UTC)
 
 def make_job(**changes: object) -> Job:
     fields: dict = dict(
-        id=42, type="charge", queue="default", state=State.RUNNING,
-        payload={"order_id": "A/17?x", "amount": 1200, "items": [{"sku": "s1"}], "note": None,
-                 "express": True, "rate": 1.5},
-        run_at=NOW, priority=100, weight=1, labels={"region": "east"}, windows=None,
-        timeout_seconds=30.0, retry={}, attempt=3, created_at=NOW, updated_at=NOW,
+        id=42,
+        type="charge",
+        queue="default",
+        state=State.RUNNING,
+        payload={
+            "order_id": "A/17?x",
+            "amount": 1200,
+            "items": [{"sku": "s1"}],
+            "note": None,
+            "express": True,
+            "rate": 1.5,
+        },
+        run_at=NOW,
+        priority=100,
+        weight=1,
+        labels={"region": "east"},
+        windows=None,
+        timeout_seconds=30.0,
+        retry={},
+        attempt=3,
+        created_at=NOW,
+        updated_at=NOW,
         correlation_key="A-17:3",
     )
     fields.update(changes)
@@ -45,25 +62,42 @@ def test_body_string_that_is_one_placeholder_keeps_the_json_type() -> None:
         "body",
     )
     assert body.render(CTX) == {
-        "items": [{"sku": "s1"}], "amount": 1200, "express": True, "note": None,
-        "attempt": 3, "id": 42,
+        "items": [{"sku": "s1"}],
+        "amount": 1200,
+        "express": True,
+        "note": None,
+        "attempt": 3,
+        "id": 42,
     }
 
 
 def test_body_strings_with_text_around_placeholders_render_as_text() -> None:
     body = compile_body(
-        {"ref": "order {payload.order_id} x{payload.amount}", "nested": [{"r": "{labels.region}!"}],
-         "flag": "{payload.express} / {payload.rate}"},
+        {
+            "ref": "order {payload.order_id} x{payload.amount}",
+            "nested": [{"r": "{labels.region}!"}],
+            "flag": "{payload.express} / {payload.rate}",
+        },
         "body",
     )
     assert body.render(CTX) == {
-        "ref": "order A/17?x x1200", "nested": [{"r": "east!"}], "flag": "true / 1.5",
+        "ref": "order A/17?x x1200",
+        "nested": [{"r": "east!"}],
+        "flag": "true / 1.5",
     }
 
 
 def test_body_literals_and_escaped_braces_pass_through() -> None:
-    spec = {"kind": "charge", "n": 3, "f": 0.5, "none": None, "yes": False, "empty": "",
-            "braces": "{{not a placeholder}}", "list": [1, "two"]}
+    spec = {
+        "kind": "charge",
+        "n": 3,
+        "f": 0.5,
+        "none": None,
+        "yes": False,
+        "empty": "",
+        "braces": "{{not a placeholder}}",
+        "list": [1, "two"],
+    }
     rendered = compile_body(spec, "body").render(CTX)
     assert rendered == {**spec, "braces": "{not a placeholder}"}
 

@@ -1,10 +1,10 @@
 """No tenant takes more than ``percent`` of the queue's capacity.
 
-    queues:
-      default:
-        concurrency: 100
-        throttlers:
-          - tenant_cap: {label: tenant, percent: 20}
+queues:
+  default:
+    concurrency: 100
+    throttlers:
+      - tenant_cap: {label: tenant, percent: 20}
 """
 
 from __future__ import annotations
@@ -47,5 +47,7 @@ class TenantCap:
                 verdict.admitted.append(job.id)
                 in_use[tenant] += job.weight  # count what this tick admits too
             else:
-                verdict.held[job.id] = f"tenant_cap {self.label}={tenant} {in_use[tenant]}/{self.cap}"
+                verdict.held[job.id] = (
+                    f"tenant_cap {self.label}={tenant} {in_use[tenant]}/{self.cap}"
+                )
         return verdict

@@ -118,19 +118,9 @@ async def record_start(job: JobContext) -> None:
 
 
 def _pg_connect_kwargs(url: str) -> dict[str, Any]:
-    from sqlalchemy.engine import make_url
+    from hipq.wakeup import asyncpg_connect_kwargs
 
-    u = make_url(url)
-    host = u.host or u.query.get("host")
-    if isinstance(host, tuple):
-        host = host[0]
-    return {
-        "host": host,
-        "port": u.port,
-        "user": u.username,
-        "password": u.password,
-        "database": u.database,
-    }
+    return asyncpg_connect_kwargs(url)
 
 
 async def _pg_admin(url: str, *statements: str) -> None:

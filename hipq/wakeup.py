@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Callable
+from typing import Any
 
 import asyncpg
 from sqlalchemy.engine import make_url
@@ -23,6 +24,22 @@ log = logging.getLogger("hipq.wakeup")
 def asyncpg_dsn(sqlalchemy_url: str) -> str:
     url = make_url(sqlalchemy_url).set(drivername="postgresql")
     return url.render_as_string(hide_password=False)
+
+
+def asyncpg_connect_kwargs(sqlalchemy_url: str) -> dict[str, Any]:
+    """asyncpg.connect() arguments for a SQLAlchemy URL (also one with ``?host=`` for a
+    unix socket directory, as a local pgserver gives)."""
+    url = make_url(sqlalchemy_url)
+    host = url.host or url.query.get("host")
+    if isinstance(host, tuple):
+        host = host[0]
+    return {
+        "host": host,
+        "port": url.port,
+        "user": url.username,
+        "password": url.password,
+        "database": url.database,
+    }
 
 
 class PgListener:

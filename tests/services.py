@@ -31,6 +31,8 @@ import asyncpg
 import pytest
 from sqlalchemy.engine import URL, make_url
 
+from hipq.wakeup import asyncpg_connect_kwargs
+
 log = logging.getLogger(__name__)
 
 _T = TypeVar("_T")
@@ -74,17 +76,8 @@ def _asyncpg_url(url: str | URL) -> URL:
 
 
 def _connect_kwargs(url: str | URL) -> dict[str, Any]:
-    u = make_url(url)
-    host = u.host or u.query.get("host")
-    if isinstance(host, tuple):
-        host = host[0]
-    return {
-        "host": host,
-        "port": u.port,
-        "user": u.username,
-        "password": u.password,
-        "database": u.database,
-    }
+    rendered = url if isinstance(url, str) else url.render_as_string(hide_password=False)
+    return asyncpg_connect_kwargs(rendered)
 
 
 def _render(url: URL) -> str:

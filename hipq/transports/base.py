@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Coroutine
 from datetime import datetime
 from typing import Any, Protocol
 
@@ -32,3 +34,42 @@ class Transport(Protocol):
 
     def abandon(self, job_id: int) -> None:
         """The loop settled the job (timeout, cancel): stop working on it if still busy."""
+
+
+class JobTasks:
+    """The running sends of a transport: one asyncio task per job id.
+
+    A job dispatched again (after a takeover) replaces its older task, and a task
+    that ends forgets itself only if it is still the job's current one.
+    """
+
+    def __init__(self, prefix: str) -> None:
+        self._prefix = prefix
+        self._tasks: dict[int, asyncio.Task[None]] = {}
+
+    def __len__(self) -> int:
+        return len(self._tasks)
+
+    def start(self, job_id: int, work: Coroutine[Any, Any, None]) -> None:
+        previous = self._tasks.get(job_id)
+        if previous is not None:
+            previous.cancel()
+        task = asyncio.create_task(work, name=f"{self._prefix}-{job_id}")
+        self._tasks[job_id] = task
+        task.add_done_callback(lambda t: self._forget(job_id, t))
+
+    def _forget(self, job_id: int, task: asyncio.Task[None]) -> None:
+        if self._tasks.get(job_id) is task:
+            del self._tasks[job_id]
+
+    def cancel(self, job_id: int) -> None:
+        task = self._tasks.pop(job_id, None)
+        if task is not None:
+            task.cancel()
+
+    async def cancel_all(self) -> None:
+        tasks = list(self._tasks.values())
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        self._tasks.clear()

@@ -34,7 +34,7 @@ from hipq.jobs import Job
 from hipq.outcome_rules import OutcomeRule, OutcomeRuleError, decide
 from hipq.outcomes import Failed, Outcome, response_outcome
 from hipq.retry import AttemptError
-from hipq.transports.base import Reporter
+from hipq.transports.base import JobTasks, Reporter
 from hipq.transports.rendering import (
     BodyTemplate,
     RenderError,
@@ -109,7 +109,7 @@ class HttpTransport:
         self._callback_base = callback_base.rstrip("/")
         self._clock = clock
         self._client: httpx.AsyncClient | None = None
-        self._tasks: dict[int, asyncio.Task[None]] = {}
+        self._tasks = JobTasks("hipq-http")
 
     @property
     def ready(self) -> bool:
@@ -128,30 +128,16 @@ class HttpTransport:
             )
 
     async def stop(self) -> None:
-        tasks = list(self._tasks.values())
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        await self._tasks.cancel_all()
         if self._client is not None:
             await self._client.aclose()
             self._client = None
 
     def dispatch(self, job: Job, reporter: Reporter) -> None:
-        previous = self._tasks.get(job.id)
-        if previous is not None:
-            previous.cancel()
-        task = asyncio.create_task(self._run(job, reporter), name=f"hipq-http-{job.id}")
-        self._tasks[job.id] = task
-        task.add_done_callback(lambda t, job_id=job.id: self._forget(job_id, t))
+        self._tasks.start(job.id, self._run(job, reporter))
 
     def abandon(self, job_id: int) -> None:
-        task = self._tasks.pop(job_id, None)
-        if task is not None:
-            task.cancel()
-
-    def _forget(self, job_id: int, task: asyncio.Task[None]) -> None:
-        if self._tasks.get(job_id) is task:
-            del self._tasks[job_id]
+        self._tasks.cancel(job_id)
 
     def callback_url(self, job: Job) -> str:
         key = quote(job.correlation_key or "", safe="")

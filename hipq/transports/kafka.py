@@ -32,7 +32,7 @@ from hipq.intake import JobTypeInfo
 from hipq.jobs import Job
 from hipq.outcomes import Failed
 from hipq.retry import AttemptError
-from hipq.transports.base import Reporter
+from hipq.transports.base import JobTasks, Reporter
 from hipq.transports.rendering import BodyTemplate, RenderError, compile_body, job_context
 
 log = logging.getLogger("hipq.transports.kafka")
@@ -112,7 +112,7 @@ class KafkaTransport:
         self._healthy = False
         self._check_now = asyncio.Event()
         self._runner: asyncio.Task[None] | None = None
-        self._tasks: dict[int, asyncio.Task[None]] = {}
+        self._tasks = JobTasks("hipq-kafka")
 
     @property
     def ready(self) -> bool:
@@ -129,33 +129,20 @@ class KafkaTransport:
             self._runner = asyncio.create_task(self._maintain(), name="hipq-kafka-producer")
 
     async def stop(self) -> None:
-        tasks = list(self._tasks.values())
+        await self._tasks.cancel_all()
         if self._runner is not None:
-            tasks.append(self._runner)
+            self._runner.cancel()
+            await asyncio.gather(self._runner, return_exceptions=True)
             self._runner = None
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
         producer, self._producer, self._healthy = self._producer, None, False
         if producer is not None:
             await close_quietly(producer)
 
     def dispatch(self, job: Job, reporter: Reporter) -> None:
-        previous = self._tasks.get(job.id)
-        if previous is not None:
-            previous.cancel()
-        task = asyncio.create_task(self._run(job, reporter), name=f"hipq-kafka-{job.id}")
-        self._tasks[job.id] = task
-        task.add_done_callback(lambda t, job_id=job.id: self._forget(job_id, t))
+        self._tasks.start(job.id, self._run(job, reporter))
 
     def abandon(self, job_id: int) -> None:
-        task = self._tasks.pop(job_id, None)
-        if task is not None:
-            task.cancel()
-
-    def _forget(self, job_id: int, task: asyncio.Task[None]) -> None:
-        if self._tasks.get(job_id) is task:
-            del self._tasks[job_id]
+        self._tasks.cancel(job_id)
 
     # -- sending ----------------------------------------------------------------
 

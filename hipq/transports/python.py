@@ -20,7 +20,7 @@ import orjson
 from hipq.jobs import Job
 from hipq.outcomes import Failed, Succeeded
 from hipq.retry import AttemptError
-from hipq.transports.base import Reporter
+from hipq.transports.base import JobTasks, Reporter
 
 log = logging.getLogger("hipq.transports.python")
 
@@ -77,31 +77,19 @@ class PythonTransport:
     def __init__(self, handlers: dict[str, Handler], clock: Callable[[], datetime]) -> None:
         self._handlers = handlers  # job type -> handler
         self._clock = clock
-        self._tasks: dict[int, asyncio.Task[None]] = {}
+        self._tasks = JobTasks("hipq-job")
 
     async def start(self) -> None:
         return None
 
     async def stop(self) -> None:
-        tasks = list(self._tasks.values())
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        await self._tasks.cancel_all()
 
     def dispatch(self, job: Job, reporter: Reporter) -> None:
-        task = asyncio.create_task(self._run(job, reporter), name=f"hipq-job-{job.id}")
-        self._tasks[job.id] = task
-        task.add_done_callback(lambda t, job_id=job.id: self._forget(job_id, t))
-
-    def _forget(self, job_id: int, task: asyncio.Task[None]) -> None:
-        # The job may have been dispatched again meanwhile: keep the newer task.
-        if self._tasks.get(job_id) is task:
-            del self._tasks[job_id]
+        self._tasks.start(job.id, self._run(job, reporter))
 
     def abandon(self, job_id: int) -> None:
-        task = self._tasks.pop(job_id, None)
-        if task is not None:
-            task.cancel()
+        self._tasks.cancel(job_id)
 
     @property
     def busy(self) -> int:

@@ -16,8 +16,12 @@ async def test_readyz_names_a_kafka_broker_that_is_down_and_jobs_are_still_accep
     dead = f"127.0.0.1:{free_port()}"  # nothing listens here
     settings = make_settings(
         sqlite_url,
-        job_types={"send": {"correlation_key": "{payload.id}",
-                            "transport": {"kafka": {"topic": "requests"}}}},
+        job_types={
+            "send": {
+                "correlation_key": "{payload.id}",
+                "transport": {"kafka": {"topic": "requests"}},
+            }
+        },
         kafka={"bootstrap_servers": dead},
     )
     service = Service(settings)

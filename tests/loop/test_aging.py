@@ -27,10 +27,18 @@ async def test_aging_lets_an_old_low_priority_job_go_first(
         new = [
             # Waited an hour at priority 200: with aging 10s its effective priority is
             # 200 - 360 = -160, ahead of the fresh priority-100 job.
-            service.intake.resolve({"type": "record", "payload": {"name": "old"},
-                                    "priority": 200, "run_at": now - timedelta(hours=1)}, now),
-            service.intake.resolve({"type": "record", "payload": {"name": "new"},
-                                    "priority": 100}, now),
+            service.intake.resolve(
+                {
+                    "type": "record",
+                    "payload": {"name": "old"},
+                    "priority": 200,
+                    "run_at": now - timedelta(hours=1),
+                },
+                now,
+            ),
+            service.intake.resolve(
+                {"type": "record", "payload": {"name": "new"}, "priority": 100}, now
+            ),
         ]
         await service.store.job_insert_many(new, now)
         loop = service.loops["default"]

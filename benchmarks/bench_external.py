@@ -45,7 +45,8 @@ def base_config(url: str, port: int) -> dict[str, Any]:
         "migrate_on_start": True,
         "log_level": "warning",
         "server": {"host": "127.0.0.1", "port": port},
-        "queues": {"default": {"batch_size": 2000, "batch_interval": "200ms"}},
+        # A capacity, as a real deployment sets to protect its peer.
+        "queues": {"default": {"batch_size": 2000, "batch_interval": "200ms", "concurrency": 500}},
         "responses": {"ttl": "1h"},
     }
 

@@ -69,6 +69,8 @@ class CallbackService:
         self.client = httpx.AsyncClient(
             timeout=30, limits=httpx.Limits(max_connections=64, max_keepalive_connections=64)
         )
+        # Callbacks wait here, not in the connection pool (whose queue is costly to scan).
+        self._sending = asyncio.Semaphore(64)
         self._tasks: set[asyncio.Task[None]] = set()
         self.app = Starlette(routes=[Route("/charges", self._charge, methods=["POST"])])
 
@@ -111,7 +113,8 @@ class CallbackService:
         """Deliver a callback; like real webhook senders, retry a transport failure."""
         for attempt in range(5):
             try:
-                response = await self.client.post(url, json=body)
+                async with self._sending:
+                    response = await self.client.post(url, json=body)
                 break
             except httpx.TransportError:
                 if attempt == 4:

@@ -16,7 +16,7 @@ from hipq.durations import parse_duration
 from hipq.jobs import NewJob
 from hipq.plugins import PluginError, RetryStrategies
 from hipq.templates import JOB_ROOTS, KeyTemplate, TemplateError, compile_template
-from hipq.windows import WindowError, next_opening, parse_windows
+from hipq.windows import Window, WindowError, next_opening, parse_windows
 
 JOB_KEY_MODES = ("replace", "preserve_run_at", "unsafe_dedupe")
 # Longer is a client bug, and the deadline (claimed_at + timeout) must stay a valid date.
@@ -98,6 +98,34 @@ class Intake:
             raise IntakeError("type", f"unknown job type {name!r} (known: {known})")
         return info
 
+    @staticmethod
+    def timeout_seconds(raw: Any) -> float:
+        try:
+            timeout = parse_duration(raw)
+        except ValueError as exc:
+            raise IntakeError("timeout", str(exc)) from None
+        if timeout <= 0:
+            raise IntakeError("timeout", "must be greater than zero")
+        if timeout > MAX_TIMEOUT_SECONDS:
+            raise IntakeError("timeout", "must be at most 3650d")
+        return timeout
+
+    @staticmethod
+    def parse_windows(raw: Any) -> tuple[Window, ...]:
+        try:
+            return parse_windows(raw)
+        except WindowError as exc:
+            raise IntakeError.of_windows(exc) from None
+
+    def check_weight(self, queue: str, weight: int) -> None:
+        capacity = (
+            self.settings.queues[queue].concurrency if queue in self.settings.queues else None
+        )
+        if capacity is not None and weight > capacity:
+            raise IntakeError(
+                "weight", f"{weight} exceeds the capacity {capacity} of queue {queue}"
+            )
+
     def resolve(self, job: dict[str, Any], now: datetime) -> NewJob:
         """``job`` holds the API fields that the client set (validated for shape)."""
         for name, value in job.items():
@@ -112,22 +140,12 @@ class Intake:
         run_at = job.get("run_at") or now
         windows = job.get("windows") or None
         if windows:
-            try:
-                parsed = parse_windows(windows)
-            except WindowError as exc:
-                raise IntakeError.of_windows(exc) from None
+            parsed = self.parse_windows(windows)
             windows = [w.to_dict() for w in parsed]
             run_at = next_opening(parsed, run_at)
-        timeout = jt.timeout
-        if job.get("timeout") is not None:
-            try:
-                timeout = parse_duration(job["timeout"])
-            except ValueError as exc:
-                raise IntakeError("timeout", str(exc)) from None
-        if timeout <= 0:
-            raise IntakeError("timeout", "must be greater than zero")
-        if timeout > MAX_TIMEOUT_SECONDS:
-            raise IntakeError("timeout", "must be at most 3650d")
+        timeout = self.timeout_seconds(
+            job["timeout"] if job.get("timeout") is not None else jt.timeout
+        )
         retry = jt.retry
         if job.get("retry"):
             retry = {**jt.retry, **job["retry"]} if "strategy" not in job["retry"] else job["retry"]
@@ -153,11 +171,7 @@ class Intake:
         if mode not in JOB_KEY_MODES:
             raise IntakeError("job_key_mode", f"must be one of {', '.join(JOB_KEY_MODES)}")
         weight = job["weight"] if job.get("weight") is not None else jt.weight
-        capacity = self.settings.queues[queue].concurrency
-        if capacity is not None and weight > capacity:
-            raise IntakeError(
-                "weight", f"{weight} exceeds the capacity {capacity} of queue {queue}"
-            )
+        self.check_weight(queue, weight)
         return NewJob(
             type=info.name,
             queue=queue,

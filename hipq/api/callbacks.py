@@ -103,5 +103,4 @@ async def deliver_callback(
         service.clock(),
         service.settings.responses.ttl,
     )
-    service.wake_all()
     return CallbackAccepted(response_id=response_id)

@@ -19,12 +19,11 @@ from hipq.api.models import (
     JobPatch,
     RetryRequest,
 )
-from hipq.durations import parse_duration
-from hipq.intake import MAX_TIMEOUT_SECONDS, NUL_MESSAGE, IntakeError, nul_field
+from hipq.intake import NUL_MESSAGE, IntakeError, nul_field
 from hipq.lifecycle import State
 from hipq.service import Service
 from hipq.store import JobFilter
-from hipq.windows import WindowError, next_opening, parse_windows
+from hipq.windows import next_opening
 
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"], route_class=StrictJSONRoute)
 
@@ -72,9 +71,8 @@ async def _insert(request: Request, items: list[JobIn], key: str | None, prefix:
         # only a keyed request pays for it.
         body = [item.model_dump(mode="json", exclude_unset=True) for item in items]
         idempotency = (key, _request_hash(body))
-    result = await service.store.job_insert_many(new, now, idempotency)
-    service.wake(j.queue for j in new)
-    return result
+    # The store wakes the queues' loops once the jobs are committed.
+    return await service.store.job_insert_many(new, now, idempotency)
 
 
 @router.post("", status_code=201, response_model=JobOut, responses=_ERRORS, summary="Create a job")
@@ -173,7 +171,6 @@ async def cancel_job(job_id: JobId, request: Request, response: Response) -> Job
     job = await service.store.job_cancel(job_id, service.clock())
     if job.state != State.CANCELLED:
         response.status_code = 202  # requested: the loop settles it at its next tick
-        service.wake([job.queue])
     return JobOut.of(job)
 
 
@@ -192,34 +189,19 @@ async def patch_job(job_id: JobId, patch: JobPatch, request: Request) -> JobOut:
     for name, value in changes.items():
         if where := nul_field(value, name):
             raise IntakeError(where, NUL_MESSAGE)
+    intake = service.intake
     if "timeout" in changes:
-        try:
-            changes["timeout_seconds"] = parse_duration(changes.pop("timeout"))
-        except ValueError as exc:
-            raise IntakeError("timeout", str(exc)) from None
-        if changes["timeout_seconds"] <= 0:
-            raise IntakeError("timeout", "must be greater than zero")
-        if changes["timeout_seconds"] > MAX_TIMEOUT_SECONDS:
-            raise IntakeError("timeout", "must be at most 3650d")
-    if changes.get("windows"):
-        try:
-            parsed = parse_windows(changes["windows"])
-        except WindowError as exc:
-            raise IntakeError.of_windows(exc) from None
-        changes["windows"] = [w.to_dict() for w in parsed]
+        changes["timeout_seconds"] = intake.timeout_seconds(changes.pop("timeout"))
+    if changes.get("windows") or "weight" in changes:
         current = await service.store.job_get(job_id)
-        changes["run_at"] = next_opening(parsed, changes.get("run_at") or current.run_at)
-    if "weight" in changes:
-        current = await service.store.job_get(job_id)
-        capacity = service.settings.queues.get(current.queue)
-        limit = capacity.concurrency if capacity is not None else None
-        if limit is not None and changes["weight"] > limit:
-            raise IntakeError(
-                "weight",
-                f"{changes['weight']} exceeds the capacity {limit} of queue {current.queue}",
-            )
+        if changes.get("windows"):
+            parsed = intake.parse_windows(changes["windows"])
+            changes["windows"] = [w.to_dict() for w in parsed]
+            changes["run_at"] = next_opening(parsed, changes.get("run_at") or current.run_at)
+        if "weight" in changes:
+            intake.check_weight(current.queue, changes["weight"])
+    # The store wakes the queue's loop (in this process and, by NOTIFY, in others).
     job = await service.store.job_update_pending(job_id, changes, service.clock())
-    service.wake([job.queue])
     return JobOut.of(job)
 
 
@@ -232,5 +214,4 @@ async def patch_job(job_id: JobId, patch: JobPatch, request: Request) -> JobOut:
 async def retry_job(job_id: JobId, request: Request, body: RetryRequest | None = None) -> JobOut:
     service = _service(request)
     job = await service.store.job_retry(job_id, service.clock(), body.run_at if body else None)
-    service.wake([job.queue])
     return JobOut.of(job)

@@ -70,5 +70,4 @@ async def resume_queue(name: str, request: Request) -> QueueOut:
     service: Service = request.app.state.service
     await queue_out(service, name)
     await service.store.queue_set_paused(name, False)
-    service.wake([name])
     return await queue_out(service, name)

@@ -119,5 +119,4 @@ async def get_response(response_id: int, request: Request) -> ResponseOut:
 async def match_response(response_id: int, body: MatchIn, request: Request) -> ResponseOut:
     service: Service = request.app.state.service
     response = await service.store.response_force_match(response_id, body.job_id, service.clock())
-    service.wake_all()
     return ResponseOut.of(response)

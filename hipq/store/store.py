@@ -554,7 +554,7 @@ class Store:
                     expires_at=max(row.expires_at, now + timedelta(hours=1)),
                 )
             )
-            await self._notify(conn, {job.queue})
+            await self._notify(conn, {dialects.ALL_QUEUES})  # look at the inbox
         return await self.response_get(response_id)
 
     async def parked_list(
@@ -611,6 +611,7 @@ class Store:
                 if finished
                 else set()
             )
+            settled: list[dict[str, Any]] = []
             for r in pending:
                 if r.correlation_key in open_keys:
                     continue  # early, or about to be matched by the loop
@@ -621,12 +622,15 @@ class Store:
                     status, job_id = "expired", None
                 else:
                     continue  # unknown key: kept until its TTL
+                settled.append({"b_id": r.id, "status": status, "job_id": job_id})
+                counts[status] += 1
+            if settled:
                 await conn.execute(
                     update(responses)
-                    .where(responses.c.id == r.id)
-                    .values(status=status, job_id=job_id, settled_at=now)
+                    .where(responses.c.id == _bind("b_id"))
+                    .values(status=_bind("status"), job_id=_bind("job_id"), settled_at=now),
+                    settled,
                 )
-                counts[status] += 1
         return counts
 
     async def response_prune(self, before: datetime) -> int:

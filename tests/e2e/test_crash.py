@@ -230,15 +230,19 @@ def test_sqlite_sigterm_hands_the_queue_over_at_once(servers: Servers, tmp_path:
     """A stop by SIGTERM (systemd, docker) releases the queue's lease, so the next
     process starts at once instead of waiting out the 15 s default lease_ttl."""
     total = 400
+    # Longer jobs than the other tests: the stop must land while work is left (at
+    # least 100 jobs, two rounds of the capacity), however long uvicorn takes from
+    # the signal to the service's shutdown.
+    work_ms = 200
     url = f"sqlite+aiosqlite:///{tmp_path / 'hipq.db'}"
     config = write_config(tmp_path / "hipq.yaml", url)
-    first = servers.start("first", config, work_ms=WORK_MS)
+    first = servers.start("first", config, work_ms=work_ms)
     ids = post_jobs([first], total)
 
     at_stop = kill_midway(first, first, url, total, graceful=True)
     assert at_stop.lease_owner is None, "SIGTERM left the queue's lease held"
 
-    second = servers.start("second", config, work_ms=WORK_MS)
+    second = servers.start("second", config, work_ms=work_ms)
     # A held lease would have kept it waiting for about 15 s (its next try: in 5 s).
     wait_for(
         lambda: owner_pid(second) == second.pid,

@@ -39,14 +39,20 @@ from tests.services import start_tansu
 TARGET = ">= 2,000 jobs/s completed (PostgreSQL)"
 
 
-def base_config(url: str, port: int) -> dict[str, Any]:
+def base_config(url: str, port: int, concurrency: int) -> dict[str, Any]:
     return {
         "database_url": url,
         "migrate_on_start": True,
         "log_level": "warning",
         "server": {"host": "127.0.0.1", "port": port},
-        # A capacity, as a real deployment sets to protect its peer.
-        "queues": {"default": {"batch_size": 2000, "batch_interval": "200ms", "concurrency": 500}},
+        # A capacity (requests outstanding at once), as a deployment sets to protect its peer.
+        "queues": {
+            "default": {
+                "batch_size": 2000,
+                "batch_interval": "200ms",
+                "concurrency": concurrency,
+            }
+        },
         "responses": {"ttl": "1h"},
     }
 
@@ -101,10 +107,10 @@ async def latencies(url: str) -> tuple[int, float, float]:
     return len(done), done[len(done) // 2], done[min(len(done) - 1, int(len(done) * 0.99))]
 
 
-async def run_http(url: str, workdir: Path, count: int) -> tuple[float, int]:
+async def run_http(url: str, workdir: Path, count: int, concurrency: int) -> tuple[float, int]:
     peer = CallbackService(delay=(0.0, 0.0))
     async with serve_app(peer.app) as external:
-        config = base_config(url, _free_port())
+        config = base_config(url, _free_port(), concurrency)
         config["job_types"] = {
             "charge": {
                 "correlation_key": "{payload.order_id}",
@@ -145,14 +151,14 @@ async def responder(bootstrap: str, requests: str, responses: str, stop: asyncio
         await producer.stop()
 
 
-async def run_kafka(url: str, workdir: Path, count: int) -> tuple[float, int]:
+async def run_kafka(url: str, workdir: Path, count: int, concurrency: int) -> tuple[float, int]:
     broker = start_tansu()
     suffix = uuid.uuid4().hex[:6]
     requests, responses = f"bench.requests.{suffix}", f"bench.responses.{suffix}"
     stop = asyncio.Event()
     task = asyncio.create_task(responder(broker.bootstrap, requests, responses, stop))
     try:
-        config = base_config(url, _free_port())
+        config = base_config(url, _free_port(), concurrency)
         config["job_types"] = {
             "order": {
                 "correlation_key": "{payload.order_id}",
@@ -189,20 +195,26 @@ async def main() -> None:
     parser.add_argument("--path", choices=["http", "kafka", "both"], default="both")
     parser.add_argument("--jobs", type=int, default=20_000)
     parser.add_argument("--postgres-url", default=BenchOptions.postgres_url)
+    parser.add_argument("--concurrency", type=int, default=500, help="the queue's capacity")
     args = parser.parse_args()
     engines = ["sqlite", "postgres"] if args.engine == "both" else [args.engine]
     paths = ["http", "kafka"] if args.path == "both" else [args.path]
-    runners: dict[str, Callable[[str, Path, int], Awaitable[tuple[float, int]]]] = {
+    runners: dict[str, Callable[[str, Path, int, int], Awaitable[tuple[float, int]]]] = {
         "http": run_http,
         "kafka": run_kafka,
     }
     opts = BenchOptions(postgres_url=args.postgres_url)
-    print(f"end to end, {args.jobs} jobs per run; target {TARGET}")
+    print(
+        f"end to end, {args.jobs} jobs per run, queue concurrency {args.concurrency};"
+        f" target {TARGET}"
+    )
     with tempfile.TemporaryDirectory(prefix="hipq-bench-ext-") as tmp:
         for engine in engines:
             for path in paths:
                 async with fresh_database(engine, opts, Path(tmp), f"{path}-{engine}") as url:
-                    seconds, count = await runners[path](url, Path(tmp), args.jobs)
+                    seconds, count = await runners[path](
+                        url, Path(tmp), args.jobs, args.concurrency
+                    )
                     done, median, p99 = await latencies(url)
                 print(
                     f"  {engine:<8} {path:<6} {count / seconds:>9,.0f} jobs/s completed   "

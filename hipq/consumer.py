@@ -28,7 +28,7 @@ from aiokafka import AIOKafkaConsumer, ConsumerRecord
 from aiokafka.errors import CommitFailedError
 
 from hipq.config import KafkaConfig
-from hipq.outcome_rules import OutcomeRule, OutcomeRuleError, decide
+from hipq.outcome_rules import OutcomeRule, OutcomeRuleError, decide, rule_for
 from hipq.store import NewResponse, ParkedMessage, Store
 from hipq.templates import KAFKA_RESPONSE_ROOTS, KeyTemplate, TemplateError, compile_template
 from hipq.transports.kafka import CLIENT_ID, Backoff, close_quietly
@@ -39,7 +39,6 @@ MAX_KEY_CHARS = 500  # the width of hipq_responses.correlation_key
 _PREVIEW_BYTES = 4096  # of an oversized message kept in its parked row
 _MAX_REASON_CHARS = 500
 _RETRY_PAUSE = 0.5  # seconds before a message that failed to store is tried once more
-_ANY_RESPONSE = OutcomeRule(field=None, success=())
 
 
 class ConsumerConfigError(ValueError):
@@ -71,7 +70,7 @@ def compile_sources(kafka: KafkaConfig) -> dict[str, _Source]:
         except TemplateError as exc:
             raise ConsumerConfigError(f"{where}.key: {exc}") from None
         try:
-            rule = _ANY_RESPONSE if src.outcome is None else OutcomeRule.from_config(src.outcome)
+            rule = rule_for(src.outcome)
         except OutcomeRuleError as exc:
             raise ConsumerConfigError(f"{where}.outcome: {exc}") from None
         sources[src.topic] = _Source(src.topic, key, rule)

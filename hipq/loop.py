@@ -32,7 +32,14 @@ from hipq.plugins import RetryStrategies
 from hipq.retry import AttemptError
 from hipq.store import LeaseLost, Settlement, Store
 from hipq.templates import KeyTemplate, TemplateError
-from hipq.throttling import GuardedChain, InFlight, RunningView, Stage, Start
+from hipq.throttling import (
+    GuardedChain,
+    InFlight,
+    RunningView,
+    Stage,
+    Start,
+    reads_free_capacity_only,
+)
 from hipq.transports.base import Transport
 
 log = logging.getLogger("hipq.loop")
@@ -104,6 +111,9 @@ class QueueLoop:
         self.in_flight: dict[int, Job] = {}
         self._inbox = _Inbox()
         self.chain = GuardedChain(self.stages, config.throttler_time_limit)
+        # With a capacity and only in-order stages, a tick reads no more due jobs than
+        # the free capacity could take (not a whole batch to admit a few).
+        self._scan_free = config.concurrency is not None and reads_free_capacity_only(self.stages)
         # Start history for rate limits: kept in memory by the owner, rebuilt from the
         # database when the lease is taken (so limits hold across restarts and processes).
         self._lookback = max((s.lookback_seconds for s in self.stages), default=0.0)
@@ -165,6 +175,9 @@ class QueueLoop:
         if token is None:
             return False
         self.token = token
+        if self._scan_free:
+            assert self.config.concurrency is not None
+            await self.store.job_note_oversized(self.name, self.config.concurrency)
         self.in_flight = {j.id: j for j in await self.store.job_in_flight(self.name)}
         self._inbox, self._stats = _Inbox(), None
         self._starts = deque()
@@ -318,12 +331,19 @@ class QueueLoop:
         done = {s.job_id for s in settled}
         live = [j for j in self.in_flight.values() if j.id not in done]
         capacity = self.config.concurrency
-        if capacity is not None and sum(j.weight for j in live) >= capacity:
+        in_use = sum(j.weight for j in live)
+        if capacity is not None and in_use >= capacity:
             # Full: nothing can be admitted, so do not read (and re-hold) the backlog.
             await self._write_stats(batch, live, Counter(), now)
             return []
+        scan, max_weight = self.config.batch_size, None
+        if self._scan_free:
+            assert capacity is not None
+            # Every job weighs at least 1; one heavier than the whole capacity could
+            # never run and would only take a place in the read (see acquire).
+            scan, max_weight = min(scan, capacity - in_use), capacity
         candidates = await batch.due(
-            now, self.config.batch_size, self.config.order, self.config.aging
+            now, scan, self.config.order, self.config.aging, max_weight=max_weight
         )
         report.loaded = len(candidates)
         report.full = len(candidates) >= self.config.batch_size

@@ -39,6 +39,8 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
+import orjson
+
 __all__ = ["Outcome", "OutcomeRule", "OutcomeRuleError", "decide"]
 
 Scalar = str | int | float | bool
@@ -138,6 +140,26 @@ class OutcomeRule:
             success=success,  # type: ignore[arg-type]  # normalised in __post_init__
             header=header,
         )
+
+
+# No outcome configured where a response is the answer (callbacks, Kafka responses,
+# synchronous HTTP): every response is a success.
+ANY_RESPONSE = OutcomeRule(field=None, success=())
+
+
+def rule_for(config: Mapping[str, Any] | None) -> OutcomeRule:
+    """The rule of an ``outcome`` setting; none configured: ``ANY_RESPONSE``."""
+    return ANY_RESPONSE if config is None else OutcomeRule.from_config(config)
+
+
+def parse_body(raw: bytes) -> Any:
+    """A response body as JSON, or as text if it is not JSON (None when empty)."""
+    if not raw:
+        return None
+    try:
+        return orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return raw.decode("utf-8", errors="replace")
 
 
 def decide(rule: OutcomeRule, body: Any, headers: Mapping[str, str] = _NO_HEADERS) -> Outcome:

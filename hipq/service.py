@@ -26,6 +26,8 @@ from hipq.events import Events
 from hipq.intake import Intake, IntakeError
 from hipq.loop import QueueLoop
 from hipq.plugins import THROTTLERS, PluginError, RetryStrategies, build
+from hipq.response_writer import ResponseWriter
+from hipq.stopping import finish_or_cancel
 from hipq.store import Store
 from hipq.store.dialects import ALL_QUEUES, CANCEL_PREFIX
 from hipq.throttling import Stage
@@ -139,6 +141,7 @@ class Service:
         self.transports = self._transports()
         self.loops = {name: self._loop(name) for name in settings.queues}
         self.upkeep = Upkeep(settings, self.store, clock, self.events)
+        self.responses = ResponseWriter(self.store, clock, settings.responses.ttl)
         self.consumer = self._consumer()
         self._tasks: list[asyncio.Task[None]] = []
         self._sqlite_lock: SqliteLock | None = None
@@ -257,14 +260,14 @@ class Service:
         self.started = True
 
     async def stop(self) -> None:
+        # The loops first: no new job is claimed while the rest shuts down.
+        for loop in self.loops.values():
+            loop.stop()
+        await self.responses.close()
         await self.upkeep.stop()
         if self.consumer is not None:
             await self.consumer.stop()
-        for loop in self.loops.values():
-            loop.stop()
-        for task in self._tasks:
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await finish_or_cancel(self._tasks)
         self._tasks.clear()
         seen: set[int] = set()
         for transport in self.transports.values():

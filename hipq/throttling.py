@@ -96,6 +96,17 @@ class Throttler(Protocol):
     def decide(self, candidates: Sequence[Job], view: RunningView, now: datetime) -> Verdict: ...
 
 
+def reads_free_capacity_only(stages: Sequence[Stage]) -> bool:
+    """Whether the due scan may stop at the queue's free capacity.
+
+    True when every stage admits a prefix of its candidates in queue order, holding
+    a job only for the capacity the ones before it took, or defers it (time windows):
+    then no job beyond the first ``free units`` can be admitted this tick, and
+    reading the rest of the backlog every tick would only cost the loop.
+    """
+    return all(getattr(s.throttler, "admits_in_order", False) for s in stages)
+
+
 @dataclass(frozen=True, slots=True)
 class Stage:
     """One configured throttler of a queue's chain."""

@@ -9,6 +9,7 @@ None of them changes a job, so they never race the queue loops.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Callable
 from datetime import datetime, timedelta
@@ -17,6 +18,7 @@ from sqlalchemy import delete
 
 from hipq.config import Settings
 from hipq.events import Events
+from hipq.stopping import finish_or_cancel
 from hipq.store import Store
 from hipq.store.schema import idempotency_keys
 
@@ -37,6 +39,7 @@ class Upkeep:
         self.interval, self.prune_every = interval, prune_every
         self._last_prune: datetime | None = None
         self._task: asyncio.Task[None] | None = None
+        self._stopping = asyncio.Event()
 
     async def run_once(self) -> dict[str, int]:
         now = self.clock()
@@ -58,20 +61,22 @@ class Upkeep:
         await self.store.response_prune(now - timedelta(seconds=self.settings.responses.retention))
 
     def start(self) -> None:
+        self._stopping.clear()
         self._task = asyncio.create_task(self._run(), name="hipq-upkeep")
 
     async def stop(self) -> None:
         if self._task is not None:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
+            self._stopping.set()
+            await finish_or_cancel([self._task])
             self._task = None
 
     async def _run(self) -> None:
-        while True:
+        while not self._stopping.is_set():
             try:
                 await self.run_once()
             except asyncio.CancelledError:
                 raise
             except Exception:
                 log.exception("upkeep failed; retrying at the next interval")
-            await asyncio.sleep(self.interval)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stopping.wait(), self.interval)

@@ -31,6 +31,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
+from hipq.transports.http_pool import PooledTransport
+
 
 def free_port() -> int:
     with socket.socket() as sock:
@@ -39,11 +41,15 @@ def free_port() -> int:
 
 
 @contextlib.asynccontextmanager
-async def serve_app(app: Any, port: int | None = None) -> AsyncIterator[str]:
-    """Serve ``app`` on 127.0.0.1 until the block ends; yields its base URL."""
+async def serve_app(app: Any, port: int | None = None, **config: Any) -> AsyncIterator[str]:
+    """Serve ``app`` on 127.0.0.1 until the block ends; yields its base URL.
+
+    ``config``: more uvicorn settings (``timeout_keep_alive``...)."""
     port = port or free_port()
     server = uvicorn.Server(
-        uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="off")
+        uvicorn.Config(
+            app, host="127.0.0.1", port=port, log_level="warning", lifespan="off", **config
+        )
     )
     task = asyncio.create_task(server.serve())
     for _ in range(500):
@@ -66,11 +72,8 @@ class CallbackService:
         self.requests: Counter[str] = Counter()  # correlation key -> requests received
         self.callbacks: Counter[str] = Counter()  # correlation key -> callbacks delivered
         self.held: dict[str, str] = {}  # key -> callback URL, for `hold`
-        self.client = httpx.AsyncClient(
-            timeout=30, limits=httpx.Limits(max_connections=64, max_keepalive_connections=64)
-        )
-        # Callbacks wait here, not in the connection pool (whose queue is costly to scan).
-        self._sending = asyncio.Semaphore(64)
+        # The transport hipq sends with: it holds up to 64 callbacks in flight.
+        self.client = httpx.AsyncClient(timeout=30, transport=PooledTransport(64))
         self._tasks: set[asyncio.Task[None]] = set()
         self.app = Starlette(routes=[Route("/charges", self._charge, methods=["POST"])])
 
@@ -113,8 +116,7 @@ class CallbackService:
         """Deliver a callback; like real webhook senders, retry a transport failure."""
         for attempt in range(5):
             try:
-                async with self._sending:
-                    response = await self.client.post(url, json=body)
+                response = await self.client.post(url, json=body)
                 break
             except httpx.TransportError:
                 if attempt == 4:

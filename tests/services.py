@@ -303,13 +303,7 @@ class TansuBroker:
         return "\n".join(text.splitlines()[-lines:])
 
     def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(timeout=10)
+        stop_process(self.process)
         shutil.rmtree(self._tmpdir, ignore_errors=True)
 
     def __enter__(self) -> TansuBroker:
@@ -344,7 +338,26 @@ async def _produce_and_read_once(bootstrap: str, wait_s: float) -> None:
         raise RuntimeError(f"broker returned {msg.value!r} for the readiness message")
 
 
-def _tansu_command(binary: str, port: int) -> list[str]:
+def stop_process(process: subprocess.Popen[Any], within: float = 10) -> None:
+    """SIGTERM, and SIGKILL if it has not exited ``within`` seconds."""
+    if process.poll() is not None:
+        return
+    process.terminate()
+    try:
+        process.wait(timeout=within)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait(timeout=within)
+
+
+def tansu_env() -> dict[str, str]:
+    """This environment without what Tansu would read as its settings: only the
+    command line counts."""
+    return {k: v for k, v in os.environ.items() if k not in _TANSU_ENV_VARS}
+
+
+def tansu_command(binary: str, port: int) -> list[str]:
+    """An in-memory Tansu broker listening on 127.0.0.1:``port``."""
     url = f"tcp://127.0.0.1:{port}"
     return [
         binary,
@@ -388,10 +401,10 @@ def _wait_ready(broker: TansuBroker, port: int, deadline: float) -> None:
 
 def _start_tansu_once(binary: str, deadline: float) -> TansuBroker:
     port = _free_port()
-    command = _tansu_command(binary, port)
+    command = tansu_command(binary, port)
     tmpdir = Path(tempfile.mkdtemp(prefix="hipq-tansu-"))
     log_path = tmpdir / "broker.log"
-    env = {k: v for k, v in os.environ.items() if k not in _TANSU_ENV_VARS}
+    env = tansu_env()
     with open(log_path, "wb") as log_file:
         process = subprocess.Popen(
             command,

@@ -1,4 +1,5 @@
-"""Helpers shared by the tests: a pinned clock, settings, waiting for a condition."""
+"""Helpers shared by the tests: a pinned clock, settings, waiting for a condition, a
+reporter that records what a transport said."""
 
 from __future__ import annotations
 
@@ -9,6 +10,8 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from hipq.config import Settings, load_settings
+from hipq.jobs import Job
+from hipq.outcomes import Failed, Outcome
 
 
 class FakeClock:
@@ -68,3 +71,35 @@ async def settle_ticks(loop: Any, ticks: int = 5, pause: float = 0.01) -> None:
     for _ in range(ticks):
         await loop.run_once()
         await asyncio.sleep(pause)
+
+
+class Recorder:
+    """A Reporter that keeps what a transport said."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, Job, Outcome | None]] = []
+
+    def outcome(self, job: Job, outcome: Outcome) -> None:
+        self.calls.append(("outcome", job, outcome))
+
+    def sent(self, job: Job) -> None:
+        self.calls.append(("sent", job, None))
+
+    def heartbeat(self, job: Job, deadline: datetime) -> None:
+        raise AssertionError("unexpected heartbeat")
+
+    def checkpoint(self, job: Job, payload: dict[str, Any]) -> None:
+        raise AssertionError("unexpected checkpoint")
+
+    async def one(self) -> tuple[str, Outcome | None]:
+        """The one report of the send (waits for it, then a moment for a second one)."""
+        await eventually(lambda: self.calls, timeout=10)
+        await asyncio.sleep(0.05)  # a second report would show up here
+        assert len(self.calls) == 1, self.calls
+        kind, _job, outcome = self.calls[0]
+        return kind, outcome
+
+    async def failure(self) -> Failed:
+        kind, outcome = await self.one()
+        assert kind == "outcome" and isinstance(outcome, Failed), (kind, outcome)
+        return outcome

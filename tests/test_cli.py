@@ -25,6 +25,8 @@ import httpx
 import pytest
 import yaml
 
+from tests.services import stop_process
+
 pytestmark = pytest.mark.e2e
 
 REPO = Path(__file__).resolve().parents[1]
@@ -159,13 +161,7 @@ class Server:
             return False
 
     def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+        stop_process(self.process)
 
 
 @contextlib.contextmanager

@@ -28,6 +28,9 @@ class WeightedConcurrency:
     config_model: ClassVar[type[BaseModel]] = ConcurrencySettings
     # Pure and linear in the candidates: the loop calls it without a worker thread.
     runs_inline: ClassVar[bool] = True
+    # Admits a prefix of the queue order: the loop reads only the free capacity's worth
+    # of due jobs (jobs heavier than the whole capacity are left out of that read).
+    admits_in_order: ClassVar[bool] = True
 
     def __init__(self, settings: ConcurrencySettings) -> None:
         self.limit = settings.limit

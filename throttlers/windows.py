@@ -39,6 +39,8 @@ class TimeWindows:
     config_model: ClassVar[type[BaseModel]] = WindowSettings
     # Pure and linear in the candidates: the loop calls it without a worker thread.
     runs_inline: ClassVar[bool] = True
+    # Defers, never holds: it does not stop the loop from reading only free capacity.
+    admits_in_order: ClassVar[bool] = True
 
     def __init__(self, settings: WindowSettings | None = None) -> None:
         self.settings = settings

@@ -4,45 +4,28 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-import orjson
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel
 
 from hipq.api.errors import error_body
 from hipq.api.models import ErrorOut
-from hipq.intake import IntakeError, JobTypeInfo
-from hipq.outcome_rules import OutcomeRule, decide
+from hipq.intake import NUL_MESSAGE, IntakeError, JobTypeInfo, nul_field
+from hipq.outcome_rules import decide, parse_body, rule_for
 from hipq.service import Service
 from hipq.signatures import SignatureError, verify
 from hipq.store import NewResponse
+from hipq.store.schema import KEY_MAX_LENGTH
 
 router = APIRouter(tags=["callbacks"])
 
 # Headers kept with a stored response (never credentials).
 _DROPPED_HEADERS = frozenset({"authorization", "cookie", "proxy-authorization", "x-api-key"})
-_ANY_RESPONSE = OutcomeRule(field=None, success=())
 
 
 class CallbackAccepted(BaseModel):
     status: str = "accepted"
     response_id: int
-
-
-def outcome_rule(info: JobTypeInfo | None) -> OutcomeRule:
-    """The job type's rule; a job type without one takes any callback as success."""
-    if info is None or info.config.outcome is None:
-        return _ANY_RESPONSE
-    return OutcomeRule.from_config(info.config.outcome)
-
-
-def parse_body(raw: bytes) -> Any:
-    if not raw:
-        return None
-    try:
-        return orjson.loads(raw)
-    except orjson.JSONDecodeError:
-        return raw.decode("utf-8", errors="replace")
 
 
 @router.post(
@@ -56,7 +39,8 @@ def parse_body(raw: bytes) -> Any:
         "sends. Answers 202 once the response is stored, also for a duplicate or an unknown key "
         "(kept until the TTL, see GET /v1/responses). With `?type=` naming a job type that "
         "requires signatures, a bad or missing Standard Webhooks signature is a 401 before any "
-        "lookup."
+        "lookup. A key over 500 characters, or a key or JSON body holding \\u0000 (which "
+        "PostgreSQL cannot store), is a 422."
     ),
 )
 async def deliver_callback(
@@ -85,22 +69,23 @@ async def deliver_callback(
                 return JSONResponse(
                     error_body("unauthorized", [("webhook-signature", exc.reason)]), 401
                 )
+    if len(key) > KEY_MAX_LENGTH:
+        raise IntakeError("key", f"a correlation key has at most {KEY_MAX_LENGTH} characters")
     body = parse_body(raw)
+    for value, where in ((key, "key"), (body, "body")):
+        if found := nul_field(value, where):
+            raise IntakeError(found, NUL_MESSAGE)
     headers = {k: v for k, v in request.headers.items() if k not in _DROPPED_HEADERS}
-    outcome = decide(outcome_rule(info), body, headers)
-    [response_id] = await service.store.response_insert_many(
-        [
-            NewResponse(
-                correlation_key=key,
-                source="webhook",
-                succeeded=outcome.succeeded,
-                reason=None if outcome.succeeded else outcome.reason,
-                body=body,
-                headers=headers,
-                job_type=type,
-            )
-        ],
-        service.clock(),
-        service.settings.responses.ttl,
+    outcome = decide(rule_for(None if info is None else info.config.outcome), body, headers)
+    response_id = await service.responses.write(
+        NewResponse(
+            correlation_key=key,
+            source="webhook",
+            succeeded=outcome.succeeded,
+            reason=None if outcome.succeeded else outcome.reason,
+            body=body,
+            headers=headers,
+            job_type=type,
+        )
     )
     return CallbackAccepted(response_id=response_id)

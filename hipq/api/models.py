@@ -17,6 +17,7 @@ from pydantic import (
 )
 
 from hipq.jobs import Attempt, Job
+from hipq.store.schema import KEY_MAX_LENGTH
 
 _INT32 = 2**31 - 1
 # Instants outside this range are client bugs, and near datetime's limits the window
@@ -76,8 +77,8 @@ class JobIn(_In):
     windows: list[WindowIn] | None = Field(None, max_length=100)
     timeout: Duration | None = Field(None, description="seconds, or a duration such as '24h'")
     retry: RetryIn | None = None
-    correlation_key: str | None = Field(None, min_length=1, max_length=500)
-    job_key: str | None = Field(None, min_length=1, max_length=500)
+    correlation_key: str | None = Field(None, min_length=1, max_length=KEY_MAX_LENGTH)
+    job_key: str | None = Field(None, min_length=1, max_length=KEY_MAX_LENGTH)
     job_key_mode: Literal["replace", "preserve_run_at", "unsafe_dedupe"] | None = None
     critical: StrictBool = Field(
         False, description="passes throttlers that let critical work through"

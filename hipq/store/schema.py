@@ -67,6 +67,9 @@ metadata = MetaData()
 
 OPEN_STATES_SQL = "state IN ('scheduled', 'running', 'awaiting')"
 
+# Correlation keys and job keys, in characters.
+KEY_MAX_LENGTH = 500
+
 jobs = Table(
     "hipq_jobs",
     metadata,
@@ -83,8 +86,8 @@ jobs = Table(
     Column("weight", Integer, nullable=False),
     Column("timeout_seconds", Float, nullable=False),
     Column("critical", Boolean, nullable=False),
-    Column("correlation_key", String(500), nullable=True),
-    Column("job_key", String(500), nullable=True),
+    Column("correlation_key", String(KEY_MAX_LENGTH), nullable=True),
+    Column("job_key", String(KEY_MAX_LENGTH), nullable=True),
     Column("attempt", Integer, nullable=False),
     Column("created_at", UTCDateTime, nullable=False),
     Column("updated_at", UTCDateTime, nullable=False),
@@ -183,7 +186,7 @@ responses = Table(
     "hipq_responses",
     metadata,
     Column("id", Id, primary_key=True, autoincrement=True),
-    Column("correlation_key", String(500), nullable=False),
+    Column("correlation_key", String(KEY_MAX_LENGTH), nullable=False),
     Column("source", String(300), nullable=False),  # "webhook" or "kafka:<topic>"
     Column("received_at", UTCDateTime, nullable=False),
     Column("expires_at", UTCDateTime, nullable=False),

@@ -14,7 +14,7 @@ from dataclasses import asdict
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import and_, delete, func, select, update
+from sqlalchemy import String, and_, cast, delete, func, literal, literal_column, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
@@ -46,8 +46,27 @@ from hipq.throttling import Start
 
 _OPEN = [s.value for s in OPEN]
 # Spelled out rather than IN (...): executemany cannot expand an IN list.
-_IS_IN_FLIGHT = (jobs.c.state == State.RUNNING.value) | (jobs.c.state == State.AWAITING.value)
 _IN_FLIGHT = [s.value for s in IN_FLIGHT]
+
+
+def _const(value: str) -> Any:
+    """A state written into the SQL text rather than bound as a parameter.
+
+    PostgreSQL uses a partial index (state = 'scheduled', status = 'pending', open
+    correlation and job keys) only where it can prove the index's predicate from
+    constants in the query. asyncpg prepares every statement, and after a few runs
+    the server may keep a generic plan built without the values: matching the
+    responses inbox then scanned every in-flight job for each pending response.
+    """
+    return literal_column(f"'{value}'")
+
+
+_SCHEDULED = _const(State.SCHEDULED.value)
+_RUNNING = _const(State.RUNNING.value)
+_PENDING = _const("pending")
+_IN_FLIGHT_SQL = [_const(v) for v in _IN_FLIGHT]
+_OPEN_SQL = [_const(v) for v in _OPEN]
+_IS_IN_FLIGHT = jobs.c.state.in_(_IN_FLIGHT_SQL)
 _NEW_JOB_COLUMNS = (
     "type queue payload run_at priority weight labels windows timeout_seconds retry critical "
     "correlation_key job_key"
@@ -221,7 +240,7 @@ class Store:
 
     async def _insert_keyed(self, conn: AsyncConnection, job: NewJob, now: datetime) -> Job:
         """job_key de-duplication, with graphile-worker's three modes."""
-        query = select(jobs).where(jobs.c.job_key == job.job_key, jobs.c.state.in_(_OPEN))
+        query = select(jobs).where(jobs.c.job_key == job.job_key, jobs.c.state.in_(_OPEN_SQL))
         if self.dialect == "postgresql":
             query = query.with_for_update()
         existing = (await conn.execute(query)).first()
@@ -396,7 +415,7 @@ class Store:
                 await conn.execute(
                     select(func.count()).where(
                         jobs.c.queue == queue,
-                        jobs.c.state == State.SCHEDULED.value,
+                        jobs.c.state == _SCHEDULED,
                         jobs.c.run_at <= now,
                     )
                 )
@@ -578,7 +597,7 @@ class Store:
             pending = (
                 await conn.execute(
                     select(responses.c.id, responses.c.correlation_key, responses.c.expires_at)
-                    .where(responses.c.status == "pending", responses.c.forced_job_id.is_(None))
+                    .where(responses.c.status == _PENDING, responses.c.forced_job_id.is_(None))
                     .order_by(responses.c.id)
                     .limit(limit)
                 )
@@ -651,9 +670,27 @@ class Store:
     async def job_in_flight(self, queue: str) -> list[Job]:
         async with self._read() as conn:
             rows = await conn.execute(
-                select(jobs).where(jobs.c.queue == queue, jobs.c.state.in_(_IN_FLIGHT))
+                select(jobs).where(jobs.c.queue == queue, jobs.c.state.in_(_IN_FLIGHT_SQL))
             )
             return [row_to_job(r) for r in rows.all()]
+
+    async def job_note_oversized(self, queue: str, capacity: int) -> None:
+        """Say why scheduled jobs heavier than the queue's whole capacity wait.
+
+        The API refuses such jobs; they exist after an operator lowered the capacity,
+        and a loop that reads only its free capacity's worth of due jobs skips them.
+        """
+        reason = literal("weight ", String) + cast(jobs.c.weight, String)
+        async with self._write() as conn:
+            await conn.execute(
+                update(jobs)
+                .where(
+                    jobs.c.queue == queue,
+                    jobs.c.state == _SCHEDULED,
+                    jobs.c.weight > capacity,
+                )
+                .values(waiting_reason=reason + f" exceeds the capacity of {capacity}")
+            )
 
     async def job_recent_starts(self, queue: str, since: datetime) -> list[Start]:
         """Starts since ``since`` (finished attempts and in-flight jobs), oldest first."""
@@ -663,7 +700,7 @@ class Store:
             .where(jobs.c.queue == queue, attempts.c.started_at >= since)
         )
         in_flight = select(jobs.c.claimed_at.label("at"), jobs.c.labels, jobs.c.critical).where(
-            jobs.c.queue == queue, jobs.c.state.in_(_IN_FLIGHT), jobs.c.claimed_at >= since
+            jobs.c.queue == queue, jobs.c.state.in_(_IN_FLIGHT_SQL), jobs.c.claimed_at >= since
         )
         async with self._read() as conn:
             rows = (await conn.execute(finished.union_all(in_flight))).all()
@@ -676,7 +713,7 @@ class Store:
                 await conn.execute(
                     select(func.min(jobs.c.run_at)).where(
                         jobs.c.queue == queue,
-                        jobs.c.state == State.SCHEDULED.value,
+                        jobs.c.state == _SCHEDULED,
                         jobs.c.run_at > after,
                     )
                 )
@@ -772,12 +809,19 @@ class QueueBatch:
             await self.conn.execute(attempts.insert(), records)
 
     async def due(
-        self, now: datetime, limit: int, order: str, aging: float | None = None
+        self,
+        now: datetime,
+        limit: int,
+        order: str,
+        aging: float | None = None,
+        max_weight: int | None = None,
     ) -> list[Job]:
-        """Due jobs in queue order. With ``aging`` (priority_time only), the effective
-        priority is ``priority - waited / aging``; since ``now`` is the same for every
-        row this orders by ``priority + epoch(run_at) / aging`` (no index serves it:
-        the database sorts all due jobs of the queue each tick)."""
+        """Due jobs in queue order, none heavier than ``max_weight`` if given.
+
+        With ``aging`` (priority_time only), the effective priority is
+        ``priority - waited / aging``; since ``now`` is the same for every row this
+        orders by ``priority + epoch(run_at) / aging`` (no index serves it: the
+        database sorts all due jobs of the queue each tick)."""
         if order == "time_priority":
             keys: tuple[Any, ...] = (jobs.c.run_at, jobs.c.priority, jobs.c.id)
         elif aging:
@@ -789,12 +833,14 @@ class QueueBatch:
             select(jobs)
             .where(
                 jobs.c.queue == self.queue,
-                jobs.c.state == State.SCHEDULED.value,
+                jobs.c.state == _SCHEDULED,
                 jobs.c.run_at <= now,
             )
             .order_by(*keys)
             .limit(limit)
         )
+        if max_weight is not None:
+            query = query.where(jobs.c.weight <= max_weight)
         rows = await self.conn.execute(dialects.lock_due(self.conn, query))
         return [row_to_job(r) for r in rows.all()]
 
@@ -806,9 +852,7 @@ class QueueBatch:
         for timeout, ids in by_timeout.items():
             await self.conn.execute(
                 update(jobs)
-                .where(
-                    dialects.id_in(self.conn, jobs.c.id, ids), jobs.c.state == State.SCHEDULED.value
-                )
+                .where(dialects.id_in(self.conn, jobs.c.id, ids), jobs.c.state == _SCHEDULED)
                 .values(
                     state=State.RUNNING.value,
                     attempt=jobs.c.attempt + 1,
@@ -835,7 +879,7 @@ class QueueBatch:
             return
         await self.conn.execute(
             update(jobs)
-            .where(jobs.c.id == _bind("b_id"), jobs.c.state == State.SCHEDULED.value)
+            .where(jobs.c.id == _bind("b_id"), jobs.c.state == _SCHEDULED)
             .values(run_at=_bind("run_at"), waiting_reason=reason, updated_at=now),
             [{"b_id": i, "run_at": at} for i, at in deferred.items()],
         )
@@ -848,7 +892,7 @@ class QueueBatch:
         for reason, ids in grouped.items():
             await self.conn.execute(
                 update(jobs)
-                .where(jobs.c.id.in_(ids), jobs.c.state == State.SCHEDULED.value)
+                .where(jobs.c.id.in_(ids), jobs.c.state == _SCHEDULED)
                 .values(waiting_reason=reason[:500])
             )
 
@@ -861,7 +905,7 @@ class QueueBatch:
             .where(
                 jobs.c.id == _bind("b_id"),
                 jobs.c.attempt == _bind("b_attempt"),
-                jobs.c.state == State.RUNNING.value,
+                jobs.c.state == _RUNNING,
             )
             .values(state=State.AWAITING.value, updated_at=now),
             [{"b_id": i, "b_attempt": a} for i, a in items],
@@ -900,10 +944,10 @@ class QueueBatch:
             select(responses, jobs.c.id.label("matched_job"))
             .join(jobs, jobs.c.correlation_key == responses.c.correlation_key)
             .where(
-                responses.c.status == "pending",
+                responses.c.status == _PENDING,
                 responses.c.forced_job_id.is_(None),
                 jobs.c.queue == self.queue,
-                jobs.c.state.in_(_IN_FLIGHT),
+                jobs.c.state.in_(_IN_FLIGHT_SQL),
             )
         )
         if signed_types:
@@ -914,9 +958,9 @@ class QueueBatch:
             select(responses, jobs.c.id.label("matched_job"))
             .join(jobs, jobs.c.id == responses.c.forced_job_id)
             .where(
-                responses.c.status == "pending",
+                responses.c.status == _PENDING,
                 jobs.c.queue == self.queue,
-                jobs.c.state.in_(_IN_FLIGHT),
+                jobs.c.state.in_(_IN_FLIGHT_SQL),
             )
         )
         rows = (await self.conn.execute(by_key.union_all(by_hand).limit(limit))).all()
@@ -939,14 +983,14 @@ class QueueBatch:
         if matched:
             await self.conn.execute(
                 update(responses)
-                .where(responses.c.id == _bind("b_id"), responses.c.status == "pending")
+                .where(responses.c.id == _bind("b_id"), responses.c.status == _PENDING)
                 .values(status="matched", job_id=_bind("job_id"), settled_at=now),
                 [{"b_id": r, "job_id": j} for r, j in matched],
             )
         if duplicates:
             await self.conn.execute(
                 update(responses)
-                .where(responses.c.id.in_(list(duplicates)), responses.c.status == "pending")
+                .where(responses.c.id.in_(list(duplicates)), responses.c.status == _PENDING)
                 .values(status="duplicate", settled_at=now)
             )
 
@@ -1027,7 +1071,7 @@ class QueueBatch:
             return taken
         rows = await self.conn.execute(
             select(jobs.c.id, jobs.c.correlation_key).where(
-                jobs.c.correlation_key.in_(list(first)), jobs.c.state.in_(_OPEN)
+                jobs.c.correlation_key.in_(list(first)), jobs.c.state.in_(_OPEN_SQL)
             )
         )
         for holder, key in rows.all():
@@ -1054,7 +1098,7 @@ class QueueBatch:
             select(jobs.c.id).where(
                 jobs.c.queue == self.queue,
                 jobs.c.cancel_requested.is_(True),
-                jobs.c.state.in_(_IN_FLIGHT),
+                jobs.c.state.in_(_IN_FLIGHT_SQL),
             )
         )
         return list(rows.scalars().all())

@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Coroutine
+import logging
+from collections.abc import Awaitable, Coroutine
 from datetime import datetime
 from typing import Any, Protocol
 
 from hipq.jobs import Job
-from hipq.outcomes import Outcome
+from hipq.outcomes import Failed, Outcome
+from hipq.retry import AttemptError
+
+log = logging.getLogger("hipq.transports")
 
 
 class Reporter(Protocol):
@@ -73,3 +77,23 @@ class JobTasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         self._tasks.clear()
+
+
+async def report_send(
+    kind: str, job: Job, reporter: Reporter, send: Awaitable[Outcome | None]
+) -> None:
+    """Await one send and report it: None means the request left (the job waits for its
+    response), an outcome settles the attempt. A bug in the send fails the attempt
+    rather than leave the job to its deadline."""
+    try:
+        outcome = await send
+    except asyncio.CancelledError:
+        raise
+    except Exception as exc:
+        log.exception("%s job %s: unexpected error", kind, job.id)
+        error = AttemptError(f"unexpected error: {type(exc).__name__}: {exc}", kind=kind)
+        outcome = Failed(error)
+    if outcome is None:
+        reporter.sent(job)
+    else:
+        reporter.outcome(job, outcome)

@@ -17,12 +17,10 @@ from __future__ import annotations
 
 import asyncio
 import email.utils
-import logging
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any
 from urllib.parse import quote
 
 import httpx
@@ -31,10 +29,11 @@ import orjson
 from hipq.config import HttpTransport as HttpConfig
 from hipq.intake import JobTypeInfo
 from hipq.jobs import Job
-from hipq.outcome_rules import OutcomeRule, OutcomeRuleError, decide
+from hipq.outcome_rules import OutcomeRule, OutcomeRuleError, decide, parse_body, rule_for
 from hipq.outcomes import Failed, Outcome, response_outcome
 from hipq.retry import AttemptError
-from hipq.transports.base import JobTasks, Reporter
+from hipq.transports.base import JobTasks, Reporter, report_send
+from hipq.transports.http_pool import PooledTransport
 from hipq.transports.rendering import (
     BodyTemplate,
     RenderError,
@@ -46,12 +45,10 @@ from hipq.transports.rendering import (
     job_context,
 )
 
-log = logging.getLogger("hipq.transports.http")
-
-# One client serves every job: keep many connections, since each job in flight
-# may hold one until its peer answers.
-POOL_LIMITS = httpx.Limits(max_connections=1000, max_keepalive_connections=200)
-_ANY_RESPONSE = OutcomeRule(field=None, success=())
+# One client serves every job: allow many connections, since each job in flight
+# may hold one until its peer answers (its pool's cost does not grow with them).
+MAX_CONNECTIONS = 1000
+MAX_IDLE_CONNECTIONS = 200
 # Methods that carry no body; their callback URL goes in the header only.
 _BODYLESS = frozenset({"GET", "HEAD"})
 _TOKEN = frozenset("!#$%&'*+-.^_`|~0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz")
@@ -84,12 +81,10 @@ def _compile_route(info: JobTypeInfo) -> _Route:
             raise RequestTemplateError(f"{where}.headers: {name!r} is not a header name")
         headers.append((name, compile_text(value, f"{where}.headers.{name}")))
     body = None if cfg.body is None else compile_body(cfg.body, f"{where}.body")
-    rule = _ANY_RESPONSE
-    if info.config.outcome is not None:
-        try:
-            rule = OutcomeRule.from_config(info.config.outcome)
-        except OutcomeRuleError as exc:
-            raise RequestTemplateError(f"job_types.{info.name}.outcome: {exc}") from None
+    try:
+        rule = rule_for(info.config.outcome)
+    except OutcomeRuleError as exc:
+        raise RequestTemplateError(f"job_types.{info.name}.outcome: {exc}") from None
     return _Route(cfg, compile_url(cfg.url, f"{where}.url"), tuple(headers), body, rule)
 
 
@@ -123,9 +118,8 @@ class HttpTransport:
 
     async def start(self) -> None:
         if self._client is None:
-            self._client = httpx.AsyncClient(
-                follow_redirects=False, limits=POOL_LIMITS, timeout=30.0
-            )
+            pool = PooledTransport(MAX_CONNECTIONS, MAX_IDLE_CONNECTIONS)
+            self._client = httpx.AsyncClient(follow_redirects=False, transport=pool, timeout=30.0)
 
     async def stop(self) -> None:
         await self._tasks.cancel_all()
@@ -134,7 +128,7 @@ class HttpTransport:
             self._client = None
 
     def dispatch(self, job: Job, reporter: Reporter) -> None:
-        self._tasks.start(job.id, self._run(job, reporter))
+        self._tasks.start(job.id, report_send("http", job, reporter, self._attempt(job)))
 
     def abandon(self, job_id: int) -> None:
         self._tasks.cancel(job_id)
@@ -142,19 +136,6 @@ class HttpTransport:
     def callback_url(self, job: Job) -> str:
         key = quote(job.correlation_key or "", safe="")
         return f"{self._callback_base}/v1/callbacks/{key}?type={quote(job.type, safe='')}"
-
-    async def _run(self, job: Job, reporter: Reporter) -> None:
-        try:
-            outcome = await self._attempt(job)
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:  # a bug here must not leave the job to its deadline
-            log.exception("http job %s: unexpected error", job.id)
-            outcome = _failed(f"unexpected error: {type(exc).__name__}: {exc}")
-        if outcome is None:
-            reporter.sent(job)
-        else:
-            reporter.outcome(job, outcome)
 
     async def _attempt(self, job: Job) -> Outcome | None:
         """None: sent (callback mode); else the attempt's outcome."""
@@ -191,7 +172,7 @@ class HttpTransport:
             return _failed(f"request to {target} cannot be sent: {exc}", retryable=False)
         except httpx.HTTPError as exc:
             return _failed(f"request to {target} failed: {_describe(exc)}")
-        body = _parse(content)
+        body = parse_body(content)
         if 200 <= status < 300:
             if cfg.callback:
                 return None
@@ -280,15 +261,6 @@ def parse_retry_after(value: str | None, now: datetime) -> datetime | None:
     if at.tzinfo is None:  # an HTTP date is always GMT
         at = at.replace(tzinfo=UTC)
     return max(at, now)
-
-
-def _parse(content: bytes) -> Any:
-    if not content:
-        return None
-    try:
-        return orjson.loads(content)
-    except orjson.JSONDecodeError:
-        return content.decode("utf-8", errors="replace")
 
 
 def _failed(message: str, retryable: bool = True) -> Failed:

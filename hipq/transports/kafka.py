@@ -32,7 +32,7 @@ from hipq.intake import JobTypeInfo
 from hipq.jobs import Job
 from hipq.outcomes import Failed
 from hipq.retry import AttemptError
-from hipq.transports.base import JobTasks, Reporter
+from hipq.transports.base import JobTasks, Reporter, report_send
 from hipq.transports.rendering import BodyTemplate, RenderError, compile_body, job_context
 
 log = logging.getLogger("hipq.transports.kafka")
@@ -139,27 +139,15 @@ class KafkaTransport:
             await close_quietly(producer)
 
     def dispatch(self, job: Job, reporter: Reporter) -> None:
-        self._tasks.start(job.id, self._run(job, reporter))
+        self._tasks.start(job.id, report_send("kafka", job, reporter, self._send(job)))
 
     def abandon(self, job_id: int) -> None:
         self._tasks.cancel(job_id)
 
     # -- sending ----------------------------------------------------------------
 
-    async def _run(self, job: Job, reporter: Reporter) -> None:
-        try:
-            error = await self._send(job)
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:  # a bug here must not leave the job to its deadline
-            log.exception("kafka job %s: unexpected error", job.id)
-            error = AttemptError(f"unexpected error: {type(exc).__name__}: {exc}", kind="kafka")
-        if error is None:
-            reporter.sent(job)
-        else:
-            reporter.outcome(job, Failed(error))
-
-    async def _send(self, job: Job) -> AttemptError | None:
+    async def _send(self, job: Job) -> Failed | None:
+        """None: the message is on its way; else the failed attempt."""
         route = self._routes.get(job.type)
         if route is None:
             return _error(f"job type {job.type!r} has no kafka transport", retryable=False)
@@ -267,5 +255,5 @@ async def _probe(client: Any) -> bool:
     return True
 
 
-def _error(message: str, retryable: bool = True) -> AttemptError:
-    return AttemptError(message, kind="kafka", retryable=retryable)
+def _error(message: str, retryable: bool = True) -> Failed:
+    return Failed(AttemptError(message, kind="kafka", retryable=retryable))

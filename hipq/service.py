@@ -141,7 +141,7 @@ class Service:
         self.transports = self._transports()
         self.loops = {name: self._loop(name) for name in settings.queues}
         self.upkeep = Upkeep(settings, self.store, clock, self.events)
-        self.responses = ResponseWriter(self.store, clock, settings.responses.ttl)
+        self.responses = ResponseWriter(self.store, clock, settings.responses.ttl, self.events)
         self.consumer = self._consumer()
         self._tasks: list[asyncio.Task[None]] = []
         self._sqlite_lock: SqliteLock | None = None
@@ -226,6 +226,7 @@ class Service:
                     "session_timeout_ms": int(kafka.session_timeout * 1000),
                     "heartbeat_interval_ms": int(kafka.heartbeat_interval * 1000),
                 },
+                events=self.events,
             )
         except ValueError as exc:
             raise ServiceError(f"config error: {exc}") from None

@@ -46,7 +46,7 @@ class Upkeep:
         counts = await self.store.response_classify(now)
         for status, count in counts.items():
             if count:
-                self.events.emit("responses_classified", status=status, count=count)
+                self.events.emit("responses_settled", status=status, count=count)
         if self._last_prune is None or (now - self._last_prune).total_seconds() >= self.prune_every:
             await self._prune(now)
             self._last_prune = now

@@ -13,6 +13,7 @@ from typing import Any
 
 import httpx
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from hipq.api.app import create_app
 from hipq.service import Service
@@ -297,3 +298,35 @@ async def _is(world: World, job_id: int, state: str) -> bool:
 
 async def _state(api: httpx.AsyncClient, job_id: int, state: str) -> bool:
     return (await api.get(f"/v1/jobs/{job_id}")).json()["state"] == state
+
+
+async def test_metrics_count_sends_responses_and_the_wait_for_them(world: World) -> None:
+    """What an operator graphs: requests sent, responses stored by source and what
+    each turned out to be, and how long jobs waited for their responses."""
+    twice = await world.post(order_id="m-dup", behavior="twice")
+    late = await world.post("charge_once", order_id="m-late", behavior="hold")
+    unknown = await world.api.post("/v1/callbacks/m-nobody", json={"status": "ok"})
+    assert unknown.status_code == 202
+    await eventually(lambda: world.external.callbacks["m-dup"] == 2, timeout=10)
+    await eventually(lambda: _is(world, twice["id"], "completed"), timeout=10)
+    await eventually(lambda: _is(world, late["id"], "failed"), timeout=10)
+    assert (await world.external.release("m-late")).status_code == 202
+    await world.service.upkeep.run_once()
+
+    scraped = await world.api.get("/metrics")
+    assert scraped.status_code == 200
+    samples = {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(scraped.text)
+        for s in family.samples
+    }
+    assert samples[("hipq_jobs_sent_total", (("queue", "default"),))] == 2
+    assert samples[("hipq_responses_stored_total", (("source", "webhook"),))] == 4
+    settled = {
+        status: samples.get(("hipq_responses_settled_total", (("status", status),)))
+        for status in ("matched", "duplicate", "late")
+    }
+    assert settled == {"matched": 1, "duplicate": 1, "late": 1}
+    assert samples[("hipq_response_wait_seconds_count", (("queue", "default"),))] == 1
+    waited = samples[("hipq_response_wait_seconds_sum", (("queue", "default"),))]
+    assert 0 < waited < 10

@@ -24,9 +24,11 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
 from hipq.config import JobTypeConfig, KafkaConfig
 from hipq.consumer import ConsumerConfigError, ResponseConsumer
+from hipq.events import Events
 from hipq.intake import JobTypeInfo
 from hipq.jobs import Job
 from hipq.lifecycle import State
+from hipq.metrics import Metrics
 from hipq.store import Store
 from hipq.transports.kafka import KafkaTransport
 from tests.services import FAST_CONSUMER_GROUP_KWARGS, stop_process, tansu_command, tansu_env
@@ -212,6 +214,7 @@ async def consumers(kafka_bootstrap: str) -> AsyncIterator[Any]:
             enabled=True, bootstrap_servers=bootstrap, group_id=group, responses=responses, **extra
         )
         stored: list[int] = []
+        events = Events()
         consumer = ResponseConsumer(
             config,
             store,
@@ -219,8 +222,10 @@ async def consumers(kafka_bootstrap: str) -> AsyncIterator[Any]:
             TTL,
             lambda: stored.append(1),
             consumer_options=FAST_CONSUMER_GROUP_KWARGS,
+            events=events,
         )
         consumer.stored = stored  # type: ignore[attr-defined]  # what on_stored saw
+        consumer.metrics = Metrics(events)  # type: ignore[attr-defined]  # what /metrics shows
         made.append(consumer)
         return consumer
 
@@ -241,6 +246,12 @@ async def responses_of(store: Store, *topics: str) -> list[tuple[str, str, bool,
     sources = {f"kafka:{t}" for t in topics}
     rows = [r for r in await store.response_list(limit=1000) if r.source in sources]
     return sorted((r.source, r.correlation_key, r.succeeded, r.body) for r in rows)
+
+
+def counted(consumer: ResponseConsumer, metric: str, topic: str) -> float:
+    """The consumer's count of ``metric`` for a topic, as /metrics would show it."""
+    registry = consumer.metrics.registry  # type: ignore[attr-defined]
+    return registry.get_sample_value(metric, {"source": f"kafka:{topic}"}) or 0.0
 
 
 async def parked_of(store: Store, topic: str) -> list[dict[str, Any]]:
@@ -334,6 +345,9 @@ async def test_responses_are_stored_by_key_rule_and_bad_messages_parked(
     [no_request] = await parked_of(store, by_value)
     assert "value.request_id is missing" in no_request["reason"]
     assert consumer.stored  # the loops were woken
+    stored, parked = "hipq_responses_stored_total", "hipq_responses_parked_total"
+    assert [counted(consumer, stored, t) for t in (by_key, by_header, by_value)] == [2, 1, 1]
+    assert [counted(consumer, parked, t) for t in (by_key, by_header, by_value)] == [4, 1, 1]
 
     # All of it was committed: nothing comes again.
     assert await consumer.run_once(timeout_ms=300) == 0
@@ -440,6 +454,8 @@ async def test_a_message_the_database_keeps_refusing_is_parked_and_the_rest_goes
         ]
         assert parked[0]["reason"].startswith("could not be stored: ")
         assert "hipq_responses" in parked[0]["reason"]
+        assert counted(consumer, "hipq_responses_parked_total", topic) == 2
+        assert counted(consumer, "hipq_responses_stored_total", topic) == 0
         assert await consumer.run_once(timeout_ms=300) == 0
     finally:
         await consumer.stop()

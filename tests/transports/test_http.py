@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from hipq.config import JobTypeConfig
+from hipq.config import ConfigError, JobTypeConfig, load_settings
 from hipq.intake import JobTypeInfo
 from hipq.jobs import Job
 from hipq.lifecycle import State
@@ -498,3 +498,46 @@ async def test_through_the_loop_a_2xx_awaits_the_callback_and_sync_mode_complete
 
 async def _expect(states: Any, wanted: dict[str, State]) -> bool:
     return await states == wanted
+
+
+async def test_secrets_come_from_the_environment_not_the_config_file(
+    peer: Peer, transports: Any, tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A token in a request header and a webhook secret, kept out of the YAML file."""
+    config = tmp_path / "hipq.yaml"
+    config.write_text(
+        "job_types:\n"
+        "  charge_card:\n"
+        "    correlation_key: '{payload.order_id}'\n"
+        "    transport:\n"
+        f"      http: {{url: '{peer.base}/ok', headers: {{x-static: 'yes'}}}}\n"
+    )
+    prefix = "HIPQ_JOB_TYPES__CHARGE_CARD__"
+    monkeypatch.setenv(prefix + "TRANSPORT__HTTP__HEADERS__AUTHORIZATION", "Bearer from-env")
+    monkeypatch.setenv(prefix + "CALLBACK_SIGNATURE__SECRET", "whsec_" + "QUJD" * 8)
+    settings = load_settings(config)
+    assert set(settings.job_types["charge_card"].transport.http.headers) == {  # type: ignore[union-attr]
+        "x-static",
+        "authorization",
+    }
+    # Header names with a hyphen: one JSON object, merged with the file's headers.
+    monkeypatch.delenv(prefix + "TRANSPORT__HTTP__HEADERS__AUTHORIZATION")
+    monkeypatch.setenv(
+        prefix + "TRANSPORT__HTTP__HEADERS",
+        '{"Authorization": "Bearer from-env", "X-Api-Key": "key-from-env"}',
+    )
+    settings = load_settings(config)
+    charge = settings.job_types["charge_card"]
+    assert charge.callback_signature is not None
+    assert charge.callback_signature.secret == "whsec_" + "QUJD" * 8
+    t = await transports(JobTypeInfo("charge_card", charge, None))
+    rec = await send(t, job("charge_card"))
+    assert await rec.one() == ("sent", None)
+    [seen] = peer.seen
+    assert (seen.headers["authorization"], seen.headers["x-static"]) == ("Bearer from-env", "yes")
+    assert seen.headers["x-api-key"] == "key-from-env"
+
+    # A misspelt variable is refused at start, naming the key, like a misspelt YAML key.
+    monkeypatch.setenv(prefix + "TRANSPORT__HTTP__HEADRS__AUTHORIZATION", "Bearer x")
+    with pytest.raises(ConfigError, match=r"^config error: job_types\.charge_card\.transport"):
+        load_settings(config)

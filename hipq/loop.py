@@ -39,6 +39,7 @@ from hipq.throttling import (
     Stage,
     Start,
     reads_free_capacity_only,
+    scan_groups,
 )
 from hipq.transports.base import Transport
 
@@ -114,6 +115,7 @@ class QueueLoop:
         # With a capacity and only in-order stages, a tick reads no more due jobs than
         # the free capacity could take (not a whole batch to admit a few).
         self._scan_free = config.concurrency is not None and reads_free_capacity_only(self.stages)
+        self._groups = scan_groups(self.stages)
         # Start history for rate limits: kept in memory by the owner, rebuilt from the
         # database when the lease is taken (so limits hold across restarts and processes).
         self._lookback = max((s.lookback_seconds for s in self.stages), default=0.0)
@@ -352,8 +354,10 @@ class QueueLoop:
         candidates = await batch.due(
             now, scan, self.config.order, self.config.aging, max_weight=max_weight
         )
-        report.loaded = len(candidates)
         report.full = len(candidates) >= self.config.batch_size
+        if report.full and self._groups is not None:
+            candidates = await self._due_by_group(batch, candidates, now, scan)
+        report.loaded = len(candidates)
         if not candidates:
             await self._write_stats(batch, live, Counter(), now)
             return []
@@ -384,6 +388,34 @@ class QueueLoop:
         if chain.held_by:
             self.events.emit("throttled", queue=self.name, held_by=dict(chain.held_by))
         return claimed
+
+    async def _due_by_group(
+        self, batch: Any, first: list[Job], now: datetime, scan: int
+    ) -> list[Job]:
+        """The first read, plus each scan group's own first ``scan`` due jobs, merged
+        in queue order: every group's head is a candidate however long another
+        group's backlog at the front of the queue is."""
+        groups = self._groups
+        assert groups is not None
+        order, aging = self.config.order, self.config.aging
+        found = {j.id: j for j in first}
+        for value in groups.values:
+            for job in await batch.due(now, scan, order, aging, label=groups.label, value=value):
+                found.setdefault(job.id, job)
+        others = await batch.due(
+            now, scan, order, aging, label=groups.label, other_than=groups.values
+        )
+        for job in others:
+            found.setdefault(job.id, job)
+        return sorted(found.values(), key=self._queue_order)
+
+    def _queue_order(self, job: Job) -> tuple[Any, ...]:
+        """The due scan's ORDER BY, for merging reads in Python."""
+        if self.config.order == "time_priority":
+            return (job.run_at, job.priority, job.id)
+        if self.config.aging:
+            return (job.priority + job.run_at.timestamp() / self.config.aging, job.id)
+        return (job.priority, job.run_at, job.id)
 
     async def _dispatch_keys(self, batch: Any, claimed: list[Job]) -> list[Job]:
         """Build correlation keys that depend on the job's id or attempt."""
@@ -533,7 +565,10 @@ class QueueLoop:
                     continue
                 report = await self.run_once()
                 failures = 0
-                if self.token is None or report.full or self._inbox.outcomes:
+                # A full read that changed something may have more behind it: go on at
+                # once. One whose jobs were all held would read the same jobs again.
+                more = report.full and (report.admitted or report.deferred)
+                if self.token is None or more or self._inbox.outcomes:
                     continue
                 now = self.clock()
                 await self._sleep(

@@ -96,6 +96,30 @@ class Throttler(Protocol):
     def decide(self, candidates: Sequence[Job], view: RunningView, now: datetime) -> Verdict: ...
 
 
+@dataclass(frozen=True, slots=True)
+class ScanGroups:
+    """Groups of a queue's jobs that a throttler judges apart: one per listed value of
+    ``label``, and one for every other value or none (shares by region, say).
+
+    A throttler offers them as its ``scan_groups`` attribute. When a tick's read of
+    due jobs comes back full, the loop also reads each group's own first due jobs,
+    so that a held backlog of one group at the front of the queue cannot hide the
+    jobs of the others behind it.
+    """
+
+    label: str
+    values: tuple[str, ...]
+
+
+def scan_groups(stages: Sequence[Stage]) -> ScanGroups | None:
+    """The groups of the first stage that offers them."""
+    for stage in stages:
+        groups = getattr(stage.throttler, "scan_groups", None)
+        if isinstance(groups, ScanGroups):
+            return groups
+    return None
+
+
 def reads_free_capacity_only(stages: Sequence[Stage]) -> bool:
     """Whether the due scan may stop at the queue's free capacity.
 

@@ -37,7 +37,7 @@ from typing import Any, ClassVar
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from hipq.jobs import Job
-from hipq.throttling import RunningView, Verdict
+from hipq.throttling import RunningView, ScanGroups, Verdict
 
 # The bucket of jobs whose label is missing or not listed (only when ``other`` > 0).
 OTHER = object()
@@ -131,6 +131,9 @@ class Shares:
     def __init__(self, settings: SharesSettings) -> None:
         self.settings = settings
         self.label = settings.label
+        # Each share's due jobs are read on their own when the queue's backlog is
+        # larger than a batch: a full share must not hide the others' jobs.
+        self.scan_groups = ScanGroups(settings.label, tuple(settings.shares))
         self.capacity: int | None = None
         self.quotas: dict[Bucket, int] = {}
         if settings.capacity is not None:

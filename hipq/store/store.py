@@ -815,8 +815,14 @@ class QueueBatch:
         order: str,
         aging: float | None = None,
         max_weight: int | None = None,
+        label: str | None = None,
+        value: str | None = None,
+        other_than: Sequence[str] = (),
     ) -> list[Job]:
         """Due jobs in queue order, none heavier than ``max_weight`` if given.
+
+        With ``label``: only jobs whose label is ``value``, or, with ``value`` None,
+        only jobs whose label is missing or not one of ``other_than``.
 
         With ``aging`` (priority_time only), the effective priority is
         ``priority - waited / aging``; since ``now`` is the same for every row this
@@ -841,6 +847,12 @@ class QueueBatch:
         )
         if max_weight is not None:
             query = query.where(jobs.c.weight <= max_weight)
+        if label is not None:
+            found = jobs.c.labels[label].as_string()
+            if value is not None:
+                query = query.where(found == value)
+            elif other_than:
+                query = query.where(found.is_(None) | found.not_in(list(other_than)))
         rows = await self.conn.execute(dialects.lock_due(self.conn, query))
         return [row_to_job(r) for r in rows.all()]
 

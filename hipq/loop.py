@@ -115,7 +115,9 @@ class QueueLoop:
         # With a capacity and only in-order stages, a tick reads no more due jobs than
         # the free capacity could take (not a whole batch to admit a few).
         self._scan_free = config.concurrency is not None and reads_free_capacity_only(self.stages)
-        self._groups = scan_groups(self.stages)
+        grouping = scan_groups(self.stages)
+        self._group_stage, self._groups = grouping if grouping else (None, None)
+        self._empty_groups: dict[str | None, float] = {}  # group -> when found empty
         # Start history for rate limits: kept in memory by the owner, rebuilt from the
         # database when the lease is taken (so limits hold across restarts and processes).
         self._lookback = max((s.lookback_seconds for s in self.stages), default=0.0)
@@ -355,15 +357,22 @@ class QueueLoop:
             now, scan, self.config.order, self.config.aging, max_weight=max_weight
         )
         report.full = len(candidates) >= self.config.batch_size
-        if report.full and self._groups is not None:
-            candidates = await self._due_by_group(batch, candidates, now, scan)
-        report.loaded = len(candidates)
         if not candidates:
             await self._write_stats(batch, live, Counter(), now)
             return []
         self._forget_starts(now)
         view = RunningView((_in_flight_view(j) for j in live), tuple(self._starts))
         chain = await self.chain.run(candidates, view, now)
+        if report.full and self._groups is not None:
+            # More are due than were read: a backlog of one group at the front may
+            # hide other groups' jobs. Read the heads of those groups, decide again.
+            wanted = self._groups_to_read(candidates, chain.held, view)
+            if wanted:
+                merged = await self._due_by_group(batch, candidates, wanted, now, scan)
+                if len(merged) > len(candidates):
+                    candidates = merged
+                    chain = await self.chain.run(candidates, view, now)
+        report.loaded = len(candidates)
         for stage, message in chain.errors:
             self._errors[stage] += 1
             self.events.emit("throttler_error", queue=self.name, throttler=stage, error=message)
@@ -389,24 +398,83 @@ class QueueLoop:
             self.events.emit("throttled", queue=self.name, held_by=dict(chain.held_by))
         return claimed
 
+    def _groups_to_read(
+        self, read: list[Job], held: Mapping[int, str], view: RunningView
+    ) -> list[str | None]:
+        """Scan groups (a label value; None: every other value) worth reading on
+        their own after a full read: those it did not reach, and, when it held jobs,
+        those of which it held none (they may have room for more). A group it did
+        reach and held jobs of is saturated: more of it would be held too; so is a
+        group the throttler says has no room."""
+        groups, stage = self._groups, self._group_stage
+        assert groups is not None and stage is not None
+        room_of = getattr(stage.throttler, "scan_room", None)
+        room = None
+        if callable(room_of):
+            try:
+                room = set(
+                    room_of(view.without_critical() if stage.lets_critical_through else view)
+                )
+            except Exception:  # a plugin's bug: read every group rather than none
+                log.exception("queue %s: %s.scan_room failed", self.name, stage.name)
+        reached: dict[str | None, bool] = {}  # group -> some of its jobs were held
+        for job in read:
+            group = self._group_of(job)
+            reached[group] = reached.get(group, False) or job.id in held
+        candidates: list[str | None] = list(groups.values)
+        if groups.others:
+            candidates.append(None)
+        wanted = []
+        for group in candidates:
+            if room is not None and group not in room:
+                continue
+            if group not in reached:
+                if self._known_empty(group):
+                    continue
+                wanted.append(group)
+            elif held and not reached[group]:
+                wanted.append(group)
+        return wanted
+
+    def _group_of(self, job: Job) -> str | None:
+        groups = self._groups
+        assert groups is not None
+        value = job.labels.get(groups.label)
+        return value if value in groups.values else None
+
+    def _known_empty(self, group: str | None) -> bool:
+        """Whether ``group`` had no due jobs a moment ago (within one batch_interval):
+        reading it again would scan the whole backlog to find nothing."""
+        since = self._empty_groups.get(group)
+        return since is not None and time.monotonic() - since < self.config.batch_interval
+
     async def _due_by_group(
-        self, batch: Any, first: list[Job], now: datetime, scan: int
+        self,
+        batch: Any,
+        first: list[Job],
+        wanted: list[str | None],
+        now: datetime,
+        scan: int,
     ) -> list[Job]:
-        """The first read, plus each scan group's own first ``scan`` due jobs, merged
-        in queue order: every group's head is a candidate however long another
-        group's backlog at the front of the queue is."""
+        """The first read plus the first ``scan`` due jobs of each wanted group,
+        merged in queue order."""
         groups = self._groups
         assert groups is not None
         order, aging = self.config.order, self.config.aging
         found = {j.id: j for j in first}
-        for value in groups.values:
-            for job in await batch.due(now, scan, order, aging, label=groups.label, value=value):
+        for group in wanted:
+            if group is None:
+                rows = await batch.due(
+                    now, scan, order, aging, label=groups.label, other_than=groups.values
+                )
+            else:
+                rows = await batch.due(now, scan, order, aging, label=groups.label, value=group)
+            if rows:
+                self._empty_groups.pop(group, None)
+            else:
+                self._empty_groups[group] = time.monotonic()
+            for job in rows:
                 found.setdefault(job.id, job)
-        others = await batch.due(
-            now, scan, order, aging, label=groups.label, other_than=groups.values
-        )
-        for job in others:
-            found.setdefault(job.id, job)
         return sorted(found.values(), key=self._queue_order)
 
     def _queue_order(self, job: Job) -> tuple[Any, ...]:

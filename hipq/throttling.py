@@ -102,21 +102,27 @@ class ScanGroups:
     ``label``, and one for every other value or none (shares by region, say).
 
     A throttler offers them as its ``scan_groups`` attribute. When a tick's read of
-    due jobs comes back full, the loop also reads each group's own first due jobs,
-    so that a held backlog of one group at the front of the queue cannot hide the
-    jobs of the others behind it.
+    due jobs comes back full, the loop also reads the first due jobs of the groups
+    that read did not reach (and, when it held jobs, of those it held none of), so
+    that a held backlog of one group at the front of the queue cannot hide the jobs
+    of the others behind it. A throttler may also have a method
+    ``scan_room(view) -> Collection[str | None]``, the groups (None: the other
+    values) that could take a job at all; the loop then reads no other group.
     """
 
     label: str
     values: tuple[str, ...]
+    # Whether jobs of other values (or none) can be admitted at all; if not, their
+    # group is not worth a read of its own.
+    others: bool = True
 
 
-def scan_groups(stages: Sequence[Stage]) -> ScanGroups | None:
-    """The groups of the first stage that offers them."""
+def scan_groups(stages: Sequence[Stage]) -> tuple[Stage, ScanGroups] | None:
+    """The first stage that offers scan groups, and its groups."""
     for stage in stages:
         groups = getattr(stage.throttler, "scan_groups", None)
         if isinstance(groups, ScanGroups):
-            return groups
+            return stage, groups
     return None
 
 

@@ -133,7 +133,9 @@ class Shares:
         self.label = settings.label
         # Each share's due jobs are read on their own when the queue's backlog is
         # larger than a batch: a full share must not hide the others' jobs.
-        self.scan_groups = ScanGroups(settings.label, tuple(settings.shares))
+        self.scan_groups = ScanGroups(
+            settings.label, tuple(settings.shares), others=settings.other > 0
+        )
         self.capacity: int | None = None
         self.quotas: dict[Bucket, int] = {}
         if settings.capacity is not None:
@@ -170,14 +172,27 @@ class Shares:
 
     # --- deciding ----------------------------------------------------------------------
 
-    def decide(self, candidates: Sequence[Job], view: RunningView, now: datetime) -> Verdict:
-        if self.capacity is None:
-            raise RuntimeError("share has no capacity: it was not bound to its queue")
+    def scan_room(self, view: RunningView) -> set[str | None]:
+        """Shares (None: ``other``) that could take another job given ``view``: worth
+        a read of their own when the queue's backlog is larger than a batch."""
+        used = self._used(view)
+        room = {b for b, quota in self.quotas.items() if used[b] < quota}
+        if self.settings.lend and self.capacity is not None and view.total_weight < self.capacity:
+            room = set(self.quotas)  # any share may borrow
+        return {None if b is OTHER else str(b) for b in room}
+
+    def _used(self, view: RunningView) -> Counter[Bucket]:
         used: Counter[Bucket] = Counter()
         for job in view.jobs:
             bucket = self._bucket(job.labels)
             if bucket is not None:
                 used[bucket] += job.weight
+        return used
+
+    def decide(self, candidates: Sequence[Job], view: RunningView, now: datetime) -> Verdict:
+        if self.capacity is None:
+            raise RuntimeError("share has no capacity: it was not bound to its queue")
+        used = self._used(view)
         shares = {b: _Share(quota=q, used=used[b]) for b, q in self.quotas.items()}
         if self.settings.lend:
             return self._lending(candidates, shares, view.total_weight, self.capacity)

@@ -243,6 +243,25 @@ async def test_a_full_share_backlog_does_not_hide_other_shares(
         assert (await get(svc, job)).state == State.RUNNING
 
 
+async def test_a_share_that_a_full_read_barely_reaches_gets_all_its_room(
+    services: Factory,
+) -> None:
+    """The read reaches one west job behind a held east backlog: the other west jobs
+    behind the read start in the same tick, up to west's quota."""
+    clock = FakeClock()
+    share = {"label": "region", "shares": {"east": 50, "west": 50}}
+    queue = {"concurrency": 6, "batch_size": 5, "throttlers": [{"share": share}]}
+    svc = await services(clock, queues={"default": queue})
+    loop = await owned(svc)
+    regions = ["east"] * 4 + ["west"] + ["east"] * 3 + ["west"] * 3
+    jobs = [await add(svc, type="gated", labels={"region": r}) for r in regions]
+    await tick(loop)
+    started = {j.id for j in jobs if j.id in STARTED}
+    east = [j.id for j, r in zip(jobs, regions, strict=True) if r == "east"]
+    west = [j.id for j, r in zip(jobs, regions, strict=True) if r == "west"]
+    assert started == {*east[:3], *west[:3]}
+
+
 async def test_a_loop_whose_whole_read_is_held_waits_instead_of_reading_again(
     database_url: str,
 ) -> None:

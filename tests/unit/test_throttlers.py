@@ -109,6 +109,23 @@ def test_in_flight_weight_counts_against_the_share() -> None:
     assert verdict.held == {easts[1].id: "share region=east 4/4 in use"}
 
 
+def test_scan_room_names_the_shares_that_could_take_a_job() -> None:
+    # Quotas east 4, north 3, west 2, other 1.
+    strict = share(capacity=10, shares={"east": 40, "north": 30, "west": 20}, other=10)
+    east = [job(region="east") for _ in range(4)]
+    assert strict.scan_groups.label == "region"
+    assert strict.scan_groups.values == ("east", "north", "west")
+    assert strict.scan_groups.others
+    assert strict.scan_room(view()) == {"east", "north", "west", None}
+    assert strict.scan_room(view(*east, job(region="south"))) == {"north", "west"}
+    # Lending: while the capacity has room, any share may borrow.
+    lending = share(capacity=10, lend=True)
+    assert not lending.scan_groups.others
+    assert lending.scan_room(view(*east)) == {"east", "north", "west"}
+    full = [job(region="north") for _ in range(3)] + [job(region="west") for _ in range(3)]
+    assert lending.scan_room(view(*east, *full)) == set()
+
+
 def test_heavy_job_holds_its_own_share_only() -> None:
     running = [job(weight=2, region="east")]
     heavy, light, north = job(weight=3, region="east"), job(region="east"), job(region="north")

@@ -45,6 +45,8 @@ from hipq.transports.base import Transport
 
 log = logging.getLogger("hipq.loop")
 
+_RATE_SLACK = timedelta(milliseconds=1)
+
 Clock = Callable[[], datetime]
 RECHECK_SECONDS = 2.0
 
@@ -118,6 +120,9 @@ class QueueLoop:
         grouping = scan_groups(self.stages)
         self._group_stage, self._groups = grouping if grouping else (None, None)
         self._empty_groups: dict[str | None, float] = {}  # group -> when found empty
+        # The last tick held jobs at a stage that limits starts over time (rate): the
+        # loop wakes when the oldest start leaves such a window, not a whole tick later.
+        self._held_by_rate = False
         # Start history for rate limits: kept in memory by the owner, rebuilt from the
         # database when the lease is taken (so limits hold across restarts and processes).
         self._lookback = max((s.lookback_seconds for s in self.stages), default=0.0)
@@ -339,6 +344,7 @@ class QueueLoop:
     async def _admit(
         self, batch: Any, settled: list[Settlement], now: datetime, report: TickReport
     ) -> list[Job]:
+        self._held_by_rate = False
         done = {s.job_id for s in settled}
         live = [j for j in self.in_flight.values() if j.id not in done]
         capacity = self.config.concurrency
@@ -388,6 +394,9 @@ class QueueLoop:
         changed = {i: r for i, r in chain.held.items() if not _same_reason(stored.get(i), r)}
         await batch.note_waiting(changed)
         report.admitted, report.held = len(claimed), len(chain.held)
+        self._held_by_rate = any(
+            s.lookback_seconds > 0 and chain.held_by.get(s.name) for s in self.stages
+        )
         report.deferred = len(chain.deferred)
         if self._lookback > 0:
             self._starts.extend(
@@ -621,6 +630,14 @@ class QueueLoop:
         deadlines = [j.deadline for j in self.in_flight.values() if j.deadline is not None]
         if deadlines:
             wake = min(wake, min(deadlines))
+        if self._held_by_rate:
+            for stage in self.stages:
+                if stage.lookback_seconds > 0:
+                    window = timedelta(seconds=stage.lookback_seconds)
+                    oldest = next((s.at for s in self._starts if s.at > now - window), None)
+                    if oldest is not None:
+                        # Just after it: the window is (now - per, now].
+                        wake = min(wake, oldest + window + _RATE_SLACK)
         return max(0.0, (wake - now).total_seconds())
 
     async def run(self) -> None:

@@ -546,6 +546,32 @@ async def test_next_wake_is_the_earliest_of_tick_lease_due_job_and_deadline(
     assert slow.loops["default"].next_wake(now, None) == 10.0  # a third of the lease
 
 
+async def test_a_loop_held_by_a_rate_wakes_when_the_oldest_start_leaves_the_window(
+    services: Factory,
+) -> None:
+    clock = FakeClock()
+    queue = {"batch_interval": "1m", "throttlers": [{"rate": {"limit": 2, "per": "10s"}}]}
+    svc = await services(clock, queues={"default": queue}, lease_ttl="10m")
+    loop = await owned(svc)
+    for _ in range(5):
+        await add(svc, type="gated")
+    first = await tick(loop)
+    assert (first.admitted, first.held) == (2, 3)
+    clock.advance(3)
+    # Not the minute's tick: the moment a start falls out of the 10 s window.
+    assert loop.next_wake(clock(), None) == pytest.approx(7.001)
+    clock.advance(7.001)
+    assert (await tick(loop)).admitted == 2
+    # Once nothing is held by the rate, the loop waits for its interval again.
+    clock.advance(20)
+    assert (await tick(loop)).admitted == 1
+    for job_id in list(loop.in_flight):
+        gate(job_id).set()
+    await asyncio.sleep(0.01)
+    await tick(loop)
+    assert not loop.in_flight and loop.next_wake(clock(), None) == 60.0
+
+
 # -- ownership: crashes and takeovers ----------------------------------------------------
 
 

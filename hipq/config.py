@@ -175,6 +175,14 @@ class ResponsesConfig(_Strict):
     retention: Seconds = 7 * 86400.0
 
 
+class JobRetention(_Strict):
+    # Finished jobs are deleted, with their attempts, this long after they finished;
+    # null keeps them for ever.
+    completed: Seconds | None = Field(None, gt=0)
+    failed: Seconds | None = Field(None, gt=0)
+    cancelled: Seconds | None = Field(None, gt=0)
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(
         env_prefix="HIPQ_", env_nested_delimiter="__", extra="forbid", case_sensitive=False
@@ -193,6 +201,7 @@ class Settings(BaseSettings):
     job_types: dict[str, JobTypeConfig] = Field(default_factory=dict)
     kafka: KafkaConfig = Field(default_factory=KafkaConfig)
     responses: ResponsesConfig = Field(default_factory=ResponsesConfig)
+    job_retention: JobRetention = Field(default_factory=JobRetention)
 
     @classmethod
     def settings_customise_sources(

@@ -67,6 +67,12 @@ class Metrics:
             ["status"],
             registry=r,
         )
+        self.pruned = Counter(
+            "hipq_jobs_pruned_total",
+            "Finished jobs deleted after their job_retention, by state",
+            ["state"],
+            registry=r,
+        )
         self.response_wait = Histogram(
             "hipq_response_wait_seconds",
             "Time from a job's claim to the tick that matched its response",
@@ -93,6 +99,8 @@ class Metrics:
             self.owned.labels(queue).set(1)
         elif name == "lease_lost":
             self.owned.labels(queue).set(0)
+        elif name == "jobs_pruned":
+            self.pruned.labels(f["state"]).inc(f["count"])
         elif name == "jobs_sent":
             self.sent.labels(queue).inc(f["count"])
         elif name == "responses_stored":

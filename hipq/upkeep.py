@@ -2,8 +2,10 @@
 
 - classify inbox responses that no open job will match (duplicate, late, expired),
 - delete settled inbox rows and parked messages past their retention,
-- forget idempotency keys past their TTL.
-None of them changes a job, so they never race the queue loops.
+- forget idempotency keys past their TTL,
+- delete finished jobs past their ``job_retention`` (off by default).
+None of them changes an open job, so they never race the queue loops (which
+never read a finished job again).
 """
 
 from __future__ import annotations
@@ -18,11 +20,16 @@ from sqlalchemy import delete
 
 from hipq.config import Settings
 from hipq.events import Events
+from hipq.lifecycle import State
 from hipq.stopping import finish_or_cancel
 from hipq.store import Store
 from hipq.store.schema import idempotency_keys
 
 log = logging.getLogger("hipq.upkeep")
+
+# Finished jobs deleted per transaction, and per state in one pass of the sweep.
+PRUNE_BATCH = 5_000
+JOBS_PER_PASS = 200_000
 
 
 class Upkeep:
@@ -59,6 +66,27 @@ class Upkeep:
                 delete(idempotency_keys).where(idempotency_keys.c.created_at < cutoff)
             )
         await self.store.response_prune(now - timedelta(seconds=self.settings.responses.retention))
+        await self._prune_jobs(now)
+
+    async def _prune_jobs(self, now: datetime) -> None:
+        """Finished jobs past their retention, a batch per transaction (short write
+        locks), at most ``JOBS_PER_PASS`` per state and pass: the rest next pass."""
+        kept = self.settings.job_retention
+        for state, seconds in (
+            (State.COMPLETED, kept.completed),
+            (State.FAILED, kept.failed),
+            (State.CANCELLED, kept.cancelled),
+        ):
+            if seconds is None:
+                continue
+            before, pruned = now - timedelta(seconds=seconds), 0
+            while pruned < JOBS_PER_PASS and not self._stopping.is_set():
+                deleted = await self.store.job_prune(state, before, PRUNE_BATCH)
+                pruned += deleted
+                if deleted < PRUNE_BATCH:
+                    break
+            if pruned:
+                self.events.emit("jobs_pruned", state=state.value, count=pruned)
 
     def start(self) -> None:
         self._stopping.clear()

@@ -19,7 +19,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from hipq.jobs import Attempt, Job, NewJob
-from hipq.lifecycle import IN_FLIGHT, OPEN, State, check_transition
+from hipq.lifecycle import IN_FLIGHT, OPEN, TERMINAL, State, check_transition
 from hipq.store import dialects
 from hipq.store.records import (
     Conflict,
@@ -664,6 +664,27 @@ class Store:
                 delete(parked_messages).where(parked_messages.c.received_at < before)
             )
         return done.rowcount or 0
+
+    async def job_prune(self, state: State, finished_before: datetime, limit: int = 5000) -> int:
+        """Delete up to ``limit`` jobs in the finished ``state`` that finished before
+        ``finished_before``, with their attempts, oldest ids first; how many."""
+        if state not in TERMINAL:
+            raise ValueError(f"only finished jobs are pruned, not {state.value}")
+        async with self._write() as conn:
+            query = (
+                select(jobs.c.id)
+                .where(jobs.c.state == _const(state.value), jobs.c.finished_at < finished_before)
+                .order_by(jobs.c.id)
+                .limit(limit)
+            )
+            if self.dialect == "postgresql":
+                # A job being retried right now keeps its row and its attempts.
+                query = query.with_for_update(skip_locked=True)
+            ids = list((await conn.execute(query)).scalars())
+            if ids:
+                await conn.execute(delete(attempts).where(attempts.c.job_id.in_(ids)))
+                await conn.execute(delete(jobs).where(jobs.c.id.in_(ids)))
+        return len(ids)
 
     # -- the loop's side --------------------------------------------------------------
 

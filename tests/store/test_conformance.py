@@ -600,3 +600,52 @@ async def test_cancelled_settlement_and_cancel_flag_reset(store: Store) -> None:
     done = await store.job_get(job.id)
     assert (done.state, done.cancel_requested, done.finished_at) == (State.CANCELLED, False, at(1))
     assert [a.outcome for a in await store.job_attempts(job.id)] == ["cancelled"]
+
+
+# -- retention ------------------------------------------------------------------------
+
+
+async def test_job_prune_deletes_old_finished_jobs_of_one_state_with_their_attempts(
+    store: Store,
+) -> None:
+    old_done, old_failed, running = await insert(store, new(), new(), new())
+    claimed = {j.id: j for j in await claim_due(store)}
+    await settle_jobs(
+        store,
+        [
+            (claimed[old_done.id], Succeeded({"n": 1})),
+            (claimed[old_failed.id], Failed(AttemptError("boom", retryable=False))),
+        ],
+        T0,
+    )
+    [recent_done] = await insert(store, new(run_at=at(100)), now=at(100))
+    [claimed_recent] = await claim_due(store, now=at(100))
+    await settle_jobs(store, [(claimed_recent, Succeeded())], at(100))
+    [cancelled] = await insert(store, new(run_at=at(500)))
+    await store.job_cancel(cancelled.id, T0)
+
+    assert await store.job_prune(State.COMPLETED, at(50)) == 1
+    with pytest.raises(NotFound):
+        await store.job_get(old_done.id)
+    assert await store.job_attempts(old_done.id) == []
+    # Other states, newer jobs and open jobs stay, attempts included.
+    left = {j.id: j.state for j in await all_jobs(store)}
+    assert left == {
+        old_failed.id: State.FAILED,
+        running.id: State.RUNNING,
+        recent_done.id: State.COMPLETED,
+        cancelled.id: State.CANCELLED,
+    }
+    assert [a.outcome for a in await store.job_attempts(old_failed.id)] == ["failed"]
+    assert await store.job_prune(State.COMPLETED, at(50)) == 0
+    assert await store.job_prune(State.CANCELLED, at(1)) == 1
+    with pytest.raises(ValueError, match="only finished jobs"):
+        await store.job_prune(State.SCHEDULED, at(1000))
+
+
+async def test_job_prune_takes_at_most_its_limit_oldest_first(store: Store) -> None:
+    jobs = await insert(store, *[new(run_at=at(500)) for _ in range(5)])
+    for job in jobs:
+        await store.job_cancel(job.id, T0)
+    assert await store.job_prune(State.CANCELLED, at(1), limit=2) == 2
+    assert [j.id for j in await all_jobs(store)] == sorted((j.id for j in jobs[2:]), reverse=True)

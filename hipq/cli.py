@@ -63,6 +63,9 @@ def serve(
     logging.basicConfig(
         level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
+    # Alembic announces each of its plugins at import, at INFO: seven lines on every
+    # start, ahead of a config error's one line.
+    logging.getLogger("alembic.runtime.plugins").setLevel(logging.WARNING)
     # uvicorn re-raises the signal that stopped it once its own shutdown is done; under
     # SIGTERM's default action that killed the process before Service.stop() ran (lease
     # kept, in-flight jobs cut off). As KeyboardInterrupt it unwinds through that cleanup.

@@ -14,6 +14,7 @@ from typing import Any
 from hipq.config import JobTypeConfig, Settings
 from hipq.durations import parse_duration
 from hipq.jobs import NewJob
+from hipq.outcome_rules import OutcomeRule, OutcomeRuleError, rule_for
 from hipq.plugins import PluginError, RetryStrategies
 from hipq.templates import JOB_ROOTS, KeyTemplate, TemplateError, compile_template
 from hipq.windows import Window, WindowError, next_opening, parse_windows
@@ -78,6 +79,8 @@ class Intake:
     def __init__(self, settings: Settings, retry: RetryStrategies) -> None:
         self.settings, self.retry = settings, retry
         self.types: dict[str, JobTypeInfo] = {}
+        # Each job type's outcome rule, compiled once: the webhook judges callbacks by it.
+        self.outcome_rules: dict[str, OutcomeRule] = {}
         for name, jt in settings.job_types.items():
             template = None
             if jt.correlation_key:
@@ -89,6 +92,10 @@ class Intake:
                 retry.validate(jt.retry)
             except PluginError as exc:
                 raise IntakeError(f"job_types.{name}.retry", str(exc)) from None
+            try:
+                self.outcome_rules[name] = rule_for(jt.outcome)
+            except OutcomeRuleError as exc:
+                raise IntakeError(f"job_types.{name}.outcome", str(exc)) from None
             self.types[name] = JobTypeInfo(name, jt, template)
 
     def job_type(self, name: Any) -> JobTypeInfo:

@@ -338,6 +338,18 @@ def test_serve_refuses_a_bad_config(tmp_path: Path) -> None:
         "job_types.ok.transport.python": {
             "job_types": {"ok": {"transport": {"python": {"handler": "tests.handlers:absent"}}}}
         },
+        # A job type answered only by webhook: its rule was first read by a callback (a 500).
+        # At the default log level: nothing else may be printed before the error.
+        "job_types.pay.outcome": {
+            "log_level": "info",
+            "job_types": {
+                "pay": {
+                    "correlation_key": "{payload.id}",
+                    "outcome": {"field": "a..b", "success": ["ok"]},
+                    "transport": {"kafka": {"topic": "requests"}},
+                }
+            },
+        },
     }
     paths = [
         write_config(tmp_path / f"bad{i}.yaml", db, **overrides)

@@ -11,7 +11,7 @@ from pydantic import BaseModel
 from hipq.api.errors import error_body
 from hipq.api.models import ErrorOut
 from hipq.intake import NUL_MESSAGE, IntakeError, JobTypeInfo, nul_field
-from hipq.outcome_rules import decide, parse_body, rule_for
+from hipq.outcome_rules import ANY_RESPONSE, decide, parse_body
 from hipq.service import Service
 from hipq.signatures import SignatureError, verify
 from hipq.store import NewResponse
@@ -76,7 +76,8 @@ async def deliver_callback(
         if found := nul_field(value, where):
             raise IntakeError(found, NUL_MESSAGE)
     headers = {k: v for k, v in request.headers.items() if k not in _DROPPED_HEADERS}
-    outcome = decide(rule_for(None if info is None else info.config.outcome), body, headers)
+    rule = ANY_RESPONSE if info is None else service.intake.outcome_rules[info.name]
+    outcome = decide(rule, body, headers)
     response_id = await service.responses.write(
         NewResponse(
             correlation_key=key,

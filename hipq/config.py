@@ -23,6 +23,7 @@ from pydantic import (
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from hipq.durations import parse_duration
+from hipq.signatures import SignatureError, decode_secret
 
 Seconds = Annotated[float, BeforeValidator(parse_duration)]
 
@@ -128,7 +129,17 @@ class TransportConfig(_Strict):
 
 class CallbackSignature(_Strict):
     secret: str  # "whsec_<base64>" or a plain string
-    tolerance: Seconds = 300.0  # replay window around webhook-timestamp
+    tolerance: Seconds = Field(300.0, gt=0)  # replay window around webhook-timestamp
+
+    @field_validator("secret")
+    @classmethod
+    def _usable_secret(cls, secret: str) -> str:
+        # Checked at start: a bad secret would otherwise refuse every callback.
+        try:
+            decode_secret(secret)
+        except SignatureError as exc:
+            raise ValueError(exc.reason) from None
+        return secret
 
 
 class JobTypeConfig(_Strict):

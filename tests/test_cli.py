@@ -350,6 +350,15 @@ def test_serve_refuses_a_bad_config(tmp_path: Path) -> None:
                 }
             },
         },
+        # Likewise a webhook secret that cannot be a key: every callback was a 401.
+        "job_types.ok.callback_signature.secret": {
+            "job_types": {
+                "ok": {
+                    "transport": {"python": {"handler": "tests.handlers:ok"}},
+                    "callback_signature": {"secret": "whsec_!!!"},
+                }
+            }
+        },
     }
     paths = [
         write_config(tmp_path / f"bad{i}.yaml", db, **overrides)

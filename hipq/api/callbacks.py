@@ -29,7 +29,7 @@ class CallbackAccepted(BaseModel):
 
 
 @router.post(
-    "/v1/callbacks/{key}",
+    "/v1/callbacks/{key:path}",
     status_code=202,
     response_model=CallbackAccepted,
     responses={401: {"model": ErrorOut}, 413: {"model": ErrorOut}, 422: {"model": ErrorOut}},

@@ -330,3 +330,16 @@ async def test_metrics_count_sends_responses_and_the_wait_for_them(world: World)
     assert samples[("hipq_response_wait_seconds_count", (("queue", "default"),))] == 1
     waited = samples[("hipq_response_wait_seconds_sum", (("queue", "default"),))]
     assert 0 < waited < 10
+
+
+async def test_keys_with_reserved_characters_come_back_through_the_callback_url(
+    world: World,
+) -> None:
+    """The key is percent-encoded in the callback URL; a slash in it must not make the
+    callback miss the route (it did: a 404, and the job timed out)."""
+    odd = ["A/17", "B 2?x#y", "C%2F3+d", "D/../e", "ü/ñ"]
+    jobs = [await world.post(order_id=key, behavior="normal") for key in odd]
+    for job in jobs:
+        await eventually(lambda job=job: _is(world, job["id"], "completed"), timeout=10)
+    matched = (await world.api.get("/v1/responses", params={"status": "matched"})).json()
+    assert sorted(r["correlation_key"] for r in matched["responses"]) == sorted(odd)

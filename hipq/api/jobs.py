@@ -10,6 +10,7 @@ from fastapi import APIRouter, Header, Path, Query, Request, Response
 
 from hipq.api.errors import StrictJSONRoute
 from hipq.api.models import (
+    MAX_ID,
     ErrorOut,
     JobBatchIn,
     JobBatchOut,
@@ -41,9 +42,7 @@ IdempotencyKey = Annotated[
         description="a retried POST with the same key returns the first one's jobs",
     ),
 ]
-# Ids are BIGINT (PostgreSQL) / INTEGER (SQLite): a larger number is a 422, not a driver error.
-_MAX_ID = 2**63 - 1
-JobId = Annotated[int, Path(ge=1, le=_MAX_ID, description="the job's id")]
+JobId = Annotated[int, Path(ge=1, le=MAX_ID, description="the job's id")]
 
 
 def _service(request: Request) -> Service:
@@ -144,7 +143,7 @@ async def list_jobs(
         labels[name] = value
     after = None
     if cursor is not None:
-        if not cursor.isascii() or not cursor.isdigit() or int(cursor) > _MAX_ID:
+        if not cursor.isascii() or not cursor.isdigit() or int(cursor) > MAX_ID:
             raise IntakeError("cursor", "not a cursor returned by this API")
         after = int(cursor)
     flt = JobFilter(

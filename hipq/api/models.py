@@ -19,6 +19,9 @@ from pydantic import (
 from hipq.jobs import Attempt, Job
 from hipq.store.schema import KEY_MAX_LENGTH
 
+# Ids are BIGINT (PostgreSQL) / INTEGER (SQLite): a larger number is a 422, not a driver error.
+MAX_ID = 2**63 - 1
+
 _INT32 = 2**31 - 1
 # Instants outside this range are client bugs, and near datetime's limits the window
 # and deadline arithmetic would overflow.

@@ -5,11 +5,11 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Query, Request
+from fastapi import APIRouter, Path, Query, Request
 from pydantic import BaseModel, Field
 
 from hipq.api.errors import StrictJSONRoute
-from hipq.api.models import ErrorOut
+from hipq.api.models import MAX_ID, ErrorOut
 from hipq.intake import IntakeError
 from hipq.service import Service
 from hipq.store import Response
@@ -48,7 +48,12 @@ class ResponseListOut(BaseModel):
 
 
 class MatchIn(BaseModel):
-    job_id: int = Field(description="a running or awaiting job this response settles")
+    job_id: int = Field(
+        ge=1, le=MAX_ID, description="a running or awaiting job this response settles"
+    )
+
+
+ResponseId = Annotated[int, Path(ge=1, le=MAX_ID, description="the response's id")]
 
 
 class ParkedOut(BaseModel):
@@ -105,7 +110,7 @@ async def list_parked(
 
 
 @router.get("/{response_id}", response_model=ResponseOut, responses={404: {"model": ErrorOut}})
-async def get_response(response_id: int, request: Request) -> ResponseOut:
+async def get_response(response_id: ResponseId, request: Request) -> ResponseOut:
     service: Service = request.app.state.service
     return ResponseOut.of(await service.store.response_get(response_id))
 
@@ -116,7 +121,7 @@ async def get_response(response_id: int, request: Request) -> ResponseOut:
     responses={404: {"model": ErrorOut}, 409: {"model": ErrorOut}},
     summary="Match a response to an in-flight job by hand (settled at the next tick)",
 )
-async def match_response(response_id: int, body: MatchIn, request: Request) -> ResponseOut:
+async def match_response(response_id: ResponseId, body: MatchIn, request: Request) -> ResponseOut:
     service: Service = request.app.state.service
     response = await service.store.response_force_match(response_id, body.job_id, service.clock())
     return ResponseOut.of(response)

@@ -30,7 +30,9 @@ from sqlalchemy import select
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from hipq.bench import BenchOptions, _free_port, fresh_database, serving
+from engines import add_engine_options, chosen_engines
+
+from hipq.bench import _free_port, fresh_database, serving
 from hipq.store import Store
 from hipq.store.schema import jobs
 from tests.peers import CallbackService, serve_app
@@ -191,19 +193,17 @@ async def run_kafka(url: str, workdir: Path, count: int, concurrency: int) -> tu
 
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--engine", choices=["sqlite", "postgres", "both"], default="both")
+    add_engine_options(parser)
     parser.add_argument("--path", choices=["http", "kafka", "both"], default="both")
     parser.add_argument("--jobs", type=int, default=20_000)
-    parser.add_argument("--postgres-url", default=BenchOptions.postgres_url)
     parser.add_argument("--concurrency", type=int, default=500, help="the queue's capacity")
     args = parser.parse_args()
-    engines = ["sqlite", "postgres"] if args.engine == "both" else [args.engine]
+    engines, opts = chosen_engines(args)
     paths = ["http", "kafka"] if args.path == "both" else [args.path]
     runners: dict[str, Callable[[str, Path, int, int], Awaitable[tuple[float, int]]]] = {
         "http": run_http,
         "kafka": run_kafka,
     }
-    opts = BenchOptions(postgres_url=args.postgres_url)
     print(
         f"end to end, {args.jobs} jobs per run, queue concurrency {args.concurrency};"
         f" target {TARGET}"

@@ -23,7 +23,9 @@ from sqlalchemy import insert, select, update
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from hipq.bench import BenchOptions, fresh_database, utcnow
+from engines import add_engine_options, chosen_engines
+
+from hipq.bench import fresh_database, utcnow
 from hipq.jobs import NewJob
 from hipq.lifecycle import State
 from hipq.store import Store
@@ -78,12 +80,10 @@ async def prune(store: Store) -> tuple[int, float, float]:
 
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--engine", choices=["sqlite", "postgres", "both"], default="both")
+    add_engine_options(parser)
     parser.add_argument("--jobs", type=int, default=200_000)
-    parser.add_argument("--postgres-url", default=BenchOptions.postgres_url)
     args = parser.parse_args()
-    opts = BenchOptions(postgres_url=args.postgres_url)
-    engines = ["sqlite", "postgres"] if args.engine == "both" else [args.engine]
+    engines, opts = chosen_engines(args)
     print(f"deleting {args.jobs:,} completed jobs (next to as many scheduled ones)")
     with tempfile.TemporaryDirectory(prefix="hipq-bench-prune-") as tmp:
         for engine in engines:

@@ -24,7 +24,9 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from hipq.bench import BenchOptions, fresh_database, utcnow
+from engines import add_engine_options, chosen_engines
+
+from hipq.bench import fresh_database, utcnow
 from hipq.config import load_settings
 from hipq.jobs import NewJob
 from hipq.service import Service
@@ -103,11 +105,9 @@ async def drain(url: str, regions: dict[int, str]) -> dict[str, float]:
 
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--engine", choices=["sqlite", "postgres", "both"], default="both")
-    parser.add_argument("--postgres-url", default=BenchOptions.postgres_url)
+    add_engine_options(parser)
     args = parser.parse_args()
-    opts = BenchOptions(postgres_url=args.postgres_url)
-    engines = ["sqlite", "postgres"] if args.engine == "both" else [args.engine]
+    engines, opts = chosen_engines(args)
     print(
         f"{EAST:,} east jobs, then {WEST:,} west jobs, {SECONDS * 1000:.0f} ms each;"
         " capacity 100, shares east 50 / west 50, batches of 1,000"

@@ -23,7 +23,9 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from hipq.bench import BenchOptions, fresh_database, utcnow
+from engines import add_engine_options, chosen_engines
+
+from hipq.bench import fresh_database, utcnow
 from hipq.config import load_settings
 from hipq.jobs import NewJob
 from hipq.service import Service
@@ -107,12 +109,10 @@ async def drain(url: str, count: int, throttlers: list[dict[str, Any]]) -> float
 
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--engine", choices=["sqlite", "postgres", "both"], default="both")
+    add_engine_options(parser)
     parser.add_argument("--jobs", type=int, default=100_000)
-    parser.add_argument("--postgres-url", default=BenchOptions.postgres_url)
     args = parser.parse_args()
-    opts = BenchOptions(postgres_url=args.postgres_url)
-    engines = ["sqlite", "postgres"] if args.engine == "both" else [args.engine]
+    engines, opts = chosen_engines(args)
     print(f"drain of {args.jobs} no-op jobs, batches of 1,000; target: chain costs < 20 %")
     with tempfile.TemporaryDirectory(prefix="hipq-bench-thr-") as tmp:
         for engine in engines:

@@ -30,15 +30,16 @@ from aiokafka.errors import CommitFailedError
 
 from hipq.config import KafkaConfig
 from hipq.events import Events
+from hipq.intake import nul_field
 from hipq.outcome_rules import OutcomeRule, OutcomeRuleError, decide, rule_for
 from hipq.response_writer import emit_stored
 from hipq.store import NewResponse, ParkedMessage, Store
+from hipq.store.schema import KEY_MAX_LENGTH
 from hipq.templates import KAFKA_RESPONSE_ROOTS, KeyTemplate, TemplateError, compile_template
 from hipq.transports.kafka import CLIENT_ID, Backoff, close_quietly
 
 log = logging.getLogger("hipq.consumer")
 
-MAX_KEY_CHARS = 500  # the width of hipq_responses.correlation_key
 _PREVIEW_BYTES = 4096  # of an oversized message kept in its parked row
 _MAX_REASON_CHARS = 500
 _RETRY_PAUSE = 0.5  # seconds before a message that failed to store is tried once more
@@ -260,7 +261,7 @@ class ResponseConsumer:
             body = orjson.loads(text)
         except orjson.JSONDecodeError as exc:
             return park(f"value is not JSON: {exc}")
-        if _holds_nul(body):
+        if nul_field(body, "value") is not None:
             return park("value holds a NUL character (\\u0000), which the database cannot store")
         headers = {k: v for k, v in (msg.headers or ())}  # a repeated header: the last wins
         context = {"key": raw_key, "value": body, "headers": headers, "topic": msg.topic}
@@ -268,8 +269,8 @@ class ResponseConsumer:
             key = source.key.render(context)
         except TemplateError as exc:
             return park(f"no correlation key from {source.key.text!r}: {exc}")
-        if len(key) > MAX_KEY_CHARS or "\x00" in key:
-            return park(f"correlation key is over {MAX_KEY_CHARS} characters or holds a NUL")
+        if len(key) > KEY_MAX_LENGTH or "\x00" in key:
+            return park(f"correlation key is over {KEY_MAX_LENGTH} characters or holds a NUL")
         shown = {_clean(k): _clean(_text(v) or "") for k, v in headers.items()}
         outcome = decide(source.rule, body, headers)
         return NewResponse(
@@ -355,16 +356,6 @@ class ResponseConsumer:
             self._broker_ok = False
             return
         self._broker_ok = True
-
-
-def _holds_nul(value: Any) -> bool:
-    if isinstance(value, str):
-        return "\x00" in value
-    if isinstance(value, dict):
-        return any(_holds_nul(k) or _holds_nul(v) for k, v in value.items())
-    if isinstance(value, list):
-        return any(_holds_nul(v) for v in value)
-    return False
 
 
 def _text(raw: bytes | None) -> str | None:

@@ -109,6 +109,5 @@ class Metrics:
             self.parked.labels(f["source"]).inc(f["count"])
         elif name == "responses_settled":
             self.responses_settled.labels(f["status"]).inc(f["count"])
-            wait = self.response_wait.labels(queue) if f.get("waits") else None
             for seconds in f.get("waits", ()):
-                wait.observe(seconds)
+                self.response_wait.labels(queue).observe(seconds)

@@ -22,7 +22,7 @@ _EXPORTS = {
     "PermanentError": "hipq.transports.python",
     "RetryAt": "hipq.retry",
     "RunningView": "hipq.throttling",
-    "Start": "hipq.throttling",
+    "Start": "hipq.jobs",
     "Succeeded": "hipq.outcomes",
     "Verdict": "hipq.throttling",
 }
@@ -30,10 +30,10 @@ _EXPORTS = {
 __all__ = [*sorted(_EXPORTS), "__version__"]
 
 if TYPE_CHECKING:
-    from hipq.jobs import Job  # noqa: F401
+    from hipq.jobs import Job, Start  # noqa: F401
     from hipq.outcomes import Cancelled, Failed, Succeeded  # noqa: F401
     from hipq.retry import AttemptError, GiveUp, RetryAt  # noqa: F401
-    from hipq.throttling import InFlight, RunningView, Start, Verdict  # noqa: F401
+    from hipq.throttling import InFlight, RunningView, Verdict  # noqa: F401
     from hipq.transports.python import JobContext, PermanentError  # noqa: F401
 
 

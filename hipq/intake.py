@@ -7,23 +7,20 @@ opening. Errors name the field, as the API reports them.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from hipq.config import JobTypeConfig, Settings
+from hipq.config import Settings
 from hipq.durations import parse_duration
+from hipq.job_types import JobTypeInfo, JobTypes
 from hipq.jobs import NewJob
-from hipq.outcome_rules import OutcomeRule, OutcomeRuleError, rule_for
 from hipq.plugins import PluginError, RetryStrategies
-from hipq.templates import JOB_ROOTS, KeyTemplate, TemplateError, compile_template
+from hipq.templates import TemplateError
 from hipq.windows import Window, WindowError, next_opening, parse_windows
 
 JOB_KEY_MODES = ("replace", "preserve_run_at", "unsafe_dedupe")
 # Longer is a client bug, and the deadline (claimed_at + timeout) must stay a valid date.
 MAX_TIMEOUT_SECONDS = 3650 * 86400.0
-# Roots known only once the job exists / is claimed: such keys are built at dispatch.
-_LATE_ROOTS = frozenset({"id", "attempt"})
 
 
 # PostgreSQL cannot store U+0000 in text or jsonb; refused on both engines alike.
@@ -64,42 +61,12 @@ class IntakeError(ValueError):
         return cls("windows", str(exc))
 
 
-@dataclass(frozen=True, slots=True)
-class JobTypeInfo:
-    name: str
-    config: JobTypeConfig
-    correlation: KeyTemplate | None
-
-    @property
-    def key_at_dispatch(self) -> bool:
-        return self.correlation is not None and bool(self.correlation.roots & _LATE_ROOTS)
-
-
 class Intake:
-    def __init__(self, settings: Settings, retry: RetryStrategies) -> None:
-        self.settings, self.retry = settings, retry
-        self.types: dict[str, JobTypeInfo] = {}
-        # Each job type's outcome rule, compiled once: the webhook judges callbacks by it.
-        self.outcome_rules: dict[str, OutcomeRule] = {}
-        for name, jt in settings.job_types.items():
-            template = None
-            if jt.correlation_key:
-                try:
-                    template = compile_template(jt.correlation_key, JOB_ROOTS)
-                except TemplateError as exc:
-                    raise IntakeError(f"job_types.{name}.correlation_key", str(exc)) from None
-            try:
-                retry.validate(jt.retry)
-            except PluginError as exc:
-                raise IntakeError(f"job_types.{name}.retry", str(exc)) from None
-            try:
-                self.outcome_rules[name] = rule_for(jt.outcome)
-            except OutcomeRuleError as exc:
-                raise IntakeError(f"job_types.{name}.outcome", str(exc)) from None
-            self.types[name] = JobTypeInfo(name, jt, template)
+    def __init__(self, settings: Settings, types: JobTypes, retry: RetryStrategies) -> None:
+        self.settings, self.types, self.retry = settings, types, retry
 
     def job_type(self, name: Any) -> JobTypeInfo:
-        info = self.types.get(name) if isinstance(name, str) else None
+        info = self.types.lookup(name)
         if info is None:
             known = ", ".join(sorted(self.types)) or "none configured"
             raise IntakeError("type", f"unknown job type {name!r} (known: {known})")

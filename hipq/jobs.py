@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, NamedTuple
@@ -86,3 +87,12 @@ class Attempt:
     outcome: str  # completed | failed | retried | timeout | cancelled
     error: str | None = None
     response: Any = None
+
+
+@dataclass(frozen=True, slots=True)
+class Start:
+    """A recent start of a job in this queue (for rate limits)."""
+
+    at: datetime
+    labels: Mapping[str, str]
+    critical: bool = False

@@ -27,10 +27,10 @@ from hipq.config import QueueConfig
 from hipq.events import Events
 from hipq.jobs import Job
 from hipq.lifecycle import State
-from hipq.outcomes import Cancelled, Failed, Outcome, response_outcome, settle
+from hipq.outcomes import Cancelled, Failed, Outcome, Settlement, response_outcome, settle
 from hipq.plugins import RetryStrategies
 from hipq.retry import AttemptError
-from hipq.store import LeaseLost, Settlement, Store
+from hipq.store import LeaseLost, Store
 from hipq.templates import KeyTemplate, TemplateError
 from hipq.throttling import (
     GuardedChain,
@@ -230,18 +230,18 @@ class QueueLoop:
                 cancels: list[int] = []
                 if self._check_cancels:
                     self._check_cancels = False
-                    cancels = await batch.cancel_requests()
+                    cancels = await batch.job_cancel_requests()
                 matched = await self._match(batch, committed)
                 settlements = self._settlements(inbox, cancels, now, matched)
-                await batch.settle(settlements, now)
+                await batch.job_settle(settlements, now)
                 settled = {s.job_id for s in settlements}
                 used = [(r, j) for j, (r, _o) in matched.items() if j in settled]
-                await batch.mark_responses(used, [], now)
+                await batch.response_mark(used, [], now)
                 if used:
                     committed.append(self._matched_event(used, now))
-                await batch.mark_awaiting(self._sent_pairs(inbox, settlements), now)
-                await batch.extend_deadlines(self._live(inbox.deadlines, settlements))
-                await batch.update_payloads(self._live(inbox.payloads, settlements))
+                await batch.job_mark_awaiting(self._sent_pairs(inbox, settlements), now)
+                await batch.job_extend_deadlines(self._live(inbox.deadlines, settlements))
+                await batch.job_set_payloads(self._live(inbox.payloads, settlements))
                 claimed: list[Job] = []
                 if not batch.paused:
                     claimed = await self._admit(batch, settlements, now, report)
@@ -268,7 +268,7 @@ class QueueLoop:
             return {}
         self._check_responses = False
         if self.late_types:
-            accepted = await batch.accept_late(self.late_types, self.clock())
+            accepted = await batch.response_accept_late(self.late_types, self.clock())
             for job_id in accepted:
                 fields = {"job_id": job_id, "state": "completed", "attempt": None, "error": None}
                 committed.append(("job_settled", {"queue": self.name, **fields}))
@@ -276,9 +276,9 @@ class QueueLoop:
                 committed.append(
                     ("responses_settled", {"status": "late_accepted", "count": len(accepted)})
                 )
-        matches, duplicates = await batch.match_responses(self.signed_types)
+        matches, duplicates = await batch.response_match(self.signed_types)
         if duplicates:
-            await batch.mark_responses([], duplicates, self.clock())
+            await batch.response_mark([], duplicates, self.clock())
             committed.append(
                 ("responses_settled", {"status": "duplicate", "count": len(duplicates)})
             )
@@ -359,7 +359,7 @@ class QueueLoop:
             # Every job weighs at least 1; one heavier than the whole capacity could
             # never run and would only take a place in the read (see acquire).
             scan, max_weight = min(scan, capacity - in_use), capacity
-        candidates = await batch.due(
+        candidates = await batch.job_due(
             now, scan, self.config.order, self.config.aging, max_weight=max_weight
         )
         report.full = len(candidates) >= self.config.batch_size
@@ -382,17 +382,17 @@ class QueueLoop:
         for stage, message in chain.errors:
             self._errors[stage] += 1
             self.events.emit("throttler_error", queue=self.name, throttler=stage, error=message)
-        claimed = await batch.claim(chain.admitted, now)
+        claimed = await batch.job_claim(chain.admitted, now)
         claimed = await self._dispatch_keys(batch, claimed)
         by_stage: dict[str, dict[int, datetime]] = {}
         for job_id, at in chain.deferred.items():
             by_stage.setdefault(chain.deferred_by.get(job_id, "?"), {})[job_id] = at
         for stage, deferred in by_stage.items():
             reason = "outside its time windows" if stage == "window" else f"deferred by {stage}"
-            await batch.defer(deferred, reason, now)
+            await batch.job_defer(deferred, reason, now)
         stored = {j.id: j.waiting_reason for j in candidates}
         changed = {i: r for i, r in chain.held.items() if not _same_reason(stored.get(i), r)}
-        await batch.note_waiting(changed)
+        await batch.job_note_waiting(changed)
         report.admitted, report.held = len(claimed), len(chain.held)
         self._held_by_rate = any(
             s.lookback_seconds > 0 and chain.held_by.get(s.name) for s in self.stages
@@ -473,11 +473,11 @@ class QueueLoop:
         found = {j.id: j for j in first}
         for group in wanted:
             if group is None:
-                rows = await batch.due(
+                rows = await batch.job_due(
                     now, scan, order, aging, label=groups.label, other_than=groups.values
                 )
             else:
-                rows = await batch.due(now, scan, order, aging, label=groups.label, value=group)
+                rows = await batch.job_due(now, scan, order, aging, label=groups.label, value=group)
             if rows:
                 self._empty_groups.pop(group, None)
             else:
@@ -516,11 +516,11 @@ class QueueLoop:
             out.append(job)
         # A key another open job holds would break the unique index and, with it, every
         # tick of the queue: such a job fails instead (its key cannot identify it).
-        for job_id, reason in (await batch.keys_in_use(keys)).items():
+        for job_id, reason in (await batch.job_keys_in_use(keys)).items():
             del keys[job_id]
             job = next(j for j in out if j.id == job_id)
             self.outcome(job, Failed(AttemptError(reason, retryable=False)))
-        await batch.set_correlation_keys(keys)
+        await batch.job_set_correlation_keys(keys)
         return [j._replace(correlation_key=keys.get(j.id, j.correlation_key)) for j in out]
 
     def _forget_starts(self, now: datetime) -> None:
@@ -544,7 +544,7 @@ class QueueLoop:
             "throttler_errors": dict(self._errors),
         }
         if stats != self._stats:
-            await batch.write_stats({**stats, "updated_at": now.isoformat()})
+            await batch.queue_write_stats({**stats, "updated_at": now.isoformat()})
             self._stats = stats
 
     def _matched_event(

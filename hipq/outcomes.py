@@ -16,13 +16,27 @@ import orjson
 from hipq.jobs import Attempt, Job
 from hipq.lifecycle import State, check_transition
 from hipq.retry import AttemptError, GiveUp, RetryAt, RetryStrategy
-from hipq.store.records import Settlement
 
 log = logging.getLogger("hipq.outcomes")
 
 # When a retry strategy itself raises, the job is retried after this delay rather
 # than dead-lettered by a bug in a plugin.
 STRATEGY_FAULT_DELAY = timedelta(seconds=60)
+
+
+@dataclass(frozen=True, slots=True)
+class Settlement:
+    """The persisted form of one attempt's outcome (made by ``settle``)."""
+
+    job_id: int
+    attempt: int  # the attempt it settles: a guard against settling a newer one
+    state: State
+    run_at: datetime
+    payload: dict[str, Any]
+    finished_at: datetime | None
+    result: Any
+    last_error: str | None
+    record: Attempt | None
 
 
 @dataclass(frozen=True, slots=True)

@@ -23,7 +23,8 @@ from sqlalchemy.engine import make_url
 from hipq import migrations
 from hipq.config import Settings
 from hipq.events import Events
-from hipq.intake import Intake, IntakeError
+from hipq.intake import Intake
+from hipq.job_types import JobTypeError, JobTypes
 from hipq.loop import QueueLoop
 from hipq.plugins import THROTTLERS, PluginError, RetryStrategies, build
 from hipq.response_writer import ResponseWriter
@@ -132,9 +133,10 @@ class Service:
         self.events = Events()
         self.retry = RetryStrategies()
         try:
-            self.intake = Intake(settings, self.retry)
-        except IntakeError as exc:  # a job type's retry or correlation_key: one line, no traceback
+            self.job_types = JobTypes.compile(settings, self.retry)
+        except JobTypeError as exc:  # a job type's retry or correlation_key: one line
             raise ServiceError(f"config error: {exc}") from None
+        self.intake = Intake(settings, self.job_types, self.retry)
         self.store = Store.from_url(settings.database_url)
         self.store.listeners.append(self.wake_queue)
         self.run_loops = run_loops
@@ -162,18 +164,10 @@ class Service:
             lease_ttl=self.settings.lease_ttl,
             # Jobs may be enqueued to another queue than their type's: any queue
             # matches responses if any job type is external.
-            correlated=any(t.config.transport.kind != "python" for t in self.intake.types.values()),
-            key_templates={
-                t.name: t.correlation
-                for t in self.intake.types.values()
-                if t.key_at_dispatch and t.correlation
-            },
-            late_types=[
-                t.name for t in self.intake.types.values() if t.config.late_responses == "accept"
-            ],
-            signed_types=[
-                t.name for t in self.intake.types.values() if t.config.callback_signature
-            ],
+            correlated=self.job_types.any_external,
+            key_templates=self.job_types.keys_at_dispatch(),
+            late_types=self.job_types.accepting_late(),
+            signed_types=self.job_types.signed_types(),
         )
 
     def _transports(self) -> dict[str, Transport]:
@@ -193,7 +187,7 @@ class Service:
         out: dict[str, Transport] = {}
         python = PythonTransport(handlers, self.clock)
         out.update({name: python for name in handlers})
-        types = self.intake.types
+        types = self.job_types
         try:
             if by_kind["http"]:
                 from hipq.transports.http import HttpTransport

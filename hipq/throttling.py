@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Protocol, runtime_checkable
 
-from hipq.jobs import Job
+from hipq.jobs import Job, Start
 
 log = logging.getLogger("hipq.throttling")
 
@@ -39,15 +39,6 @@ class InFlight:
     claimed_at: datetime
     critical: bool = False
     payload: Mapping[str, Any] = field(default_factory=dict)
-
-
-@dataclass(frozen=True, slots=True)
-class Start:
-    """A recent start of a job in this queue (for rate limits)."""
-
-    at: datetime
-    labels: Mapping[str, str]
-    critical: bool = False
 
 
 class RunningView:

@@ -10,7 +10,8 @@ from pydantic import BaseModel
 
 from hipq.api.errors import error_body
 from hipq.api.models import ErrorOut
-from hipq.intake import NUL_MESSAGE, IntakeError, JobTypeInfo, nul_field
+from hipq.intake import NUL_MESSAGE, IntakeError, nul_field
+from hipq.job_types import JobTypeInfo
 from hipq.outcome_rules import ANY_RESPONSE, decide, parse_body
 from hipq.service import Service
 from hipq.signatures import SignatureError, verify
@@ -52,7 +53,7 @@ async def deliver_callback(
     raw = await request.body()
     info: JobTypeInfo | None = None
     if type is not None:
-        info = service.intake.types.get(type)
+        info = service.job_types.lookup(type)
         if info is None:
             raise IntakeError("type", f"unknown job type {type!r}")
         signature = info.config.callback_signature
@@ -76,7 +77,7 @@ async def deliver_callback(
         if found := nul_field(value, where):
             raise IntakeError(found, NUL_MESSAGE)
     headers = {k: v for k, v in request.headers.items() if k not in _DROPPED_HEADERS}
-    rule = ANY_RESPONSE if info is None else service.intake.outcome_rules[info.name]
+    rule = ANY_RESPONSE if info is None else info.outcome_rule
     outcome = decide(rule, body, headers)
     response_id = await service.responses.write(
         NewResponse(

@@ -11,7 +11,6 @@ from hipq.store.records import (
     ParkedMessage,
     QueueCounts,
     Response,
-    Settlement,
     StoreError,
 )
 from hipq.store.store import QueueBatch, Store, row_to_job
@@ -28,7 +27,6 @@ __all__ = [
     "QueueBatch",
     "QueueCounts",
     "Response",
-    "Settlement",
     "Store",
     "StoreError",
     "row_to_job",

@@ -6,8 +6,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from hipq.jobs import Attempt, Job
-from hipq.lifecycle import State
+from hipq.jobs import Job
 
 
 class StoreError(Exception):
@@ -30,21 +29,6 @@ class Conflict(StoreError):
 
 class LeaseLost(Exception):
     """This process no longer owns the queue: its batch was rolled back, nothing changed."""
-
-
-@dataclass(frozen=True, slots=True)
-class Settlement:
-    """The persisted form of one attempt's outcome (made by ``hipq.outcomes.settle``)."""
-
-    job_id: int
-    attempt: int  # the attempt it settles: a guard against settling a newer one
-    state: State
-    run_at: datetime
-    payload: dict[str, Any]
-    finished_at: datetime | None
-    result: Any
-    last_error: str | None
-    record: Attempt | None
 
 
 @dataclass(frozen=True, slots=True)

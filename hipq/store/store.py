@@ -18,8 +18,9 @@ from sqlalchemy import String, and_, cast, delete, func, literal, literal_column
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from hipq.jobs import Attempt, Job, NewJob
+from hipq.jobs import Attempt, Job, NewJob, Start
 from hipq.lifecycle import IN_FLIGHT, OPEN, TERMINAL, State, check_transition
+from hipq.outcomes import Settlement
 from hipq.store import dialects
 from hipq.store.records import (
     Conflict,
@@ -32,7 +33,6 @@ from hipq.store.records import (
     ParkedMessage,
     QueueCounts,
     Response,
-    Settlement,
 )
 from hipq.store.schema import (
     attempts,
@@ -42,7 +42,6 @@ from hipq.store.schema import (
     queues,
     responses,
 )
-from hipq.throttling import Start
 
 _OPEN = [s.value for s in OPEN]
 # Spelled out rather than IN (...): executemany cannot expand an IN list.
@@ -773,7 +772,7 @@ class QueueBatch:
     def __init__(self, conn: AsyncConnection, queue: str, paused: bool) -> None:
         self.conn, self.queue, self.paused = conn, queue, paused
 
-    async def settle(self, settlements: Sequence[Settlement], now: datetime) -> None:
+    async def job_settle(self, settlements: Sequence[Settlement], now: datetime) -> None:
         if not settlements:
             return
         if self.conn.dialect.name == "postgresql":
@@ -829,7 +828,7 @@ class QueueBatch:
         if records:
             await self.conn.execute(attempts.insert(), records)
 
-    async def due(
+    async def job_due(
         self,
         now: datetime,
         limit: int,
@@ -877,7 +876,7 @@ class QueueBatch:
         rows = await self.conn.execute(dialects.lock_due(self.conn, query))
         return [row_to_job(r) for r in rows.all()]
 
-    async def claim(self, admitted: Sequence[Job], now: datetime) -> list[Job]:
+    async def job_claim(self, admitted: Sequence[Job], now: datetime) -> list[Job]:
         """scheduled -> running for ``admitted`` (rows the due scan locked in this transaction)."""
         by_timeout: dict[float, list[int]] = defaultdict(list)
         for job in admitted:
@@ -907,7 +906,7 @@ class QueueBatch:
             for j in admitted
         ]
 
-    async def defer(self, deferred: dict[int, datetime], reason: str, now: datetime) -> None:
+    async def job_defer(self, deferred: dict[int, datetime], reason: str, now: datetime) -> None:
         if not deferred:
             return
         await self.conn.execute(
@@ -917,7 +916,7 @@ class QueueBatch:
             [{"b_id": i, "run_at": at} for i, at in deferred.items()],
         )
 
-    async def note_waiting(self, reasons: dict[int, str]) -> None:
+    async def job_note_waiting(self, reasons: dict[int, str]) -> None:
         """Record why held jobs wait; callers pass only the reasons that changed."""
         grouped: dict[str, list[int]] = defaultdict(list)
         for job_id, reason in reasons.items():
@@ -929,7 +928,7 @@ class QueueBatch:
                 .values(waiting_reason=reason[:500])
             )
 
-    async def mark_awaiting(self, items: Sequence[tuple[int, int]], now: datetime) -> None:
+    async def job_mark_awaiting(self, items: Sequence[tuple[int, int]], now: datetime) -> None:
         """running -> awaiting for (job id, attempt) pairs whose request was sent."""
         if not items:
             return
@@ -944,7 +943,7 @@ class QueueBatch:
             [{"b_id": i, "b_attempt": a} for i, a in items],
         )
 
-    async def extend_deadlines(self, deadlines: dict[int, datetime]) -> None:
+    async def job_extend_deadlines(self, deadlines: dict[int, datetime]) -> None:
         if deadlines:
             await self.conn.execute(
                 update(jobs)
@@ -953,7 +952,7 @@ class QueueBatch:
                 [{"b_id": i, "deadline": d} for i, d in deadlines.items()],
             )
 
-    async def update_payloads(self, payloads: dict[int, dict[str, Any]]) -> None:
+    async def job_set_payloads(self, payloads: dict[int, dict[str, Any]]) -> None:
         """Checkpoints of in-flight jobs: a retry starts from the saved payload."""
         if payloads:
             await self.conn.execute(
@@ -963,7 +962,7 @@ class QueueBatch:
                 [{"b_id": i, "payload": p} for i, p in payloads.items()],
             )
 
-    async def match_responses(
+    async def response_match(
         self, signed_types: Sequence[str] = (), limit: int = 1000
     ) -> tuple[list[Match], list[int]]:
         """Pending responses whose job is in flight in this queue.
@@ -1010,7 +1009,7 @@ class QueueBatch:
             matches.append(Match(Response(**data), job_id))
         return matches, extra
 
-    async def mark_responses(
+    async def response_mark(
         self, matched: Sequence[tuple[int, int]], duplicates: Sequence[int], now: datetime
     ) -> None:
         if matched:
@@ -1027,7 +1026,7 @@ class QueueBatch:
                 .values(status="duplicate", settled_at=now)
             )
 
-    async def accept_late(
+    async def response_accept_late(
         self, types: Sequence[str], now: datetime, limit: int = 1000
     ) -> list[int]:
         """Complete failed or cancelled jobs of ``types`` with their late successful
@@ -1091,7 +1090,7 @@ class QueueBatch:
             done.append(row.job)
         return done
 
-    async def keys_in_use(self, keys: dict[int, str]) -> dict[int, str]:
+    async def job_keys_in_use(self, keys: dict[int, str]) -> dict[int, str]:
         """Of ``keys`` (job id -> key), those another open job already holds, or that
         an earlier job of the same batch takes: job id -> why."""
         taken: dict[int, str] = {}
@@ -1113,7 +1112,7 @@ class QueueBatch:
                 taken[job_id] = f"correlation key {key!r} is used by open job {holder}"
         return taken
 
-    async def set_correlation_keys(self, keys: dict[int, str]) -> None:
+    async def job_set_correlation_keys(self, keys: dict[int, str]) -> None:
         """Keys built at dispatch (templates using the job id or attempt)."""
         if keys:
             await self.conn.execute(
@@ -1121,12 +1120,12 @@ class QueueBatch:
                 [{"b_id": i, "key": k} for i, k in keys.items()],
             )
 
-    async def write_stats(self, stats: dict[str, Any]) -> None:
+    async def queue_write_stats(self, stats: dict[str, Any]) -> None:
         await self.conn.execute(
             update(queues).where(queues.c.name == self.queue).values(stats=stats)
         )
 
-    async def cancel_requests(self) -> list[int]:
+    async def job_cancel_requests(self) -> list[int]:
         rows = await self.conn.execute(
             select(jobs.c.id).where(
                 jobs.c.queue == self.queue,

@@ -27,7 +27,7 @@ import httpx
 import orjson
 
 from hipq.config import HttpTransport as HttpConfig
-from hipq.intake import JobTypeInfo
+from hipq.job_types import JobTypeInfo
 from hipq.jobs import Job
 from hipq.outcome_rules import OutcomeRule, OutcomeRuleError, decide, parse_body, rule_for
 from hipq.outcomes import Failed, Outcome, response_outcome

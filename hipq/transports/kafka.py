@@ -28,7 +28,7 @@ from aiokafka.errors import KafkaError, MessageSizeTooLargeError
 
 from hipq.config import KafkaConfig
 from hipq.config import KafkaTransport as KafkaTransportConfig
-from hipq.intake import JobTypeInfo
+from hipq.job_types import JobTypeInfo
 from hipq.jobs import Job
 from hipq.outcomes import Failed
 from hipq.retry import AttemptError

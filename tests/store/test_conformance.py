@@ -46,8 +46,8 @@ async def claim_due(
     token = await store.lease_acquire(queue, owner, now, TTL)
     assert token is not None
     async with store.queue_batch(queue, owner, token, now, TTL) as batch:
-        due = await batch.due(now, 1000, "time_priority")
-        return await batch.claim(due, now)
+        due = await batch.job_due(now, 1000, "time_priority")
+        return await batch.job_claim(due, now)
 
 
 async def settle_jobs(
@@ -56,7 +56,7 @@ async def settle_jobs(
     token = await store.lease_acquire("default", owner, now, TTL)
     assert token is not None
     async with store.queue_batch("default", owner, token, now, TTL) as batch:
-        await batch.settle([settle(job, outcome, RETRY, now) for job, outcome in outcomes], now)
+        await batch.job_settle([settle(job, outcome, RETRY, now) for job, outcome in outcomes], now)
 
 
 async def failed_job(store: Store, **fields: Any) -> Job:
@@ -258,7 +258,7 @@ async def test_cancel_running_job_asks_the_loop(store: Store) -> None:
     token = await store.lease_acquire("default", "owner-a", at(3), TTL)
     assert token is not None
     async with store.queue_batch("default", "owner-a", token, at(3), TTL) as batch:
-        assert await batch.cancel_requests() == [job.id]
+        assert await batch.job_cancel_requests() == [job.id]
 
 
 async def test_cancel_terminal_job_is_a_conflict_and_unknown_is_not_found(store: Store) -> None:
@@ -409,9 +409,9 @@ async def test_queue_counts(store: Store) -> None:
     token = await store.lease_acquire("default", "owner-a", owner_now, TTL)
     assert token is not None
     async with store.queue_batch("default", "owner-a", token, T0, TTL) as batch:
-        due = await batch.due(T0, 3, "time_priority")
-        claimed = await batch.claim(due, T0)
-        await batch.mark_awaiting([(claimed[2].id, claimed[2].attempt)], T0)
+        due = await batch.job_due(T0, 3, "time_priority")
+        claimed = await batch.job_claim(due, T0)
+        await batch.job_mark_awaiting([(claimed[2].id, claimed[2].attempt)], T0)
     await settle_jobs(store, [(claimed[0], Failed(AttemptError("no", retryable=False)))], T0)
     counts = await store.queue_counts("default", T0)
     assert (counts.scheduled, counts.due, counts.running, counts.awaiting, counts.failed) == (
@@ -450,7 +450,7 @@ async def test_stale_owner_writes_nothing(store: Store) -> None:
     assert taken is not None
     with pytest.raises(LeaseLost):
         async with store.queue_batch("default", "a", stale, at(TTL + 1), TTL) as batch:
-            await batch.claim(await batch.due(at(TTL + 1), 10, "time_priority"), at(TTL + 1))
+            await batch.job_claim(await batch.job_due(at(TTL + 1), 10, "time_priority"), at(TTL + 1))
     assert (await store.job_get(job.id)).state == State.SCHEDULED
     # A token from before the owner's own re-acquisition is stale as well.
     with pytest.raises(LeaseLost):
@@ -501,8 +501,8 @@ async def test_due_order(store: Store, order: str, expected: list[str]) -> None:
     token = await store.lease_acquire("default", "a", T0, TTL)
     assert token is not None
     async with store.queue_batch("default", "a", token, T0, TTL) as batch:
-        assert [j.payload["n"] for j in await batch.due(T0, 10, order)] == expected
-        assert [j.payload["n"] for j in await batch.due(T0, 2, order)] == expected[:2]
+        assert [j.payload["n"] for j in await batch.job_due(T0, 10, order)] == expected
+        assert [j.payload["n"] for j in await batch.job_due(T0, 2, order)] == expected[:2]
 
 
 async def test_claim_settle_and_attempt_records(store: Store) -> None:
@@ -561,12 +561,12 @@ async def test_batch_defer_note_deadline_payload_and_awaiting(store: Store) -> N
     token = await store.lease_acquire("default", "a", T0, TTL)
     assert token is not None
     async with store.queue_batch("default", "a", token, T0, TTL) as batch:
-        [claimed] = await batch.claim([c], T0)
-        await batch.defer({a.id: at(100)}, "outside its time windows", T0)
-        await batch.note_waiting({b.id: "concurrency 1/1 in use"})
-        await batch.extend_deadlines({c.id: at(500)})
-        await batch.update_payloads({c.id: {"step": 2}})
-        await batch.mark_awaiting([(c.id, claimed.attempt)], T0)
+        [claimed] = await batch.job_claim([c], T0)
+        await batch.job_defer({a.id: at(100)}, "outside its time windows", T0)
+        await batch.job_note_waiting({b.id: "concurrency 1/1 in use"})
+        await batch.job_extend_deadlines({c.id: at(500)})
+        await batch.job_set_payloads({c.id: {"step": 2}})
+        await batch.job_mark_awaiting([(c.id, claimed.attempt)], T0)
     deferred, noted, running = [await store.job_get(j.id) for j in (a, b, c)]
     assert (deferred.run_at, deferred.waiting_reason, deferred.attempt) == (
         at(100),
@@ -587,7 +587,7 @@ async def test_batch_rolls_back_as_a_whole(store: Store) -> None:
     assert token is not None
     with pytest.raises(RuntimeError):
         async with store.queue_batch("default", "a", token, T0, TTL) as batch:
-            await batch.claim(await batch.due(T0, 10, "time_priority"), T0)
+            await batch.job_claim(await batch.job_due(T0, 10, "time_priority"), T0)
             raise RuntimeError("dispatch bookkeeping failed")
     assert (await store.job_get(job.id)).state == State.SCHEDULED
 

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from hipq.config import ConfigError, JobTypeConfig, load_settings
-from hipq.intake import JobTypeInfo
+from hipq.job_types import JobTypeInfo
 from hipq.jobs import Job
 from hipq.lifecycle import State
 from hipq.outcomes import Succeeded

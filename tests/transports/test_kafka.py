@@ -25,7 +25,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from hipq.config import JobTypeConfig, KafkaConfig
 from hipq.consumer import ConsumerConfigError, ResponseConsumer
 from hipq.events import Events
-from hipq.intake import JobTypeInfo
+from hipq.job_types import JobTypeInfo
 from hipq.jobs import Job
 from hipq.lifecycle import State
 from hipq.metrics import Metrics

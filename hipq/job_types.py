@@ -1,0 +1,116 @@
+"""The job types of a configuration, compiled once at start.
+
+One registry shared by intake (defaults, correlation keys built at creation),
+the transports (request routes), the queue loops (keys built at claim, late and
+signed responses) and the webhook (outcome rules). Each job type's templates and
+rules are checked here, so a bad one stops ``hipq serve`` with one line.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from hipq.config import JobTypeConfig, Settings
+from hipq.outcome_rules import ANY_RESPONSE, OutcomeRule, OutcomeRuleError, rule_for
+from hipq.plugins import PluginError, RetryStrategies
+from hipq.templates import JOB_ROOTS, KeyTemplate, TemplateError, compile_template
+
+# Roots known only once the job exists / is claimed: such keys are built at dispatch.
+_LATE_ROOTS = frozenset({"id", "attempt"})
+
+
+class JobTypeError(ValueError):
+    """A job type of the configuration does not compile; ``field`` names its key."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(f"{field}: {message}")
+        self.field, self.message = field, message
+
+
+@dataclass(frozen=True, slots=True)
+class JobTypeInfo:
+    name: str
+    config: JobTypeConfig
+    correlation: KeyTemplate | None
+    # How a response for this type is judged (success or failure, and why).
+    outcome_rule: OutcomeRule = ANY_RESPONSE
+
+    @property
+    def key_at_dispatch(self) -> bool:
+        """Its correlation key needs the job's id or attempt: built at claim."""
+        return self.correlation is not None and bool(self.correlation.roots & _LATE_ROOTS)
+
+    @property
+    def external(self) -> bool:
+        """Its request leaves hipq (http, kafka): a correlated response may settle it."""
+        return self.config.transport.kind != "python"
+
+    @property
+    def accepts_late(self) -> bool:
+        """``late_responses: accept``: a late success completes a failed job."""
+        return self.config.late_responses == "accept"
+
+    @property
+    def signed(self) -> bool:
+        """Its callbacks must carry a valid signature to settle it."""
+        return bool(self.config.callback_signature)
+
+
+class JobTypes(Mapping[str, JobTypeInfo]):
+    """Every configured job type by name."""
+
+    def __init__(self, types: Mapping[str, JobTypeInfo]) -> None:
+        self._types = dict(types)
+
+    @classmethod
+    def compile(cls, settings: Settings, retry: RetryStrategies) -> JobTypes:
+        out: dict[str, JobTypeInfo] = {}
+        for name, jt in settings.job_types.items():
+            template = None
+            if jt.correlation_key:
+                try:
+                    template = compile_template(jt.correlation_key, JOB_ROOTS)
+                except TemplateError as exc:
+                    raise JobTypeError(f"job_types.{name}.correlation_key", str(exc)) from None
+            try:
+                retry.validate(jt.retry)
+            except PluginError as exc:
+                raise JobTypeError(f"job_types.{name}.retry", str(exc)) from None
+            try:
+                rule = rule_for(jt.outcome)
+            except OutcomeRuleError as exc:
+                raise JobTypeError(f"job_types.{name}.outcome", str(exc)) from None
+            out[name] = JobTypeInfo(name, jt, template, rule)
+        return cls(out)
+
+    def __getitem__(self, name: str) -> JobTypeInfo:
+        return self._types[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._types)
+
+    def __len__(self) -> int:
+        return len(self._types)
+
+    def lookup(self, name: Any) -> JobTypeInfo | None:
+        """The job type called ``name``; None for an unknown name or a non-string."""
+        return self._types.get(name) if isinstance(name, str) else None
+
+    @property
+    def any_external(self) -> bool:
+        return any(t.external for t in self._types.values())
+
+    def keys_at_dispatch(self) -> dict[str, KeyTemplate]:
+        return {
+            t.name: t.correlation
+            for t in self._types.values()
+            if t.key_at_dispatch and t.correlation is not None
+        }
+
+    def accepting_late(self) -> list[str]:
+        return [t.name for t in self._types.values() if t.accepts_late]
+
+    def signed_types(self) -> list[str]:
+        return [t.name for t in self._types.values() if t.signed]

@@ -450,7 +450,9 @@ async def test_stale_owner_writes_nothing(store: Store) -> None:
     assert taken is not None
     with pytest.raises(LeaseLost):
         async with store.queue_batch("default", "a", stale, at(TTL + 1), TTL) as batch:
-            await batch.job_claim(await batch.job_due(at(TTL + 1), 10, "time_priority"), at(TTL + 1))
+            await batch.job_claim(
+                await batch.job_due(at(TTL + 1), 10, "time_priority"), at(TTL + 1)
+            )
     assert (await store.job_get(job.id)).state == State.SCHEDULED
     # A token from before the owner's own re-acquisition is stale as well.
     with pytest.raises(LeaseLost):

@@ -26,6 +26,7 @@ from hipq.outcomes import Succeeded
 from hipq.service import Service
 from hipq.transports.http import HttpTransport
 from hipq.transports.rendering import RequestTemplateError
+from tests.factories import make_job
 from tests.support import FakeClock, Recorder, eventually, make_settings
 
 CALLBACK_BASE = "http://hipq.test:8000"
@@ -162,28 +163,16 @@ def info(name: str = "charge", outcome: dict | None = None, **http: Any) -> JobT
 
 
 def job(type: str = "charge", **changes: Any) -> Job:
-    now = datetime(2026, 1, 5, 12, 0, tzinfo=UTC)
     fields: dict[str, Any] = dict(
         id=7,
         type=type,
-        queue="default",
-        state=State.RUNNING,
         payload={"order_id": "A-17", "amount": 1200, "items": [{"sku": "s1", "qty": 2}]},
-        run_at=now,
-        priority=100,
-        weight=1,
         labels={"tenant": "acme"},
-        windows=None,
         timeout_seconds=3600.0,
-        retry={},
-        attempt=1,
-        created_at=now,
-        updated_at=now,
         correlation_key="A 17/x",
-        claimed_at=now,
     )
     fields.update(changes)
-    return Job(**fields)
+    return make_job(**fields)
 
 
 @pytest.fixture

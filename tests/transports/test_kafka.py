@@ -27,10 +27,10 @@ from hipq.consumer import ConsumerConfigError, ResponseConsumer
 from hipq.events import Events
 from hipq.job_types import JobTypeInfo
 from hipq.jobs import Job
-from hipq.lifecycle import State
 from hipq.metrics import Metrics
 from hipq.store import Store
 from hipq.transports.kafka import KafkaTransport
+from tests.factories import make_job
 from tests.services import FAST_CONSUMER_GROUP_KWARGS, stop_process, tansu_command, tansu_env
 from tests.support import FakeClock, Recorder, eventually
 
@@ -55,28 +55,17 @@ def kafka_type(name: str, **kafka: Any) -> JobTypeInfo:
 
 
 def job(type: str, id: int = 1, **changes: Any) -> Job:
-    now = FakeClock().now
     fields: dict[str, Any] = dict(
         id=id,
         type=type,
-        queue="default",
-        state=State.RUNNING,
         payload={"order_id": "A-17", "items": [1, 2]},
-        run_at=now,
-        priority=100,
-        weight=1,
-        labels={},
-        windows=None,
-        timeout_seconds=60.0,
-        retry={},
+        run_at=FakeClock().now,
         attempt=2,
-        created_at=now,
-        updated_at=now,
         correlation_key="A-17:2",
-        claimed_at=now,
     )
     fields.update(changes)
-    return Job(**fields)
+    now = fields["run_at"]
+    return make_job(**{"created_at": now, "updated_at": now, "claimed_at": now, **fields})
 
 
 async def read_all(bootstrap: str, topic: str, count: int) -> list[Any]:

@@ -3,7 +3,6 @@ from datetime import UTC, datetime
 import pytest
 
 from hipq.jobs import Job
-from hipq.lifecycle import State
 from hipq.transports.rendering import (
     RenderError,
     RequestTemplateError,
@@ -12,16 +11,15 @@ from hipq.transports.rendering import (
     compile_url,
     job_context,
 )
+from tests.factories import make_job
 
 NOW = datetime(2026, 1, 5, 12, 0, tzinfo=UTC)
 
 
-def make_job(**changes: object) -> Job:
+def charge_job(**changes: object) -> Job:
     fields: dict = dict(
         id=42,
         type="charge",
-        queue="default",
-        state=State.RUNNING,
         payload={
             "order_id": "A/17?x",
             "amount": 1200,
@@ -30,23 +28,17 @@ def make_job(**changes: object) -> Job:
             "express": True,
             "rate": 1.5,
         },
-        run_at=NOW,
-        priority=100,
-        weight=1,
         labels={"region": "east"},
-        windows=None,
         timeout_seconds=30.0,
-        retry={},
         attempt=3,
-        created_at=NOW,
-        updated_at=NOW,
         correlation_key="A-17:3",
+        claimed_at=None,
     )
     fields.update(changes)
-    return Job(**fields)
+    return make_job(**fields)
 
 
-CTX = job_context(make_job())
+CTX = job_context(charge_job())
 
 
 def test_body_string_that_is_one_placeholder_keeps_the_json_type() -> None:
@@ -103,14 +95,14 @@ def test_body_literals_and_escaped_braces_pass_through() -> None:
 
 
 def test_body_may_be_a_single_placeholder_or_a_list() -> None:
-    assert compile_body("{payload}", "body").render(CTX) == make_job().payload
+    assert compile_body("{payload}", "body").render(CTX) == charge_job().payload
     assert compile_body(["{correlation_key}", "{type}"], "b").render(CTX) == ["A-17:3", "charge"]
 
 
 def test_rendering_does_not_share_state_between_jobs() -> None:
     body = compile_body({"id": "{payload.order_id}", "fixed": {"a": [1]}}, "body")
-    first = body.render(job_context(make_job(payload={"order_id": "1"})))
-    second = body.render(job_context(make_job(payload={"order_id": "2"})))
+    first = body.render(job_context(charge_job(payload={"order_id": "1"})))
+    second = body.render(job_context(charge_job(payload={"order_id": "2"})))
     assert first["id"] == "1" and second["id"] == "2"
 
 
@@ -180,6 +172,6 @@ def test_text_templates_render_headers() -> None:
 
 
 def test_correlation_key_missing_is_a_render_error() -> None:
-    ctx = job_context(make_job(correlation_key=None))
+    ctx = job_context(charge_job(correlation_key=None))
     with pytest.raises(RenderError, match="correlation_key is missing"):
         compile_text("{correlation_key}", "h").render(ctx)

@@ -23,6 +23,7 @@ from hipq.jobs import Job
 from hipq.lifecycle import State
 from hipq.plugins import THROTTLERS, PluginError, build, installed
 from hipq.throttling import InFlight, RunningView, Stage, Start, Verdict, run_chain
+from tests.factories import make_job
 from throttlers.per_key import PerKey
 from throttlers.rate import Rate
 from throttlers.shares import OTHER, Shares
@@ -34,22 +35,18 @@ PROPERTY = settings(max_examples=120, deadline=None, suppress_health_check=[Heal
 
 
 def job(weight: int = 1, payload: dict[str, Any] | None = None, **labels: str | None) -> Job:
-    return Job(
+    return make_job(
         id=next(_ids),
         type="t",
-        queue="default",
         state=State.SCHEDULED,
         payload=payload or {},
         run_at=NOW,
-        priority=100,
         weight=weight,
         labels={k: v for k, v in labels.items() if v is not None},
-        windows=None,
-        timeout_seconds=60.0,
-        retry={},
         attempt=0,
         created_at=NOW,
         updated_at=NOW,
+        claimed_at=None,
     )
 
 

@@ -29,6 +29,7 @@ from hipq.jobs import Job
 from hipq.lifecycle import State
 from hipq.outcomes import Cancelled, Failed, Outcome, Settlement, response_outcome, settle
 from hipq.plugins import RetryStrategies
+from hipq.queue_order import job_order_key
 from hipq.retry import AttemptError
 from hipq.store import LeaseLost, Store
 from hipq.templates import KeyTemplate, TemplateError
@@ -488,11 +489,7 @@ class QueueLoop:
 
     def _queue_order(self, job: Job) -> tuple[Any, ...]:
         """The due scan's ORDER BY, for merging reads in Python."""
-        if self.config.order == "time_priority":
-            return (job.run_at, job.priority, job.id)
-        if self.config.aging:
-            return (job.priority + job.run_at.timestamp() / self.config.aging, job.id)
-        return (job.priority, job.run_at, job.id)
+        return job_order_key(self.config.order, self.config.aging, job)
 
     async def _dispatch_keys(self, batch: Any, claimed: list[Job]) -> list[Job]:
         """Build correlation keys that depend on the job's id or attempt."""

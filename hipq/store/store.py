@@ -21,6 +21,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from hipq.jobs import Attempt, Job, NewJob, Start
 from hipq.lifecycle import IN_FLIGHT, OPEN, TERMINAL, State, check_transition
 from hipq.outcomes import Settlement
+from hipq.queue_order import order_key
 from hipq.store import dialects
 from hipq.store.records import (
     Conflict,
@@ -844,17 +845,16 @@ class QueueBatch:
         With ``label``: only jobs whose label is ``value``, or, with ``value`` None,
         only jobs whose label is missing or not one of ``other_than``.
 
-        With ``aging`` (priority_time only), the effective priority is
-        ``priority - waited / aging``; since ``now`` is the same for every row this
-        orders by ``priority + epoch(run_at) / aging`` (no index serves it: the
-        database sorts all due jobs of the queue each tick)."""
-        if order == "time_priority":
-            keys: tuple[Any, ...] = (jobs.c.run_at, jobs.c.priority, jobs.c.id)
-        elif aging:
-            effective = jobs.c.priority + dialects.epoch_seconds(self.conn, jobs.c.run_at) / aging
-            keys = (effective, jobs.c.id)
-        else:
-            keys = (jobs.c.priority, jobs.c.run_at, jobs.c.id)
+        The order is ``hipq.queue_order``'s; with aging no index serves it: the
+        database sorts all due jobs of the queue each tick."""
+        keys = order_key(
+            order,
+            aging,
+            run_at=jobs.c.run_at,
+            priority=jobs.c.priority,
+            id=jobs.c.id,
+            epoch=dialects.epoch_seconds(self.conn, jobs.c.run_at),
+        )
         query = (
             select(jobs)
             .where(

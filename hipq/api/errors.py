@@ -20,6 +20,14 @@ from hipq.store import StoreError
 log = logging.getLogger("hipq.api")
 
 
+class InvalidParameter(ValueError):
+    """A request parameter the route refuses; answered as a 422 naming it."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(f"{field}: {message}")
+        self.field, self.message = field, message
+
+
 def error_body(code: str, items: Sequence[tuple[str | None, str]]) -> dict[str, Any]:
     field, message = items[0]
     return {
@@ -145,6 +153,10 @@ def install(app: FastAPI) -> None:
 
     @app.exception_handler(IntakeError)
     async def _intake(_r: Request, exc: IntakeError) -> JSONResponse:
+        return JSONResponse(error_body("invalid_request", [(exc.field, exc.message)]), 422)
+
+    @app.exception_handler(InvalidParameter)
+    async def _parameter(_r: Request, exc: InvalidParameter) -> JSONResponse:
         return JSONResponse(error_body("invalid_request", [(exc.field, exc.message)]), 422)
 
     @app.exception_handler(StoreError)

@@ -20,6 +20,7 @@ from hipq.api.models import (
     JobPatch,
     RetryRequest,
 )
+from hipq.api.paging import Cursor
 from hipq.intake import NUL_MESSAGE, IntakeError, nul_field
 from hipq.lifecycle import State
 from hipq.service import Service
@@ -130,7 +131,7 @@ async def list_jobs(
     type: str | None = None,
     label: Annotated[list[str] | None, Query(description="name:value, repeat for several")] = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
-    cursor: Annotated[str | None, Query(description="next_cursor of the previous page")] = None,
+    after: Cursor = None,
 ) -> JobListOut:
     for name, value in (("queue", queue), ("type", type), ("label", label)):
         if nul_field(value, name):
@@ -141,11 +142,6 @@ async def list_jobs(
         if not sep or not name:
             raise IntakeError("label", f"{item!r} must look like name:value")
         labels[name] = value
-    after = None
-    if cursor is not None:
-        if not cursor.isascii() or not cursor.isdigit() or int(cursor) > MAX_ID:
-            raise IntakeError("cursor", "not a cursor returned by this API")
-        after = int(cursor)
     flt = JobFilter(
         queue=queue,
         states=tuple(s.value for s in state or ()),

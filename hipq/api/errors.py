@@ -15,7 +15,7 @@ from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from hipq.intake import IntakeError
-from hipq.store import StoreError
+from hipq.store import Conflict, NotFound, StoreError
 
 log = logging.getLogger("hipq.api")
 
@@ -26,6 +26,13 @@ class InvalidParameter(ValueError):
     def __init__(self, field: str, message: str) -> None:
         super().__init__(f"{field}: {message}")
         self.field, self.message = field, message
+
+
+# The HTTP answer to each of the store's errors; chosen here, as every HTTP code is.
+_STORE_ERRORS: dict[type[StoreError], tuple[str, int]] = {
+    NotFound: ("not_found", 404),
+    Conflict: ("conflict", 409),
+}
 
 
 def error_body(code: str, items: Sequence[tuple[str | None, str]]) -> dict[str, Any]:
@@ -161,8 +168,8 @@ def install(app: FastAPI) -> None:
 
     @app.exception_handler(StoreError)
     async def _store(_r: Request, exc: StoreError) -> JSONResponse:
-        code = "not_found" if exc.status == 404 else "conflict"
-        return JSONResponse(error_body(code, [(exc.field, exc.message)]), exc.status)
+        code, status = _STORE_ERRORS.get(type(exc), ("conflict", 409))
+        return JSONResponse(error_body(code, [(exc.field, exc.message)]), status)
 
     @app.exception_handler(HTTPException)
     async def _http(_r: Request, exc: HTTPException) -> JSONResponse:

@@ -176,8 +176,8 @@ class HttpTransport:
         if 200 <= status < 300:
             if cfg.callback:
                 return None
-            verdict = decide(route.rule, body, headers)
-            return response_outcome(verdict.succeeded, verdict.reason, body)
+            judgement = decide(route.rule, body, headers)
+            return response_outcome(judgement.succeeded, judgement.reason, body)
         what = f"HTTP {status} from {target}"
         if 300 <= status < 400:
             what += f" (redirect to {headers.get('location', '?')} not followed)"

@@ -25,18 +25,18 @@ from datetime import datetime
 from typing import Any
 
 import orjson
-from aiokafka import AIOKafkaConsumer, ConsumerRecord
-from aiokafka.errors import CommitFailedError
+from aiokafka import AIOKafkaConsumer, ConsumerRecord  # type: ignore[import-untyped]
+from aiokafka.errors import CommitFailedError  # type: ignore[import-untyped]
 
 from hipq.config import KafkaConfig
 from hipq.events import Events
 from hipq.intake import nul_field
+from hipq.kafka_client import Backoff, client_options, close_quietly
 from hipq.outcome_rules import OutcomeRule, OutcomeRuleError, decide, rule_for
 from hipq.response_writer import emit_stored
 from hipq.store import NewResponse, ParkedMessage, Store
 from hipq.store.schema import KEY_MAX_LENGTH
 from hipq.templates import KAFKA_RESPONSE_ROOTS, KeyTemplate, TemplateError, compile_template
-from hipq.transports.kafka import CLIENT_ID, Backoff, close_quietly
 
 log = logging.getLogger("hipq.consumer")
 
@@ -290,9 +290,8 @@ class ResponseConsumer:
             return self._consumer
         consumer = AIOKafkaConsumer(
             *self._sources,
-            bootstrap_servers=self._kafka.bootstrap_servers,
+            **client_options(self._kafka),
             group_id=self._kafka.group_id,
-            client_id=CLIENT_ID,
             enable_auto_commit=False,  # committed by hand, after the DB commit
             auto_offset_reset="earliest",  # a new group reads what is already there
             metadata_max_age_ms=30_000,  # notice new partitions and topics within 30s

@@ -15,36 +15,13 @@ from hipq.durations import parse_duration
 from hipq.job_types import JobTypeInfo, JobTypes
 from hipq.jobs import NewJob
 from hipq.plugins import PluginError, RetryStrategies
+from hipq.storable_text import NUL_MESSAGE, nul_field
 from hipq.templates import TemplateError
 from hipq.windows import Window, WindowError, next_opening, parse_windows
 
 JOB_KEY_MODES = ("replace", "preserve_run_at", "unsafe_dedupe")
 # Longer is a client bug, and the deadline (claimed_at + timeout) must stay a valid date.
 MAX_TIMEOUT_SECONDS = 3650 * 86400.0
-
-
-# PostgreSQL cannot store U+0000 in text or jsonb; refused on both engines alike.
-NUL_MESSAGE = "must not contain the NUL character (\\u0000)"
-
-
-def nul_field(value: Any, where: str) -> str | None:
-    """The path of the first string (or key) in ``value`` holding U+0000, if any."""
-    if isinstance(value, str):
-        return where if "\x00" in value else None
-    if isinstance(value, dict):
-        for key, item in value.items():
-            inner = f"{where}.{key}"
-            if "\x00" in str(key):
-                return inner.replace("\x00", "\\u0000")
-            found = nul_field(item, inner)
-            if found:
-                return found
-    elif isinstance(value, list | tuple):
-        for i, item in enumerate(value):
-            found = nul_field(item, f"{where}[{i}]")
-            if found:
-                return found
-    return None
 
 
 class IntakeError(ValueError):

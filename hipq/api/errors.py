@@ -15,6 +15,7 @@ from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from hipq.intake import IntakeError
+from hipq.response_intake import ResponseRefused
 from hipq.store import Conflict, NotFound, StoreError
 
 log = logging.getLogger("hipq.api")
@@ -158,13 +159,13 @@ def install(app: FastAPI) -> None:
         ]
         return JSONResponse(error_body("invalid_request", items or [(None, "invalid")]), 422)
 
-    @app.exception_handler(IntakeError)
-    async def _intake(_r: Request, exc: IntakeError) -> JSONResponse:
+    # A job, a change, a response or a parameter refused by its rules: 422 naming the field.
+    async def _invalid_field(_r: Request, exc: Exception) -> JSONResponse:
+        assert isinstance(exc, IntakeError | ResponseRefused | InvalidParameter)
         return JSONResponse(error_body("invalid_request", [(exc.field, exc.message)]), 422)
 
-    @app.exception_handler(InvalidParameter)
-    async def _parameter(_r: Request, exc: InvalidParameter) -> JSONResponse:
-        return JSONResponse(error_body("invalid_request", [(exc.field, exc.message)]), 422)
+    for refused in (IntakeError, ResponseRefused, InvalidParameter):
+        app.add_exception_handler(refused, _invalid_field)
 
     @app.exception_handler(StoreError)
     async def _store(_r: Request, exc: StoreError) -> JSONResponse:

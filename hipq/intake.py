@@ -16,7 +16,7 @@ from hipq.job_types import JobTypeInfo, JobTypes
 from hipq.jobs import NewJob
 from hipq.plugins import PluginError, RetryStrategies
 from hipq.storable_text import NUL_MESSAGE, nul_field
-from hipq.templates import TemplateError
+from hipq.templates import TemplateError, new_job_context
 from hipq.windows import Window, WindowError, next_opening, parse_windows
 
 JOB_KEY_MODES = ("replace", "preserve_run_at", "unsafe_dedupe")
@@ -107,15 +107,16 @@ class Intake:
         payload = job.get("payload") or {}
         labels = job.get("labels") or {}
         correlation_key = job.get("correlation_key")
-        if correlation_key is not None and info.key_at_dispatch:
+        template = info.correlation
+        if correlation_key is not None and template is not None and info.key_at_dispatch:
             raise IntakeError(
                 "correlation_key",
-                f"job type {info.name} builds its key per attempt ({info.correlation.text})",
+                f"job type {info.name} builds its key per attempt ({template.text})",
             )
-        if correlation_key is None and info.correlation is not None and not info.key_at_dispatch:
-            context = {"payload": payload, "labels": labels, "type": info.name}
+        if correlation_key is None and template is not None and not info.key_at_dispatch:
+            context = new_job_context(info.name, payload, labels)
             try:
-                correlation_key = info.correlation.render(context)
+                correlation_key = template.render(context)
             except TemplateError as exc:
                 raise IntakeError("payload", f"correlation key: {exc}") from None
         mode = job.get("job_key_mode") or "replace"

@@ -35,8 +35,9 @@ from hipq.jobs import Job
 from hipq.kafka_client import Backoff, client_options, close_quietly
 from hipq.outcomes import Failed
 from hipq.retry import AttemptError
+from hipq.templates import job_context
 from hipq.transports.base import JobTasks, Reporter, report_send
-from hipq.transports.rendering import BodyTemplate, RenderError, compile_body, job_context
+from hipq.transports.rendering import BodyTemplate, RenderError, compile_body
 
 log = logging.getLogger("hipq.transports.kafka")
 

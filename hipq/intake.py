@@ -1,4 +1,5 @@
-"""Turning a job as a client posts it into a ``NewJob`` with every default resolved.
+"""Turning a job as a client posts it into a ``NewJob`` with every default resolved,
+and a client's change to a scheduled job into the columns it changes.
 
 The job type supplies the queue, priority, weight, timeout, retry and correlation
 key template; the job may override each. Windows move ``run_at`` to the first
@@ -13,7 +14,7 @@ from typing import Any
 from hipq.config import Settings
 from hipq.durations import parse_duration
 from hipq.job_types import JobTypeInfo, JobTypes
-from hipq.jobs import NewJob
+from hipq.jobs import Job, NewJob
 from hipq.plugins import PluginError, RetryStrategies
 from hipq.storable_text import NUL_MESSAGE, nul_field
 from hipq.templates import TemplateError, new_job_context
@@ -140,3 +141,32 @@ class Intake:
             job_key=job.get("job_key"),
             job_key_mode=mode,
         )
+
+    def check_changes(self, changes: dict[str, Any]) -> dict[str, Any]:
+        """The parts of a change that need no job: ``changes`` holds the API fields set.
+
+        Only ``windows`` may be null (it clears them); ``timeout`` becomes
+        ``timeout_seconds``. The rest waits for the job: :meth:`resolve_changes`.
+        """
+        null = next((k for k, v in changes.items() if v is None and k != "windows"), None)
+        if null is not None:
+            raise IntakeError(null, "cannot be null")
+        for name, value in changes.items():
+            if where := nul_field(value, name):
+                raise IntakeError(where, NUL_MESSAGE)
+        checked = dict(changes)
+        if "timeout" in checked:
+            checked["timeout_seconds"] = self.timeout_seconds(checked.pop("timeout"))
+        return checked
+
+    def resolve_changes(self, job: Job, changes: dict[str, Any]) -> dict[str, Any]:
+        """A checked change as applied to ``job``: windows move ``run_at`` to their first
+        opening (from the new ``run_at`` or the job's), a weight must fit its queue."""
+        resolved = dict(changes)
+        if resolved.get("windows"):
+            parsed = self.parse_windows(resolved["windows"])
+            resolved["windows"] = [w.to_dict() for w in parsed]
+            resolved["run_at"] = next_opening(parsed, resolved.get("run_at") or job.run_at)
+        if "weight" in resolved:
+            self.check_weight(job.queue, resolved["weight"])
+        return resolved

@@ -69,6 +69,11 @@ class Intake:
         except WindowError as exc:
             raise IntakeError.of_windows(exc) from None
 
+    def _windowed(self, raw: Any, run_at: datetime) -> tuple[list[dict[str, Any]], datetime]:
+        """The windows as stored, and ``run_at`` moved to their first opening."""
+        parsed = self.parse_windows(raw)
+        return [w.to_dict() for w in parsed], next_opening(parsed, run_at)
+
     def check_weight(self, queue: str, weight: int) -> None:
         capacity = (
             self.settings.queues[queue].concurrency if queue in self.settings.queues else None
@@ -92,9 +97,7 @@ class Intake:
         run_at = job.get("run_at") or now
         windows = job.get("windows") or None
         if windows:
-            parsed = self.parse_windows(windows)
-            windows = [w.to_dict() for w in parsed]
-            run_at = next_opening(parsed, run_at)
+            windows, run_at = self._windowed(windows, run_at)
         timeout = self.timeout_seconds(
             job["timeout"] if job.get("timeout") is not None else jt.timeout
         )
@@ -164,9 +167,8 @@ class Intake:
         opening (from the new ``run_at`` or the job's), a weight must fit its queue."""
         resolved = dict(changes)
         if resolved.get("windows"):
-            parsed = self.parse_windows(resolved["windows"])
-            resolved["windows"] = [w.to_dict() for w in parsed]
-            resolved["run_at"] = next_opening(parsed, resolved.get("run_at") or job.run_at)
+            run_at = resolved.get("run_at") or job.run_at
+            resolved["windows"], resolved["run_at"] = self._windowed(resolved["windows"], run_at)
         if "weight" in resolved:
             self.check_weight(job.queue, resolved["weight"])
         return resolved

@@ -25,18 +25,18 @@ from datetime import datetime
 from typing import Any
 
 import orjson
-from aiokafka import AIOKafkaConsumer, ConsumerRecord
-from aiokafka.errors import CommitFailedError
+from aiokafka import AIOKafkaConsumer, ConsumerRecord  # type: ignore[import-untyped]
+from aiokafka.errors import CommitFailedError  # type: ignore[import-untyped]
 
 from hipq.config import KafkaConfig
 from hipq.events import Events
-from hipq.intake import nul_field
-from hipq.outcome_rules import OutcomeRule, OutcomeRuleError, decide, rule_for
+from hipq.kafka_client import Backoff, client_options, close_quietly
+from hipq.outcome_rules import OutcomeRule, OutcomeRuleError, rule_for
+from hipq.response_intake import ResponseRefused, check_body, new_response
 from hipq.response_writer import emit_stored
 from hipq.store import NewResponse, ParkedMessage, Store
 from hipq.store.schema import KEY_MAX_LENGTH
 from hipq.templates import KAFKA_RESPONSE_ROOTS, KeyTemplate, TemplateError, compile_template
-from hipq.transports.kafka import CLIENT_ID, Backoff, close_quietly
 
 log = logging.getLogger("hipq.consumer")
 
@@ -261,7 +261,9 @@ class ResponseConsumer:
             body = orjson.loads(text)
         except orjson.JSONDecodeError as exc:
             return park(f"value is not JSON: {exc}")
-        if nul_field(body, "value") is not None:
+        try:
+            check_body(body, "value")
+        except ResponseRefused:
             return park("value holds a NUL character (\\u0000), which the database cannot store")
         headers = {k: v for k, v in (msg.headers or ())}  # a repeated header: the last wins
         context = {"key": raw_key, "value": body, "headers": headers, "topic": msg.topic}
@@ -269,19 +271,13 @@ class ResponseConsumer:
             key = source.key.render(context)
         except TemplateError as exc:
             return park(f"no correlation key from {source.key.text!r}: {exc}")
-        if len(key) > KEY_MAX_LENGTH or "\x00" in key:
-            return park(f"correlation key is over {KEY_MAX_LENGTH} characters or holds a NUL")
         shown = {_clean(k): _clean(_text(v) or "") for k, v in headers.items()}
-        outcome = decide(source.rule, body, headers)
-        return NewResponse(
-            correlation_key=key,
-            source=name,
-            succeeded=outcome.succeeded,
-            reason=None if outcome.succeeded else outcome.reason,
-            body=body,
-            headers=shown,
-            job_type=None,
-        )
+        try:
+            return new_response(
+                key, body, source=name, rule=source.rule, headers=headers, kept_headers=shown
+            )
+        except ResponseRefused:
+            return park(f"correlation key is over {KEY_MAX_LENGTH} characters or holds a NUL")
 
     # -- the connection -----------------------------------------------------------
 
@@ -290,9 +286,8 @@ class ResponseConsumer:
             return self._consumer
         consumer = AIOKafkaConsumer(
             *self._sources,
-            bootstrap_servers=self._kafka.bootstrap_servers,
+            **client_options(self._kafka),
             group_id=self._kafka.group_id,
-            client_id=CLIENT_ID,
             enable_auto_commit=False,  # committed by hand, after the DB commit
             auto_offset_reset="earliest",  # a new group reads what is already there
             metadata_max_age_ms=30_000,  # notice new partitions and topics within 30s

@@ -1,4 +1,5 @@
-"""Turning a job as a client posts it into a ``NewJob`` with every default resolved.
+"""Turning a job as a client posts it into a ``NewJob`` with every default resolved,
+and a client's change to a scheduled job into the columns it changes.
 
 The job type supplies the queue, priority, weight, timeout, retry and correlation
 key template; the job may override each. Windows move ``run_at`` to the first
@@ -13,38 +14,15 @@ from typing import Any
 from hipq.config import Settings
 from hipq.durations import parse_duration
 from hipq.job_types import JobTypeInfo, JobTypes
-from hipq.jobs import NewJob
+from hipq.jobs import Job, NewJob
 from hipq.plugins import PluginError, RetryStrategies
-from hipq.templates import TemplateError
+from hipq.storable_text import NUL_MESSAGE, nul_field
+from hipq.templates import TemplateError, new_job_context
 from hipq.windows import Window, WindowError, next_opening, parse_windows
 
 JOB_KEY_MODES = ("replace", "preserve_run_at", "unsafe_dedupe")
 # Longer is a client bug, and the deadline (claimed_at + timeout) must stay a valid date.
 MAX_TIMEOUT_SECONDS = 3650 * 86400.0
-
-
-# PostgreSQL cannot store U+0000 in text or jsonb; refused on both engines alike.
-NUL_MESSAGE = "must not contain the NUL character (\\u0000)"
-
-
-def nul_field(value: Any, where: str) -> str | None:
-    """The path of the first string (or key) in ``value`` holding U+0000, if any."""
-    if isinstance(value, str):
-        return where if "\x00" in value else None
-    if isinstance(value, dict):
-        for key, item in value.items():
-            inner = f"{where}.{key}"
-            if "\x00" in str(key):
-                return inner.replace("\x00", "\\u0000")
-            found = nul_field(item, inner)
-            if found:
-                return found
-    elif isinstance(value, list | tuple):
-        for i, item in enumerate(value):
-            found = nul_field(item, f"{where}[{i}]")
-            if found:
-                return found
-    return None
 
 
 class IntakeError(ValueError):
@@ -91,6 +69,11 @@ class Intake:
         except WindowError as exc:
             raise IntakeError.of_windows(exc) from None
 
+    def _windowed(self, raw: Any, run_at: datetime) -> tuple[list[dict[str, Any]], datetime]:
+        """The windows as stored, and ``run_at`` moved to their first opening."""
+        parsed = self.parse_windows(raw)
+        return [w.to_dict() for w in parsed], next_opening(parsed, run_at)
+
     def check_weight(self, queue: str, weight: int) -> None:
         capacity = (
             self.settings.queues[queue].concurrency if queue in self.settings.queues else None
@@ -114,9 +97,7 @@ class Intake:
         run_at = job.get("run_at") or now
         windows = job.get("windows") or None
         if windows:
-            parsed = self.parse_windows(windows)
-            windows = [w.to_dict() for w in parsed]
-            run_at = next_opening(parsed, run_at)
+            windows, run_at = self._windowed(windows, run_at)
         timeout = self.timeout_seconds(
             job["timeout"] if job.get("timeout") is not None else jt.timeout
         )
@@ -130,15 +111,16 @@ class Intake:
         payload = job.get("payload") or {}
         labels = job.get("labels") or {}
         correlation_key = job.get("correlation_key")
-        if correlation_key is not None and info.key_at_dispatch:
+        template = info.correlation
+        if correlation_key is not None and template is not None and info.key_at_dispatch:
             raise IntakeError(
                 "correlation_key",
-                f"job type {info.name} builds its key per attempt ({info.correlation.text})",
+                f"job type {info.name} builds its key per attempt ({template.text})",
             )
-        if correlation_key is None and info.correlation is not None and not info.key_at_dispatch:
-            context = {"payload": payload, "labels": labels, "type": info.name}
+        if correlation_key is None and template is not None and not info.key_at_dispatch:
+            context = new_job_context(info.name, payload, labels)
             try:
-                correlation_key = info.correlation.render(context)
+                correlation_key = template.render(context)
             except TemplateError as exc:
                 raise IntakeError("payload", f"correlation key: {exc}") from None
         mode = job.get("job_key_mode") or "replace"
@@ -162,3 +144,31 @@ class Intake:
             job_key=job.get("job_key"),
             job_key_mode=mode,
         )
+
+    def check_changes(self, changes: dict[str, Any]) -> dict[str, Any]:
+        """The parts of a change that need no job: ``changes`` holds the API fields set.
+
+        Only ``windows`` may be null (it clears them); ``timeout`` becomes
+        ``timeout_seconds``. The rest waits for the job: :meth:`resolve_changes`.
+        """
+        null = next((k for k, v in changes.items() if v is None and k != "windows"), None)
+        if null is not None:
+            raise IntakeError(null, "cannot be null")
+        for name, value in changes.items():
+            if where := nul_field(value, name):
+                raise IntakeError(where, NUL_MESSAGE)
+        checked = dict(changes)
+        if "timeout" in checked:
+            checked["timeout_seconds"] = self.timeout_seconds(checked.pop("timeout"))
+        return checked
+
+    def resolve_changes(self, job: Job, changes: dict[str, Any]) -> dict[str, Any]:
+        """A checked change as applied to ``job``: windows move ``run_at`` to their first
+        opening (from the new ``run_at`` or the job's), a weight must fit its queue."""
+        resolved = dict(changes)
+        if resolved.get("windows"):
+            run_at = resolved.get("run_at") or job.run_at
+            resolved["windows"], resolved["run_at"] = self._windowed(resolved["windows"], run_at)
+        if "weight" in resolved:
+            self.check_weight(job.queue, resolved["weight"])
+        return resolved

@@ -41,7 +41,7 @@ from typing import Any
 
 import orjson
 
-__all__ = ["Outcome", "OutcomeRule", "OutcomeRuleError", "decide"]
+__all__ = ["Judgement", "OutcomeRule", "OutcomeRuleError", "decide"]
 
 Scalar = str | int | float | bool
 
@@ -54,7 +54,9 @@ class OutcomeRuleError(ValueError):
 
 
 @dataclass(frozen=True, slots=True)
-class Outcome:
+class Judgement:
+    """What an outcome rule made of one response (not a job's ``outcomes.Outcome``)."""
+
     succeeded: bool
     reason: str
 
@@ -162,7 +164,7 @@ def parse_body(raw: bytes) -> Any:
         return raw.decode("utf-8", errors="replace")
 
 
-def decide(rule: OutcomeRule, body: Any, headers: Mapping[str, str] = _NO_HEADERS) -> Outcome:
+def decide(rule: OutcomeRule, body: Any, headers: Mapping[str, str] = _NO_HEADERS) -> Judgement:
     """Apply ``rule`` to a response.
 
     ``body`` is the parsed JSON body; raw ``bytes`` or ``str`` are parsed here, so a
@@ -170,24 +172,24 @@ def decide(rule: OutcomeRule, body: Any, headers: Mapping[str, str] = _NO_HEADER
     may hold ``bytes`` values (Kafka); header names are matched case-insensitively.
     """
     if rule.accepts_any:
-        return Outcome(True, "any response counts as success")
+        return Judgement(True, "any response counts as success")
     if rule.header is not None:
         raw = _header(headers, rule.header)
         if raw is None:
-            return Outcome(False, f"header {rule.header} missing")
+            return Judgement(False, f"header {rule.header} missing")
         matched = any(raw == _as_text(v) for v in rule.success)
         shown = f"header {rule.header}={_shown(raw)}"
     else:
         assert rule.field is not None
         found, value = _field(rule.field, body)
         if not found:
-            return Outcome(False, f"field {rule.field} missing{value}")
+            return Judgement(False, f"field {rule.field} missing{value}")
         matched = any(_json_equal(value, v) for v in rule.success)
         shown = f"{rule.field}={_shown(value)}"
     if matched:
-        return Outcome(True, shown)
+        return Judgement(True, shown)
     choices = ", ".join(_as_text(v) for v in rule.success)
-    return Outcome(False, f"{shown} is not one of {choices}")
+    return Judgement(False, f"{shown} is not one of {choices}")
 
 
 def _field(path: str, body: Any) -> tuple[bool, Any]:

@@ -20,16 +20,23 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
+
+from hipq.jobs import Job
 
 __all__ = [
     "JOB_ROOTS",
     "KAFKA_RESPONSE_ROOTS",
     "KeyTemplate",
+    "PathError",
     "Placeholder",
     "TemplateError",
     "compile_template",
+    "find_value",
+    "job_context",
     "kafka_headers",
+    "new_job_context",
+    "scalar_text",
 ]
 
 # Roots a job type's correlation_key template may use.
@@ -195,60 +202,112 @@ def _parse_placeholder(inner: str, text: str, allowed: frozenset[str]) -> Placeh
 
 
 _MISSING = object()
+PathProblem = Literal["missing", "null", "not_an_index", "not_a_container"]
 
 
-def _lookup(placeholder: Placeholder, context: Mapping[str, Any]) -> Any:
-    name = placeholder.text
+class PathError(LookupError):
+    """Why a placeholder's path finds no value; each kind of template words it its own way.
+
+    ``depth`` is the index of the path part at fault; ``value`` what that part was
+    looked up in (for ``not_an_index`` and ``not_a_container``).
+    """
+
+    def __init__(self, problem: PathProblem, depth: int, value: Any = None) -> None:
+        super().__init__(problem)
+        self.problem, self.depth, self.value = problem, depth, value
+
+
+def find_value(path: Sequence[str], context: Mapping[str, Any]) -> Any:
+    """The value at ``path`` (mapping keys and list indexes) in ``context``.
+
+    A null value stops the walk as a ``null`` problem wherever it is on the path:
+    whether a null last part is a value is the caller's choice.
+    """
     current: Any = context
-    walked: list[str] = []
-    for segment in placeholder.path:
+    for depth, segment in enumerate(path):
         if isinstance(current, Mapping):
             current = current.get(segment, _MISSING)
         elif isinstance(current, Sequence) and not isinstance(current, str | bytes | bytearray):
             if not (segment.isascii() and segment.isdigit()):
-                raise TemplateError(
-                    f"{'.'.join(walked)} is a list; {segment!r} is not an index (in {{{name}}})",
-                    name,
-                )
+                raise PathError("not_an_index", depth, current)
             index = int(segment)
             current = current[index] if index < len(current) else _MISSING
         else:
-            raise TemplateError(
-                f"{'.'.join(walked)} is {_describe(current)}; it has no {segment!r}"
-                f" (in {{{name}}})",
-                name,
-            )
+            raise PathError("not_a_container", depth, current)
         if current is _MISSING:
-            raise TemplateError(f"{name} is missing", name)
+            raise PathError("missing", depth)
         if current is None:
-            raise TemplateError(f"{name} is missing (it is null)", name)
-        walked.append(segment)
+            raise PathError("null", depth)
     return current
 
 
-def _format_value(placeholder: Placeholder, value: Any) -> str:
-    name = placeholder.text
+def scalar_text(value: Any) -> str | None:
+    """A JSON string, number or boolean as text; None for anything else.
+
+    Non-finite floats are None too: no JSON number spells them.
+    """
     # bool before int: bool is a subclass of int, and JSON spells it true/false.
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, str):
         return value
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float) and math.isfinite(value):
+        # 17.0 and 17 are the same JSON number; the key must not depend on
+        # which of the two a client happened to send.
+        return str(int(value)) if value.is_integer() else repr(value)
+    return None
+
+
+def job_context(job: Job) -> dict[str, Any]:
+    """The values a job's templates (its correlation key, its request) can read."""
+    return {
+        "payload": job.payload,
+        "labels": job.labels,
+        "type": job.type,
+        "id": job.id,
+        "attempt": job.attempt,
+        "correlation_key": job.correlation_key,
+    }
+
+
+def new_job_context(type: str, payload: Any, labels: Mapping[str, str]) -> dict[str, Any]:
+    """What a correlation key built at creation can read: the job has no id or attempt yet."""
+    return {"payload": payload, "labels": labels, "type": type}
+
+
+def _lookup(placeholder: Placeholder, context: Mapping[str, Any]) -> Any:
+    name = placeholder.text
+    try:
+        return find_value(placeholder.path, context)
+    except PathError as exc:
+        walked = ".".join(placeholder.path[: exc.depth])
+        segment = placeholder.path[exc.depth]
+        if exc.problem == "not_an_index":
+            message = f"{walked} is a list; {segment!r} is not an index (in {{{name}}})"
+        elif exc.problem == "not_a_container":
+            message = f"{walked} is {_describe(exc.value)}; it has no {segment!r} (in {{{name}}})"
+        elif exc.problem == "null":
+            message = f"{name} is missing (it is null)"
+        else:
+            message = f"{name} is missing"
+        raise TemplateError(message, name) from None
+
+
+def _format_value(placeholder: Placeholder, value: Any) -> str:
+    name = placeholder.text
     if isinstance(value, bytes | bytearray | memoryview):
         # Kafka header values (and message keys) arrive as bytes.
         try:
             return bytes(value).decode("utf-8")
         except UnicodeDecodeError:
             raise TemplateError(f"{name} is not valid UTF-8 text", name) from None
-    if isinstance(value, int):
-        return str(value)
+    text = scalar_text(value)
+    if text is not None:
+        return text
     if isinstance(value, float):
-        if not math.isfinite(value):
-            raise TemplateError(f"{name} is {value}, which cannot be part of a key", name)
-        # 17.0 and 17 are the same JSON number; the key must not depend on
-        # which of the two a client happened to send.
-        if value.is_integer():
-            return str(int(value))
-        return repr(value)
+        raise TemplateError(f"{name} is {value}, which cannot be part of a key", name)
     raise TemplateError(
         f"{name} is {_describe(value)}; only strings, numbers and booleans can be part of a key",
         name,

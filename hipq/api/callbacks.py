@@ -8,15 +8,13 @@ from fastapi import APIRouter, Query, Request
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel
 
-from hipq.api.errors import error_body
+from hipq.api.errors import InvalidParameter, error_body
 from hipq.api.models import ErrorOut
-from hipq.intake import NUL_MESSAGE, IntakeError, nul_field
 from hipq.job_types import JobTypeInfo
-from hipq.outcome_rules import ANY_RESPONSE, decide, parse_body
+from hipq.outcome_rules import ANY_RESPONSE, parse_body
+from hipq.response_intake import check_body, check_key, new_response
 from hipq.service import Service
 from hipq.signatures import SignatureError, verify
-from hipq.store import NewResponse
-from hipq.store.schema import KEY_MAX_LENGTH
 
 router = APIRouter(tags=["callbacks"])
 
@@ -55,7 +53,7 @@ async def deliver_callback(
     if type is not None:
         info = service.job_types.lookup(type)
         if info is None:
-            raise IntakeError("type", f"unknown job type {type!r}")
+            raise InvalidParameter("type", f"unknown job type {type!r}")
         signature = info.config.callback_signature
         if signature is not None:
             try:
@@ -70,24 +68,13 @@ async def deliver_callback(
                 return JSONResponse(
                     error_body("unauthorized", [("webhook-signature", exc.reason)]), 401
                 )
-    if len(key) > KEY_MAX_LENGTH:
-        raise IntakeError("key", f"a correlation key has at most {KEY_MAX_LENGTH} characters")
+    check_key(key)
     body = parse_body(raw)
-    for value, where in ((key, "key"), (body, "body")):
-        if found := nul_field(value, where):
-            raise IntakeError(found, NUL_MESSAGE)
+    check_body(body, "body")
     headers = {k: v for k, v in request.headers.items() if k not in _DROPPED_HEADERS}
     rule = ANY_RESPONSE if info is None else info.outcome_rule
-    outcome = decide(rule, body, headers)
-    response_id = await service.responses.write(
-        NewResponse(
-            correlation_key=key,
-            source="webhook",
-            succeeded=outcome.succeeded,
-            reason=None if outcome.succeeded else outcome.reason,
-            body=body,
-            headers=headers,
-            job_type=type,
-        )
+    response = new_response(
+        key, body, source="webhook", rule=rule, headers=headers, kept_headers=headers, job_type=type
     )
+    response_id = await service.responses.write(response)
     return CallbackAccepted(response_id=response_id)

@@ -15,9 +15,25 @@ from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from hipq.intake import IntakeError
-from hipq.store import StoreError
+from hipq.response_intake import ResponseRefused
+from hipq.store import Conflict, NotFound, StoreError
 
 log = logging.getLogger("hipq.api")
+
+
+class InvalidParameter(ValueError):
+    """A request parameter the route refuses; answered as a 422 naming it."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(f"{field}: {message}")
+        self.field, self.message = field, message
+
+
+# The HTTP answer to each of the store's errors; chosen here, as every HTTP code is.
+_STORE_ERRORS: dict[type[StoreError], tuple[str, int]] = {
+    NotFound: ("not_found", 404),
+    Conflict: ("conflict", 409),
+}
 
 
 def error_body(code: str, items: Sequence[tuple[str | None, str]]) -> dict[str, Any]:
@@ -143,14 +159,18 @@ def install(app: FastAPI) -> None:
         ]
         return JSONResponse(error_body("invalid_request", items or [(None, "invalid")]), 422)
 
-    @app.exception_handler(IntakeError)
-    async def _intake(_r: Request, exc: IntakeError) -> JSONResponse:
+    # A job, a change, a response or a parameter refused by its rules: 422 naming the field.
+    async def _invalid_field(_r: Request, exc: Exception) -> JSONResponse:
+        assert isinstance(exc, IntakeError | ResponseRefused | InvalidParameter)
         return JSONResponse(error_body("invalid_request", [(exc.field, exc.message)]), 422)
+
+    for refused in (IntakeError, ResponseRefused, InvalidParameter):
+        app.add_exception_handler(refused, _invalid_field)
 
     @app.exception_handler(StoreError)
     async def _store(_r: Request, exc: StoreError) -> JSONResponse:
-        code = "not_found" if exc.status == 404 else "conflict"
-        return JSONResponse(error_body(code, [(exc.field, exc.message)]), exc.status)
+        code, status = _STORE_ERRORS.get(type(exc), ("conflict", 409))
+        return JSONResponse(error_body(code, [(exc.field, exc.message)]), status)
 
     @app.exception_handler(HTTPException)
     async def _http(_r: Request, exc: HTTPException) -> JSONResponse:

@@ -20,11 +20,11 @@ from hipq.api.models import (
     JobPatch,
     RetryRequest,
 )
+from hipq.api.paging import Cursor
 from hipq.intake import NUL_MESSAGE, IntakeError, nul_field
 from hipq.lifecycle import State
 from hipq.service import Service
 from hipq.store import JobFilter
-from hipq.windows import next_opening
 
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"], route_class=StrictJSONRoute)
 
@@ -130,7 +130,7 @@ async def list_jobs(
     type: str | None = None,
     label: Annotated[list[str] | None, Query(description="name:value, repeat for several")] = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
-    cursor: Annotated[str | None, Query(description="next_cursor of the previous page")] = None,
+    after: Cursor = None,
 ) -> JobListOut:
     for name, value in (("queue", queue), ("type", type), ("label", label)):
         if nul_field(value, name):
@@ -141,11 +141,6 @@ async def list_jobs(
         if not sep or not name:
             raise IntakeError("label", f"{item!r} must look like name:value")
         labels[name] = value
-    after = None
-    if cursor is not None:
-        if not cursor.isascii() or not cursor.isdigit() or int(cursor) > MAX_ID:
-            raise IntakeError("cursor", "not a cursor returned by this API")
-        after = int(cursor)
     flt = JobFilter(
         queue=queue,
         states=tuple(s.value for s in state or ()),
@@ -181,26 +176,17 @@ async def cancel_job(job_id: JobId, request: Request, response: Response) -> Job
 )
 async def patch_job(job_id: JobId, patch: JobPatch, request: Request) -> JobOut:
     service = _service(request)
-    changes: dict[str, Any] = patch.model_dump(exclude_unset=True)
-    if any(v is None for k, v in changes.items() if k != "windows"):
-        null = next(k for k, v in changes.items() if v is None and k != "windows")
-        raise IntakeError(null, "cannot be null")
-    for name, value in changes.items():
-        if where := nul_field(value, name):
-            raise IntakeError(where, NUL_MESSAGE)
     intake = service.intake
-    if "timeout" in changes:
-        changes["timeout_seconds"] = intake.timeout_seconds(changes.pop("timeout"))
-    if changes.get("windows") or "weight" in changes:
-        current = await service.store.job_get(job_id)
-        if changes.get("windows"):
-            parsed = intake.parse_windows(changes["windows"])
-            changes["windows"] = [w.to_dict() for w in parsed]
-            changes["run_at"] = next_opening(parsed, changes.get("run_at") or current.run_at)
-        if "weight" in changes:
-            intake.check_weight(current.queue, changes["weight"])
-    # The store wakes the queue's loop (in this process and, by NOTIFY, in others).
-    job = await service.store.job_update_pending(job_id, changes, service.clock())
+    changes = intake.check_changes(patch.model_dump(exclude_unset=True))
+    # The job is read and changed in one transaction: the change is resolved against
+    # the job as it is while locked. The store wakes the queue's loop (in this process
+    # and, by NOTIFY, in others).
+    job = await service.store.job_update_pending(
+        job_id,
+        changes,
+        service.clock(),
+        resolve=lambda current: intake.resolve_changes(current, changes),
+    )
     return JobOut.of(job)
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from fastapi import APIRouter, Request
 
 from hipq.api.errors import StrictJSONRoute
@@ -10,7 +12,7 @@ from hipq.service import Service
 from hipq.store import NotFound
 
 router = APIRouter(prefix="/v1/queues", tags=["queues"], route_class=StrictJSONRoute)
-_ERRORS = {404: {"model": ErrorOut}}
+_ERRORS: dict[int | str, dict[str, Any]] = {404: {"model": ErrorOut}}
 
 
 async def queue_out(service: Service, name: str) -> QueueOut:

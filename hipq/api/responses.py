@@ -10,7 +10,7 @@ from pydantic import BaseModel, Field
 
 from hipq.api.errors import StrictJSONRoute
 from hipq.api.models import MAX_ID, ErrorOut
-from hipq.intake import IntakeError
+from hipq.api.paging import Cursor
 from hipq.service import Service
 from hipq.store import Response
 
@@ -67,14 +67,6 @@ class ParkedOut(BaseModel):
     received_at: datetime
 
 
-def _cursor(cursor: str | None) -> int | None:
-    if cursor is None:
-        return None
-    if not cursor.isdigit():
-        raise IntakeError("cursor", "not a cursor returned by this API")
-    return int(cursor)
-
-
 @router.get("", response_model=ResponseListOut, summary="List inbox responses, newest first")
 async def list_responses(
     request: Request,
@@ -82,7 +74,7 @@ async def list_responses(
     matched: Annotated[bool | None, Query(description="false: pending, late and expired")] = None,
     key: Annotated[str | None, Query(description="correlation key")] = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
-    cursor: str | None = None,
+    after: Cursor = None,
 ) -> ResponseListOut:
     service: Service = request.app.state.service
     statuses: tuple[str, ...] = tuple(status or ())
@@ -90,7 +82,7 @@ async def list_responses(
         statuses = ("matched",)
     elif matched is False:
         statuses = _UNMATCHED
-    found = await service.store.response_list(statuses, key, _cursor(cursor), limit)
+    found = await service.store.response_list(statuses, key, after, limit)
     return ResponseListOut(
         responses=[ResponseOut.of(r) for r in found],
         next_cursor=str(found[-1].id) if len(found) == limit else None,
@@ -103,10 +95,10 @@ async def list_responses(
     summary="Kafka messages that could not become responses, with the reason",
 )
 async def list_parked(
-    request: Request, limit: Annotated[int, Query(ge=1, le=1000)] = 100, cursor: str | None = None
+    request: Request, limit: Annotated[int, Query(ge=1, le=1000)] = 100, after: Cursor = None
 ) -> list[ParkedOut]:
     service: Service = request.app.state.service
-    return [ParkedOut(**p) for p in await service.store.parked_list(_cursor(cursor), limit)]
+    return [ParkedOut(**p) for p in await service.store.parked_list(after, limit)]
 
 
 @router.get("/{response_id}", response_model=ResponseOut, responses={404: {"model": ErrorOut}})

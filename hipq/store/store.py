@@ -350,12 +350,22 @@ class Store:
                 f"job {job_id} is {job.state}; only open jobs can be cancelled", field="state"
             )
 
-    async def job_update_pending(self, job_id: int, changes: dict[str, Any], now: datetime) -> Job:
+    async def job_update_pending(
+        self,
+        job_id: int,
+        changes: dict[str, Any],
+        now: datetime,
+        resolve: Callable[[Job], dict[str, Any]] | None = None,
+    ) -> Job:
+        """Change a scheduled job. ``resolve`` turns ``changes`` into the final ones from
+        the locked job (and may refuse them), so the read and the update are one transaction."""
         unknown = set(changes) - _EDITABLE
         if unknown:
             raise Conflict(f"cannot change {', '.join(sorted(unknown))}", field=sorted(unknown)[0])
         async with self._write() as conn:
             job = await self._locked(conn, job_id)
+            if resolve is not None:
+                changes = resolve(job)
             if job.state != State.SCHEDULED:
                 raise Conflict(
                     f"job {job_id} is {job.state}; only scheduled jobs can be changed",

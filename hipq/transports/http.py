@@ -32,6 +32,7 @@ from hipq.jobs import Job
 from hipq.outcome_rules import OutcomeRule, OutcomeRuleError, decide, parse_body, rule_for
 from hipq.outcomes import Failed, Outcome, response_outcome
 from hipq.retry import AttemptError
+from hipq.templates import job_context
 from hipq.transports.base import JobTasks, Reporter, report_send
 from hipq.transports.http_pool import PooledTransport
 from hipq.transports.rendering import (
@@ -42,7 +43,6 @@ from hipq.transports.rendering import (
     compile_body,
     compile_text,
     compile_url,
-    job_context,
 )
 
 # One client serves every job: allow many connections, since each job in flight
@@ -176,8 +176,8 @@ class HttpTransport:
         if 200 <= status < 300:
             if cfg.callback:
                 return None
-            verdict = decide(route.rule, body, headers)
-            return response_outcome(verdict.succeeded, verdict.reason, body)
+            judgement = decide(route.rule, body, headers)
+            return response_outcome(judgement.succeeded, judgement.reason, body)
         what = f"HTTP {status} from {target}"
         if 300 <= status < 400:
             what += f" (redirect to {headers.get('location', '?')} not followed)"

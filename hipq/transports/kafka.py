@@ -16,68 +16,30 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import random
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 import orjson
-from aiokafka import AIOKafkaProducer
-from aiokafka.errors import KafkaError, MessageSizeTooLargeError
+from aiokafka import AIOKafkaProducer  # type: ignore[import-untyped]
+from aiokafka.errors import (  # type: ignore[import-untyped]
+    KafkaError,
+    MessageSizeTooLargeError,
+)
 
 from hipq.config import KafkaConfig
 from hipq.config import KafkaTransport as KafkaTransportConfig
 from hipq.job_types import JobTypeInfo
 from hipq.jobs import Job
+from hipq.kafka_client import Backoff, client_options, close_quietly
 from hipq.outcomes import Failed
 from hipq.retry import AttemptError
+from hipq.templates import job_context
 from hipq.transports.base import JobTasks, Reporter, report_send
-from hipq.transports.rendering import BodyTemplate, RenderError, compile_body, job_context
+from hipq.transports.rendering import BodyTemplate, RenderError, compile_body
 
 log = logging.getLogger("hipq.transports.kafka")
-
-CLIENT_ID = "hipq"
-
-
-class Backoff:
-    """Delays between reconnection attempts: doubling, capped, with jitter."""
-
-    def __init__(self, initial: float = 0.5, cap: float = 30.0) -> None:
-        self.initial, self.cap = initial, cap
-        self._next = initial
-
-    def next(self) -> float:
-        delay = self._next
-        self._next = min(self.cap, self._next * 2)
-        # Jitter spreads the reconnects of many processes after a broker restart.
-        return delay * random.uniform(0.8, 1.2)
-
-    def reset(self) -> None:
-        self._next = self.initial
-
-
-async def close_quietly(client: Any) -> None:
-    """Stop an aiokafka producer or consumer without letting its errors escape."""
-    try:
-        # A producer flushes on stop: do not wait long for a broker that is away.
-        await asyncio.wait_for(client.stop(), 5.0)
-        return
-    except asyncio.CancelledError:
-        task = asyncio.current_task()
-        if task is not None and task.cancelling():
-            raise  # we are being cancelled, not just the client's own tasks
-        error: BaseException = asyncio.CancelledError()
-    except Exception as exc:
-        error = exc
-    log.debug("closing %s: %r", type(client).__name__, error)
-    # aiokafka's stop() can fail half-way (a fetch cancelled in its retry backoff
-    # raises out of it) before it closes its connections: close them still, or the
-    # client's metadata task keeps trying to reach the broker forever.
-    inner = getattr(client, "_client", None) or getattr(client, "client", None)
-    if inner is not None:
-        with contextlib.suppress(Exception):
-            await asyncio.wait_for(inner.close(), 5.0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -196,8 +158,7 @@ class KafkaTransport:
         backoff = Backoff()
         while self._producer is None:
             producer = AIOKafkaProducer(
-                bootstrap_servers=self._kafka.bootstrap_servers,
-                client_id=CLIENT_ID,
+                **client_options(self._kafka),
                 acks="all",
                 linger_ms=5,  # a few ms of batching pays off when many jobs go at once
                 request_timeout_ms=int(min(self._send_timeout, 30.0) * 1000),

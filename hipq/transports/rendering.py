@@ -23,13 +23,20 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
 
-from hipq.jobs import Job
-from hipq.templates import Placeholder, TemplateError, compile_template
+from hipq.templates import (
+    PathError,
+    Placeholder,
+    TemplateError,
+    compile_template,
+    find_value,
+    job_context,
+    scalar_text,
+)
 
 __all__ = [
     "REQUEST_ROOTS",
@@ -40,7 +47,7 @@ __all__ = [
     "compile_body",
     "compile_text",
     "compile_url",
-    "job_context",
+    "job_context",  # the context a request template renders from (hipq.templates owns it)
 ]
 
 REQUEST_ROOTS: frozenset[str] = frozenset(
@@ -58,18 +65,6 @@ class RequestTemplateError(ValueError):
 
 class RenderError(ValueError):
     """A job whose values cannot fill its request template."""
-
-
-def job_context(job: Job) -> dict[str, Any]:
-    """The values a request template can read from ``job``."""
-    return {
-        "payload": job.payload,
-        "labels": job.labels,
-        "type": job.type,
-        "id": job.id,
-        "attempt": job.attempt,
-        "correlation_key": job.correlation_key,
-    }
 
 
 @dataclass(frozen=True, slots=True)
@@ -223,39 +218,27 @@ def _render_node(node: _Node, context: Mapping[str, Any]) -> Any:
 
 # --- looking values up --------------------------------------------------------
 
-_MISSING = object()
-
 
 def _lookup(placeholder: Placeholder, context: Mapping[str, Any], null_ok: bool = False) -> Any:
-    current: Any = context
-    for i, segment in enumerate(placeholder.path):
-        if isinstance(current, Mapping):
-            current = current.get(segment, _MISSING)
-        elif isinstance(current, Sequence) and not isinstance(current, str | bytes):
-            if not (segment.isascii() and segment.isdigit()):
-                walked = ".".join(placeholder.path[:i])
-                raise RenderError(f"{walked} is a list; {segment!r} is not an index")
-            index = int(segment)
-            current = current[index] if index < len(current) else _MISSING
-        else:
-            current = _MISSING
-        if current is _MISSING or (current is None and i < len(placeholder.path) - 1):
-            raise RenderError(f"{placeholder.text} is missing")
-    if current is None and not null_ok:
-        raise RenderError(f"{placeholder.text} is missing (it is null)")
-    return current
+    path = placeholder.path
+    try:
+        return find_value(path, context)
+    except PathError as exc:
+        if exc.problem == "null" and exc.depth == len(path) - 1:
+            if null_ok:
+                return None
+            raise RenderError(f"{placeholder.text} is missing (it is null)") from None
+        if exc.problem == "not_an_index":
+            walked = ".".join(path[: exc.depth])
+            raise RenderError(f"{walked} is a list; {path[exc.depth]!r} is not an index") from None
+        # Absent, null on the way, or a scalar walked into: all the same to a request.
+        raise RenderError(f"{placeholder.text} is missing") from None
 
 
 def _as_text(placeholder: Placeholder, value: Any) -> str:
-    # bool before int: bool is an int subclass, and JSON spells it true/false.
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, str):
-        return value
-    if isinstance(value, int):
-        return str(value)
-    if isinstance(value, float) and math.isfinite(value):
-        return str(int(value)) if value.is_integer() else repr(value)
+    text = scalar_text(value)
+    if text is not None:
+        return text
     kind = "an object" if isinstance(value, Mapping) else "a list"
     raise RenderError(
         f"{placeholder.text} is {kind}; only strings, numbers and booleans fit in text"

@@ -374,6 +374,18 @@ async def test_patch_refuses_bad_changes(api: Api) -> None:
     assert (await api.job(job["id"]))["updated_at"] == job["updated_at"]  # nothing changed
 
 
+async def test_patch_checks_a_weight_against_the_jobs_own_queue(api: Api) -> None:
+    small = await api.post_job(type="ok", run_at=later(hours=1))  # default: capacity 10
+    response = await api.client.patch(f"/v1/jobs/{small['id']}", json={"weight": 11})
+    assert_error(response, 422, "weight")
+    assert response.json()["message"] == "weight: 11 exceeds the capacity 10 of queue default"
+    assert (await api.job(small["id"]))["updated_at"] == small["updated_at"]
+    unlimited = await api.post_job(type="ok", queue="bulk", run_at=later(hours=1))
+    response = await api.client.patch(f"/v1/jobs/{unlimited['id']}", json={"weight": 11})
+    assert response.status_code == 200, response.text
+    assert response.json()["weight"] == 11
+
+
 async def test_patch_only_scheduled_jobs(api: Api) -> None:
     running = await api.post_job(type="hang")
     done = await api.post_job(type="ok")

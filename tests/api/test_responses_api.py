@@ -30,3 +30,16 @@ async def test_bad_ids_and_parameters_are_4xx_naming_the_field(
     assert answer.status_code == status, answer.text
     if field is not None:
         assert field in {e["field"] for e in answer.json()["errors"]}, answer.text
+
+
+@pytest.mark.parametrize("path", ["/v1/jobs", "/v1/responses", "/v1/responses/parked"])
+@pytest.mark.parametrize("cursor", ["99999999999999999999", "²", "abc", "-5", ""])
+async def test_every_listing_refuses_a_cursor_it_did_not_return(
+    api: Api, path: str, cursor: str
+) -> None:
+    answer = await api.client.get(path, params={"cursor": cursor})
+    assert answer.status_code == 422, answer.text
+    error = answer.json()
+    assert error["error"] == "invalid_request", error
+    assert error["field"] == "cursor", error
+    assert error["message"] == "cursor: not a cursor returned by this API", error

@@ -1,6 +1,6 @@
 import pytest
 
-from hipq.outcome_rules import Outcome, OutcomeRule, OutcomeRuleError, decide
+from hipq.outcome_rules import Judgement, OutcomeRule, OutcomeRuleError, decide
 
 APPROVED = OutcomeRule.from_config({"field": "status", "success": ["ok", "approved"]})
 
@@ -64,12 +64,12 @@ def test_bad_configs_are_refused(config: object, message: str) -> None:
 
 
 def test_success_value() -> None:
-    assert decide(APPROVED, {"status": "approved"}, {}) == Outcome(True, "status='approved'")
+    assert decide(APPROVED, {"status": "approved"}, {}) == Judgement(True, "status='approved'")
 
 
 def test_other_value_fails_with_a_reason() -> None:
     outcome = decide(APPROVED, {"status": "declined"}, {})
-    assert outcome == Outcome(False, "status='declined' is not one of ok, approved")
+    assert outcome == Judgement(False, "status='declined' is not one of ok, approved")
 
 
 def test_comparison_is_case_sensitive() -> None:
@@ -77,7 +77,7 @@ def test_comparison_is_case_sensitive() -> None:
 
 
 def test_missing_field_fails_with_a_reason() -> None:
-    assert decide(APPROVED, {"state": "ok"}, {}) == Outcome(False, "field status missing")
+    assert decide(APPROVED, {"state": "ok"}, {}) == Judgement(False, "field status missing")
 
 
 def test_null_field_fails_and_shows_null() -> None:
@@ -140,7 +140,7 @@ def test_object_value_is_shown_short() -> None:
     ],
 )
 def test_bodies_without_the_field(body: object, reason: str) -> None:
-    assert decide(OutcomeRule(), body, {}) == Outcome(False, reason)
+    assert decide(OutcomeRule(), body, {}) == Judgement(False, reason)
 
 
 def test_raw_json_body_is_parsed() -> None:
@@ -153,13 +153,13 @@ def test_raw_json_body_is_parsed() -> None:
 
 def test_header_rule() -> None:
     rule = OutcomeRule.from_config({"header": "x-outcome", "success": ["ok"]})
-    assert decide(rule, None, {"x-outcome": "ok"}) == Outcome(True, "header x-outcome='ok'")
+    assert decide(rule, None, {"x-outcome": "ok"}) == Judgement(True, "header x-outcome='ok'")
     assert decide(rule, {"status": "ok"}, {"X-Outcome": "ok"}).succeeded  # case-insensitive name
     assert decide(rule, None, {"x-outcome": b"ok"}).succeeded  # Kafka header bytes
-    assert decide(rule, None, {"x-outcome": "failed"}) == Outcome(
+    assert decide(rule, None, {"x-outcome": "failed"}) == Judgement(
         False, "header x-outcome='failed' is not one of ok"
     )
-    assert decide(rule, {"status": "ok"}, {}) == Outcome(False, "header x-outcome missing")
+    assert decide(rule, {"status": "ok"}, {}) == Judgement(False, "header x-outcome missing")
 
 
 def test_header_compared_with_the_config_value_written_as_json() -> None:

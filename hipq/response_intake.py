@@ -1,0 +1,68 @@
+"""Turning a received response (a webhook call or a Kafka message) into a ``NewResponse``.
+
+Both response sources check the correlation key and the body the same way and
+judge the response by an outcome rule; each words a refusal its own way (the
+webhook answers 422, the consumer parks the message with a reason).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from hipq.outcome_rules import OutcomeRule, decide
+from hipq.storable_text import NUL_MESSAGE, nul_field
+from hipq.store import NewResponse
+from hipq.store.schema import KEY_MAX_LENGTH
+
+__all__ = ["ResponseRefused", "check_body", "check_key", "new_response"]
+
+
+class ResponseRefused(ValueError):
+    """A response that cannot be stored; ``field`` names the part at fault."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(f"{field}: {message}")
+        self.field, self.message = field, message
+
+
+def check_key(key: str) -> None:
+    """Refuse a correlation key longer than the inbox column or holding U+0000."""
+    if len(key) > KEY_MAX_LENGTH:
+        raise ResponseRefused("key", f"a correlation key has at most {KEY_MAX_LENGTH} characters")
+    if "\x00" in key:
+        raise ResponseRefused("key", NUL_MESSAGE)
+
+
+def check_body(body: Any, where: str) -> None:
+    """Refuse a body holding U+0000 (``where`` names the body in the error's field)."""
+    if found := nul_field(body, where):
+        raise ResponseRefused(found, NUL_MESSAGE)
+
+
+def new_response(
+    key: str,
+    body: Any,
+    *,
+    source: str,
+    rule: OutcomeRule,
+    headers: Mapping[str, Any],
+    kept_headers: dict[str, str] | None = None,
+    job_type: str | None = None,
+) -> NewResponse:
+    """The response as stored, judged by ``rule`` on ``body`` and ``headers``.
+
+    ``kept_headers`` (default: ``headers``) are stored with it: a Kafka message's
+    header values are bytes for the rule but text for an operator to read.
+    """
+    check_key(key)
+    judgement = decide(rule, body, headers)
+    return NewResponse(
+        correlation_key=key,
+        source=source,
+        succeeded=judgement.succeeded,
+        reason=None if judgement.succeeded else judgement.reason,
+        body=body,
+        headers=dict(headers) if kept_headers is None else kept_headers,
+        job_type=job_type,
+    )

@@ -14,7 +14,8 @@ from hipq.jobs import Job
 from hipq.lifecycle import (
     State,
 )
-from hipq.throttling import InFlight, RunningView, Stage, Start, Verdict, run_chain
+from hipq.throttling import InFlight, RunningView, Stage, Start, Verdict
+from tests.chains import run_chain
 from tests.factories import NOW, make_job
 from throttlers.concurrency import ConcurrencySettings, WeightedConcurrency
 

@@ -59,6 +59,7 @@ class Admission:
         # database when the lease is taken (so limits hold across restarts and processes).
         self.lookback = max((s.lookback_seconds for s in stages), default=0.0)
         self.starts: deque[Start] = deque()
+        self._defer_reasons = {s.name: s.defer_reason for s in stages}
         self._stat_labels = sorted({s.label for s in stages if s.label is not None})
         self._stats: dict[str, Any] | None = None
         self._errors: Counter[str] = Counter()
@@ -143,9 +144,9 @@ class Admission:
         by_stage: dict[str, dict[int, datetime]] = {}
         for job_id, at in deferred.items():
             by_stage.setdefault(deferred_by.get(job_id, "?"), {})[job_id] = at
-        reasons = {s.name: s.defer_reason for s in self.stages}
         for stage, jobs in by_stage.items():
-            await batch.job_defer(jobs, reasons.get(stage) or f"deferred by {stage}", now)
+            reason = self._defer_reasons.get(stage) or f"deferred by {stage}"
+            await batch.job_defer(jobs, reason, now)
 
     def rate_wake(self, now: datetime) -> datetime | None:
         """When the oldest start leaves the window of a stage that held jobs for its

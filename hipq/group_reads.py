@@ -39,12 +39,10 @@ class GroupReads:
         groups, stage = self.groups, self.stage
         room = None
         if stage.scan_room is not None:
+            seen = view.without_critical() if stage.lets_critical_through else view
             try:
-                room = set(
-                    stage.scan_room(
-                        view.without_critical() if stage.lets_critical_through else view
-                    )
-                )
+                groups_with_room = stage.scan_room(seen)
+                room = None if groups_with_room is None else set(groups_with_room)
             except Exception:  # a plugin's bug: read every group rather than none
                 log.exception("queue %s: %s.scan_room failed", self.queue, stage.name)
         reached: dict[str | None, bool] = {}  # group -> some of its jobs were held

@@ -34,7 +34,7 @@ from hipq.jobs import Job
 from hipq.lifecycle import State
 from hipq.outcomes import Failed, Outcome, Settlement
 from hipq.plugins import RetryStrategies
-from hipq.reports import Reports, settlements
+from hipq.reports import Reports, apply_reports, write_reports
 from hipq.retry import AttemptError
 from hipq.stopping import finish_or_cancel
 from hipq.store import LeaseLost, Store
@@ -183,18 +183,14 @@ class QueueLoop:
                 if self._check_responses:
                     self._check_responses = False
                     matched = await self.correlation.match(batch, self.in_flight, committed)
-                settled = settlements(reports, self.in_flight, cancels, matched, self.retry, now)
-                await batch.job_settle(settled, now)
-                done = {s.job_id for s in settled}
-                used = [(r, j) for j, (r, _o) in matched.items() if j in done]
-                await batch.response_mark(used, [], now)
+                settled, used = await write_reports(
+                    batch, reports, self.in_flight, cancels, matched, self.retry, now
+                )
                 if used:
                     committed.append(matched_event(self.name, used, self.in_flight, now))
-                await batch.job_mark_awaiting(self._sent_pairs(reports, done), now)
-                await batch.job_extend_deadlines(self._live(reports.deadlines, done))
-                await batch.job_set_payloads(self._live(reports.payloads, done))
                 claimed: list[Job] = []
                 if not batch.paused:
+                    done = {s.job_id for s in settled}
                     live = [j for j in self.in_flight.values() if j.id not in done]
                     admitted = await self.admission.admit(batch, live, now)
                     claimed = await self.correlation.dispatch_keys(
@@ -213,38 +209,19 @@ class QueueLoop:
             raise
         for name, fields in committed:
             self.events.emit(name, **fields)
-        self._apply(reports, settled, claimed, now)
+        self._apply(reports, settled, claimed)
         report.settled = len(settled)
         self._dispatch(claimed)
         return report
 
-    def _sent_pairs(self, reports: Reports, done: set[int]) -> list[tuple[int, int]]:
-        return [
-            (i, a)
-            for i, a in reports.sent
-            if i not in done and (j := self.in_flight.get(i)) is not None and j.attempt == a
-        ]
-
-    def _live(self, items: dict[int, Any], done: set[int]) -> dict[int, Any]:
-        return {i: v for i, v in items.items() if i in self.in_flight and i not in done}
-
-    def _apply(
-        self, reports: Reports, settled: list[Settlement], claimed: list[Job], now: datetime
-    ) -> None:
+    def _apply(self, reports: Reports, settled: list[Settlement], claimed: list[Job]) -> None:
         """The transaction committed: bring the in-memory view in line with it."""
-        # Requests sent, counted before settling: a response can settle its job in
-        # the very tick that learns of the send.
-        sent = sum(
-            1
-            for job_id, attempt in reports.sent
-            if (job := self.in_flight.get(job_id)) is not None and job.attempt == attempt
-        )
+        sent, ended = apply_reports(self.in_flight, reports, settled, claimed)
         if sent:
             self.events.emit("jobs_sent", queue=self.name, count=sent)
+        for job in ended:
+            self._transport_of(job).abandon(job.id)
         for s in settled:
-            job = self.in_flight.pop(s.job_id, None)
-            if job is not None:
-                self._transport_of(job).abandon(job.id)
             self.events.emit(
                 "job_settled",
                 queue=self.name,
@@ -253,18 +230,6 @@ class QueueLoop:
                 attempt=s.attempt,
                 error=s.last_error,
             )
-        for job_id, attempt in reports.sent:
-            job = self.in_flight.get(job_id)
-            if job is not None and job.attempt == attempt and job.state == State.RUNNING:
-                self.in_flight[job_id] = job._replace(state=State.AWAITING)
-        for job_id, deadline in reports.deadlines.items():
-            if job_id in self.in_flight:
-                self.in_flight[job_id] = self.in_flight[job_id]._replace(deadline=deadline)
-        for job_id, payload in reports.payloads.items():
-            if job_id in self.in_flight:
-                self.in_flight[job_id] = self.in_flight[job_id]._replace(payload=payload)
-        for job in claimed:
-            self.in_flight[job.id] = job
         if claimed or reports.sent:
             # A response stored before its job was running or awaiting (early) can
             # match now.

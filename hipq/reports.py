@@ -1,5 +1,6 @@
-"""What transports reported to a queue's loop between two ticks, and the settlements
-a tick makes of it (with correlated responses, cancel requests and deadlines)."""
+"""What transports reported to a queue's loop between two ticks: the settlements a
+tick makes of it (with correlated responses, cancel requests and deadlines), how the
+tick writes it, and how the loop's in-flight view follows once the tick committed."""
 
 from __future__ import annotations
 
@@ -10,9 +11,11 @@ from datetime import datetime
 from typing import Any
 
 from hipq.jobs import Job
+from hipq.lifecycle import State
 from hipq.outcomes import Cancelled, Failed, Outcome, Settlement, settle
 from hipq.plugins import RetryStrategies
 from hipq.retry import AttemptError
+from hipq.store import QueueBatch
 
 log = logging.getLogger("hipq.loop")
 
@@ -75,3 +78,62 @@ def _strategy(retry: RetryStrategies, job: Job) -> Any:
     except Exception:  # a config that no longer loads: fall back to the default
         log.exception("job %s: retry config %r does not load", job.id, job.retry)
         return retry.get({"strategy": "exponential"})
+
+
+async def write_reports(
+    batch: QueueBatch,
+    reports: Reports,
+    in_flight: Mapping[int, Job],
+    cancels: list[int],
+    matched: Mapping[int, tuple[int, Outcome]],
+    retry: RetryStrategies,
+    now: datetime,
+) -> tuple[list[Settlement], list[tuple[int, int]]]:
+    """Persist this tick's settlements, sends, heartbeats and checkpoints; returns the
+    settlements and the (response id, job id) pairs of the responses they used."""
+    settled = settlements(reports, in_flight, cancels, matched, retry, now)
+    await batch.job_settle(settled, now)
+    done = {s.job_id for s in settled}
+    used = [(r, j) for j, (r, _o) in matched.items() if j in done]
+    await batch.response_mark(used, [], now)
+    sent = [
+        (i, a)
+        for i, a in reports.sent
+        if i not in done and (j := in_flight.get(i)) is not None and j.attempt == a
+    ]
+    await batch.job_mark_awaiting(sent, now)
+    await batch.job_extend_deadlines(_live(reports.deadlines, in_flight, done))
+    await batch.job_set_payloads(_live(reports.payloads, in_flight, done))
+    return settled, used
+
+
+def _live(items: dict[int, Any], in_flight: Mapping[int, Job], done: set[int]) -> dict[int, Any]:
+    return {i: v for i, v in items.items() if i in in_flight and i not in done}
+
+
+def apply_reports(
+    in_flight: dict[int, Job], reports: Reports, settled: list[Settlement], claimed: list[Job]
+) -> tuple[int, list[Job]]:
+    """The tick committed: bring ``in_flight`` in line with it. Returns how many
+    requests were sent and the jobs that left the in-flight view."""
+    # Requests sent, counted before settling: a response can settle its job in
+    # the very tick that learns of the send.
+    sent = sum(
+        1
+        for job_id, attempt in reports.sent
+        if (job := in_flight.get(job_id)) is not None and job.attempt == attempt
+    )
+    ended = [job for s in settled if (job := in_flight.pop(s.job_id, None)) is not None]
+    for job_id, attempt in reports.sent:
+        job = in_flight.get(job_id)
+        if job is not None and job.attempt == attempt and job.state == State.RUNNING:
+            in_flight[job_id] = job._replace(state=State.AWAITING)
+    for job_id, deadline in reports.deadlines.items():
+        if job_id in in_flight:
+            in_flight[job_id] = in_flight[job_id]._replace(deadline=deadline)
+    for job_id, payload in reports.payloads.items():
+        if job_id in in_flight:
+            in_flight[job_id] = in_flight[job_id]._replace(payload=payload)
+    for job in claimed:
+        in_flight[job.id] = job
+    return sent, ended

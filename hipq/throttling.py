@@ -107,7 +107,8 @@ class ScanGroups:
     others: bool = True
 
 
-ScanRoom = Callable[[RunningView], Collection[str | None]]
+# The scan groups that could take a job given the view; None: every group.
+ScanRoom = Callable[[RunningView], Collection[str | None] | None]
 
 
 class ThrottlerBase:
@@ -144,9 +145,6 @@ class ThrottlerBase:
         raise NotImplementedError
 
 
-_NO_ROOM = ThrottlerBase.scan_room
-
-
 @dataclass(frozen=True, slots=True)
 class Stage:
     """One configured throttler of a queue's chain, with its optional members read
@@ -174,8 +172,6 @@ class Stage:
         t: Any = throttler
         groups = getattr(t, "scan_groups", None)
         room = getattr(t, "scan_room", None)
-        if getattr(room, "__func__", None) is _NO_ROOM:
-            room = None
         label = getattr(t, "label", None)
         return cls(
             name,

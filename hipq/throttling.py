@@ -96,8 +96,9 @@ class ScanGroups:
     that read did not reach (and, when it held jobs, of those it held none of), so
     that a held backlog of one group at the front of the queue cannot hide the jobs
     of the others behind it. A throttler may also have a method
-    ``scan_room(view) -> Collection[str | None]``, the groups (None: the other
-    values) that could take a job at all; the loop then reads no other group.
+    ``scan_room(view) -> Collection[str | None] | None``, the groups (None: the other
+    values) that could take a job at all; the loop then reads no other group (an
+    answer of None: every group may).
     """
 
     label: str
@@ -173,6 +174,7 @@ class Stage:
         groups = getattr(t, "scan_groups", None)
         room = getattr(t, "scan_room", None)
         label = getattr(t, "label", None)
+        reason = getattr(t, "defer_reason", None)
         return cls(
             name,
             throttler,
@@ -183,7 +185,7 @@ class Stage:
             label=label if isinstance(label, str) else None,
             scan_groups=groups if isinstance(groups, ScanGroups) else None,
             scan_room=room if callable(room) else None,
-            defer_reason=getattr(t, "defer_reason", None) or "",
+            defer_reason=reason if isinstance(reason, str) else "",
         )
 
 

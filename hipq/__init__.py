@@ -21,9 +21,13 @@ _EXPORTS = {
     "JobContext": "hipq.transports.python",
     "PermanentError": "hipq.transports.python",
     "RetryAt": "hipq.retry",
+    "RetryStrategy": "hipq.retry",
     "RunningView": "hipq.throttling",
+    "ScanGroups": "hipq.throttling",
     "Start": "hipq.jobs",
     "Succeeded": "hipq.outcomes",
+    "Throttler": "hipq.throttling",
+    "ThrottlerBase": "hipq.throttling",
     "Verdict": "hipq.throttling",
 }
 
@@ -32,8 +36,15 @@ __all__ = [*sorted(_EXPORTS), "__version__"]
 if TYPE_CHECKING:
     from hipq.jobs import Job, Start  # noqa: F401
     from hipq.outcomes import Cancelled, Failed, Succeeded  # noqa: F401
-    from hipq.retry import AttemptError, GiveUp, RetryAt  # noqa: F401
-    from hipq.throttling import InFlight, RunningView, Verdict  # noqa: F401
+    from hipq.retry import AttemptError, GiveUp, RetryAt, RetryStrategy  # noqa: F401
+    from hipq.throttling import (  # noqa: F401
+        InFlight,
+        RunningView,
+        ScanGroups,
+        Throttler,
+        ThrottlerBase,
+        Verdict,
+    )
     from hipq.transports.python import JobContext, PermanentError  # noqa: F401
 
 

@@ -21,23 +21,20 @@ from typing import IO, Any
 from sqlalchemy.engine import make_url
 
 from hipq import migrations
+from hipq.chain import ChainConfigError, build_stages
 from hipq.config import Settings
 from hipq.events import Events
 from hipq.intake import Intake
 from hipq.job_types import JobTypeError, JobTypes
 from hipq.loop import QueueLoop
-from hipq.plugins import THROTTLERS, PluginError, RetryStrategies, build
+from hipq.plugins import RetryStrategies
 from hipq.response_writer import ResponseWriter
-from hipq.stopping import finish_or_cancel
 from hipq.store import Store
 from hipq.store.dialects import ALL_QUEUES, CANCEL_PREFIX
-from hipq.throttling import Stage
 from hipq.transports.base import Transport
 from hipq.transports.python import HandlerImportError, PythonTransport, import_handler
 from hipq.upkeep import Upkeep
 from hipq.wakeup import PgListener
-from throttlers.concurrency import ConcurrencySettings, WeightedConcurrency
-from throttlers.windows import TimeWindows
 
 log = logging.getLogger("hipq.service")
 
@@ -48,38 +45,6 @@ def utcnow() -> datetime:
 
 class ServiceError(RuntimeError):
     """hipq cannot start as configured; the message is one readable line."""
-
-
-def build_stages(name: str, settings: Settings) -> list[Stage]:
-    """The queue's throttler chain: the configured throttlers, then its capacity.
-
-    Time windows are always enforced; a chain that does not list ``window`` gets it first.
-    """
-    queue = settings.queues[name]
-    stages: list[Stage] = []
-    names = [next(iter(item)) for item in queue.throttlers]
-    if "window" not in names:
-        stages.append(Stage("window", TimeWindows()))
-    for i, item in enumerate(queue.throttlers):
-        ((plugin, raw),) = item.items()
-        options = dict(raw or {})
-        lets_critical = bool(options.pop("let_critical_through", False))
-        try:
-            throttler = build(THROTTLERS, plugin, options)
-            if hasattr(throttler, "bind"):
-                throttler.bind(name, queue.concurrency)
-        except (PluginError, ValueError) as exc:
-            raise ServiceError(
-                f"config error: queues.{name}.throttlers[{i}].{plugin}: {exc}"
-            ) from None
-        lookback = float(getattr(throttler, "lookback_seconds", 0.0) or 0.0)
-        stages.append(Stage(plugin, throttler, lets_critical, lookback))
-    if queue.concurrency is not None:
-        # Last, so that throttlers with a preference among candidates (a share taking
-        # its capacity back from borrowers) see them all; it then only trims to capacity.
-        limit = ConcurrencySettings(limit=queue.concurrency)
-        stages.append(Stage("concurrency", WeightedConcurrency(limit)))
-    return stages
 
 
 class SqliteLock:
@@ -151,23 +116,22 @@ class Service:
         self.started = False
 
     def _loop(self, name: str) -> QueueLoop:
+        try:
+            stages = build_stages(name, self.settings)
+        except ChainConfigError as exc:
+            raise ServiceError(str(exc)) from None
         return QueueLoop(
             name,
             self.settings.queues[name],
             self.store,
             owner=self.owner,
-            stages=build_stages(name, self.settings),
+            stages=stages,
             transports=self.transports,
             retry=self.retry,
+            job_types=self.job_types,
             clock=self.clock,
             events=self.events,
             lease_ttl=self.settings.lease_ttl,
-            # Jobs may be enqueued to another queue than their type's: any queue
-            # matches responses if any job type is external.
-            correlated=self.job_types.any_external,
-            key_templates=self.job_types.keys_at_dispatch(),
-            late_types=self.job_types.accepting_late(),
-            signed_types=self.job_types.signed_types(),
         )
 
     def _transports(self) -> dict[str, Transport]:
@@ -248,7 +212,7 @@ class Service:
             self._listener.start()
         if self.run_loops:
             for loop in self.loops.values():
-                self._tasks.append(asyncio.create_task(loop.run(), name=f"hipq-loop-{loop.name}"))
+                await loop.start()
         self.upkeep.start()
         if self.consumer is not None:
             await self.consumer.start()
@@ -257,13 +221,12 @@ class Service:
     async def stop(self) -> None:
         # The loops first: no new job is claimed while the rest shuts down.
         for loop in self.loops.values():
-            loop.stop()
+            loop.request_stop()
         await self.responses.close()
         await self.upkeep.stop()
         if self.consumer is not None:
             await self.consumer.stop()
-        await finish_or_cancel(self._tasks)
-        self._tasks.clear()
+        await asyncio.gather(*(loop.stop() for loop in self.loops.values()))
         seen: set[int] = set()
         for transport in self.transports.values():
             if id(transport) not in seen:

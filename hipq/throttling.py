@@ -1,4 +1,4 @@
-"""The throttler protocol and the chain that applies a queue's throttlers in order.
+"""The throttler protocol, the types a throttler sees, and a chain's stage.
 
 A throttler is a plugin of the entry-point group ``hipq.throttlers``. Each tick the
 queue's loop gives it the due candidates (in queue order, already filtered by the
@@ -7,25 +7,21 @@ returns a ``Verdict``: which candidates it admits, which it defers to a later
 instant, and a short reason for each one it holds. Decisions are pure functions of
 (candidates, view, now); the loop persists them.
 
-The chain is conservative by construction: a throttler counts the candidates it
-admits against its own limits even if a later throttler holds them, so every
-limit holds for the final set (it may admit less than it could for one tick).
+``hipq.chain`` applies a queue's stages in order.
 """
 
 from __future__ import annotations
 
-import asyncio
-import logging
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol, runtime_checkable
 
 from hipq.jobs import Job, Start
 
-log = logging.getLogger("hipq.throttling")
+if TYPE_CHECKING:
+    from pydantic import BaseModel
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,6 +80,9 @@ class Verdict:
 
 @runtime_checkable
 class Throttler(Protocol):
+    """What a throttler must have. The optional members are declared, with their
+    defaults, on ``ThrottlerBase``; ``Stage.of`` reads them once per queue."""
+
     def decide(self, candidates: Sequence[Job], view: RunningView, now: datetime) -> Verdict: ...
 
 
@@ -97,8 +96,9 @@ class ScanGroups:
     that read did not reach (and, when it held jobs, of those it held none of), so
     that a held backlog of one group at the front of the queue cannot hide the jobs
     of the others behind it. A throttler may also have a method
-    ``scan_room(view) -> Collection[str | None]``, the groups (None: the other
-    values) that could take a job at all; the loop then reads no other group.
+    ``scan_room(view) -> Collection[str | None] | None``, the groups (None: the other
+    values) that could take a job at all; the loop then reads no other group (an
+    answer of None: every group may).
     """
 
     label: str
@@ -108,13 +108,97 @@ class ScanGroups:
     others: bool = True
 
 
-def scan_groups(stages: Sequence[Stage]) -> tuple[Stage, ScanGroups] | None:
-    """The first stage that offers scan groups, and its groups."""
-    for stage in stages:
-        groups = getattr(stage.throttler, "scan_groups", None)
-        if isinstance(groups, ScanGroups):
-            return stage, groups
-    return None
+# The scan groups that could take a job given the view; None: every group.
+ScanRoom = Callable[[RunningView], Collection[str | None] | None]
+
+
+class ThrottlerBase:
+    """Every optional member of a throttler, with its default. A plugin may subclass
+    it or set only the members it needs: hipq reads them once, in ``Stage.of``."""
+
+    # A pydantic model that validates the throttler's settings at start (else it gets
+    # the raw mapping); read from the class by ``hipq.plugins``.
+    config_model: ClassVar[type[BaseModel] | None] = None
+    # Pure and linear in the candidates: the loop calls it without a worker thread
+    # (and without its time limit).
+    runs_inline: ClassVar[bool] = False
+    # Admits a prefix of the queue order (holding a job only for the capacity the
+    # ones before it took) or defers: the loop may read only free capacity's worth.
+    admits_in_order: ClassVar[bool] = False
+    # Seconds of start history it needs in ``view.recent_starts`` (rate limits).
+    lookback_seconds: float = 0.0
+    # A label name: GET /v1/queues/{name} reports capacity in use per its value.
+    label: str | None = None
+    # Groups it judges apart (see ``ScanGroups``).
+    scan_groups: ScanGroups | None = None
+    # The reason stored on the jobs it defers; None: "deferred by <stage name>".
+    defer_reason: ClassVar[str | None] = None
+
+    def bind(self, queue: str, capacity: int | None) -> None:
+        """Called once at start with the queue's name and concurrency; raise
+        ``ValueError`` to refuse the configuration."""
+
+    def scan_room(self, view: RunningView) -> Collection[str | None] | None:
+        """The scan groups that could take a job at all (None: every group)."""
+        return None
+
+    def decide(self, candidates: Sequence[Job], view: RunningView, now: datetime) -> Verdict:
+        raise NotImplementedError
+
+
+@dataclass(frozen=True, slots=True)
+class Stage:
+    """One configured throttler of a queue's chain, with its optional members read
+    once (``Stage.of``), so the tick never probes the plugin."""
+
+    name: str
+    throttler: Throttler
+    lets_critical_through: bool = False
+    # Seconds of start history the throttler needs in its view (rate limits).
+    lookback_seconds: float = 0.0
+    runs_inline: bool = False
+    admits_in_order: bool = False
+    label: str | None = None
+    scan_groups: ScanGroups | None = None
+    scan_room: ScanRoom | None = None
+    defer_reason: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.defer_reason:
+            object.__setattr__(self, "defer_reason", f"deferred by {self.name}")
+
+    @classmethod
+    def of(cls, name: str, throttler: Throttler, lets_critical_through: bool = False) -> Stage:
+        """The stage of ``throttler``: the one place its optional members are read."""
+        t: Any = throttler
+        groups = getattr(t, "scan_groups", None)
+        room = getattr(t, "scan_room", None)
+        label = getattr(t, "label", None)
+        reason = getattr(t, "defer_reason", None)
+        return cls(
+            name,
+            throttler,
+            lets_critical_through,
+            lookback_seconds=float(getattr(t, "lookback_seconds", 0.0) or 0.0),
+            runs_inline=bool(getattr(t, "runs_inline", False)),
+            admits_in_order=bool(getattr(t, "admits_in_order", False)),
+            label=label if isinstance(label, str) else None,
+            scan_groups=groups if isinstance(groups, ScanGroups) else None,
+            scan_room=room if callable(room) else None,
+            defer_reason=reason if isinstance(reason, str) else "",
+        )
+
+
+def bind(throttler: Throttler, queue: str, capacity: int | None) -> None:
+    """Give ``throttler`` its queue (the optional ``bind`` member)."""
+    bound = getattr(throttler, "bind", None)
+    if bound is not None:
+        bound(queue, capacity)
+
+
+def scan_groups(stages: Sequence[Stage]) -> Stage | None:
+    """The first stage that offers scan groups."""
+    return next((s for s in stages if s.scan_groups is not None), None)
 
 
 def reads_free_capacity_only(stages: Sequence[Stage]) -> bool:
@@ -125,160 +209,4 @@ def reads_free_capacity_only(stages: Sequence[Stage]) -> bool:
     then no job beyond the first ``free units`` can be admitted this tick, and
     reading the rest of the backlog every tick would only cost the loop.
     """
-    return all(getattr(s.throttler, "admits_in_order", False) for s in stages)
-
-
-@dataclass(frozen=True, slots=True)
-class Stage:
-    """One configured throttler of a queue's chain."""
-
-    name: str
-    throttler: Throttler
-    lets_critical_through: bool = False
-    # Seconds of start history the throttler needs in its view (rate limits).
-    lookback_seconds: float = 0.0
-
-
-@dataclass(slots=True)
-class ChainResult:
-    admitted: list[Job] = field(default_factory=list)
-    deferred: dict[int, datetime] = field(default_factory=dict)
-    deferred_by: dict[int, str] = field(default_factory=dict)  # job id -> stage name
-    held: dict[int, str] = field(default_factory=dict)
-    held_by: Counter[str] = field(default_factory=Counter)  # stage name -> jobs it held
-    errors: list[tuple[str, str]] = field(default_factory=list)  # (stage, message)
-
-
-class ThrottlerFault(Exception):
-    """A throttler raised or answered something that is not a valid verdict."""
-
-
-def _checked(verdict: object, given: Mapping[int, Job], name: str) -> Verdict:
-    if not isinstance(verdict, Verdict):
-        raise ThrottlerFault(f"returned {type(verdict).__name__}, not a Verdict")
-    decided = [*verdict.admitted, *verdict.deferred, *verdict.held]
-    unknown = [i for i in decided if i not in given]
-    if unknown:
-        raise ThrottlerFault(f"decided on jobs it was not given: {unknown[:5]}")
-    if len(decided) != len(set(decided)):
-        raise ThrottlerFault("decided twice on the same job")
-    for at in verdict.deferred.values():
-        if not isinstance(at, datetime) or at.tzinfo is None:
-            raise ThrottlerFault("deferred to something that is not an aware datetime")
-    # Reasons are stored as text; anything else would fail the whole tick's transaction.
-    if not all(r is None or isinstance(r, str) for r in verdict.held.values()):
-        raise ThrottlerFault("held a job with a reason that is not a string")
-    return verdict
-
-
-def _judge(stage: Stage, survivors: list[Job]) -> tuple[set[int], list[Job]]:
-    bypass = {j.id for j in survivors if j.critical and stage.lets_critical_through}
-    return bypass, [j for j in survivors if j.id not in bypass]
-
-
-def _record(
-    result: ChainResult,
-    stage: Stage,
-    survivors: list[Job],
-    bypass: set[int],
-    judged: list[Job],
-    answer: object,
-) -> list[Job]:
-    """Fold one stage's answer (a verdict, or the exception it raised) into ``result``."""
-    by_id = {j.id: j for j in judged}
-    try:
-        if isinstance(answer, BaseException):
-            raise answer
-        verdict = _checked(answer, by_id, stage.name)
-    except Exception as exc:  # a faulty plugin holds its candidates, never the queue
-        log.error("throttler %s failed; it admits nothing this tick: %s", stage.name, exc)
-        result.errors.append((stage.name, f"{type(exc).__name__}: {exc}"))
-        verdict = Verdict(held={i: f"throttler {stage.name} failed" for i in by_id})
-    admitted = set(verdict.admitted)
-    result.deferred.update(verdict.deferred)
-    result.deferred_by.update(dict.fromkeys(verdict.deferred, stage.name))
-    for job_id in by_id:
-        if job_id not in admitted and job_id not in verdict.deferred:
-            result.held[job_id] = verdict.held.get(job_id) or f"held by {stage.name}"
-            result.held_by[stage.name] += 1
-    return [j for j in survivors if j.id in admitted or j.id in bypass]
-
-
-def run_chain(
-    stages: Sequence[Stage], candidates: Sequence[Job], view: RunningView, now: datetime
-) -> ChainResult:
-    """Apply ``stages`` in order, in this thread; only what every stage admits is admitted."""
-    result = ChainResult()
-    survivors = list(candidates)
-    for stage in stages:
-        if not survivors:
-            break
-        bypass, judged = _judge(stage, survivors)
-        seen = view.without_critical() if stage.lets_critical_through else view
-        try:
-            answer: object = stage.throttler.decide(judged, seen, now) if judged else Verdict()
-        except Exception as exc:
-            answer = exc
-        survivors = _record(result, stage, survivors, bypass, judged, answer)
-    result.admitted = survivors
-    return result
-
-
-class GuardedChain:
-    """Runs a queue's stages off the event loop, each with a time limit.
-
-    Each stage has one worker thread: a throttler that overruns its limit admits
-    nothing that tick, and while it is still busy it is not called again (so a hung
-    plugin costs one thread, not one per tick).
-    """
-
-    def __init__(self, stages: Sequence[Stage], time_limit: float) -> None:
-        self.stages = list(stages)
-        self.time_limit = time_limit
-        self._executors = [
-            ThreadPoolExecutor(1, thread_name_prefix=f"hipq-throttler-{s.name}") for s in stages
-        ]
-        self._busy: list[asyncio.Future[Any] | None] = [None] * len(self.stages)
-
-    async def run(self, candidates: Sequence[Job], view: RunningView, now: datetime) -> ChainResult:
-        result = ChainResult()
-        survivors = list(candidates)
-        loop = asyncio.get_running_loop()
-        for i, stage in enumerate(self.stages):
-            if not survivors:
-                break
-            bypass, judged = _judge(stage, survivors)
-            answer: object = Verdict()
-            busy = self._busy[i]
-            if not judged:
-                pass
-            elif getattr(stage.throttler, "runs_inline", False):
-                # Built-ins are pure and linear: no thread hop on every tick for them.
-                seen = view.without_critical() if stage.lets_critical_through else view
-                try:
-                    answer = stage.throttler.decide(judged, seen, now)
-                except Exception as exc:
-                    answer = exc
-            elif busy is not None and not busy.done():
-                answer = ThrottlerFault(f"still busy after its time limit of {self.time_limit:g}s")
-            else:
-                seen = view.without_critical() if stage.lets_critical_through else view
-                future = loop.run_in_executor(
-                    self._executors[i], stage.throttler.decide, judged, seen, now
-                )
-                self._busy[i] = future
-                try:
-                    answer = await asyncio.wait_for(asyncio.shield(future), self.time_limit)
-                except TimeoutError:
-                    answer = ThrottlerFault(
-                        f"took longer than its time limit of {self.time_limit:g}s"
-                    )
-                except Exception as exc:
-                    answer = exc
-            survivors = _record(result, stage, survivors, bypass, judged, answer)
-        result.admitted = survivors
-        return result
-
-    def close(self) -> None:
-        for executor in self._executors:
-            executor.shutdown(wait=False, cancel_futures=True)
+    return all(s.admits_in_order for s in stages)

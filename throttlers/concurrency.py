@@ -8,8 +8,7 @@ from typing import ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from hipq.jobs import Job
-from hipq.throttling import RunningView, Verdict
+from hipq import Job, RunningView, ThrottlerBase, Verdict
 
 
 class ConcurrencySettings(BaseModel):
@@ -17,7 +16,7 @@ class ConcurrencySettings(BaseModel):
     limit: int = Field(ge=1, description="capacity units held by running + awaiting jobs")
 
 
-class WeightedConcurrency:
+class WeightedConcurrency(ThrottlerBase):
     """Admits candidates in queue order while their weight fits the free capacity.
 
     It stops at the first candidate that does not fit instead of letting lighter

@@ -21,8 +21,7 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from hipq.jobs import Job
-from hipq.throttling import RunningView, Verdict
+from hipq import Job, RunningView, ThrottlerBase, Verdict
 
 _KEY = re.compile(r"^(labels\.[^.]+|payload(\.[^.]+)+)$")
 _SHOWN = 60  # characters of a key value a reason shows
@@ -63,7 +62,7 @@ def _key_value(path: tuple[str, ...], labels: Mapping[str, str], payload: Any) -
     return json.dumps(value, sort_keys=True, separators=(",", ":"))
 
 
-class PerKey:
+class PerKey(ThrottlerBase):
     config_model: ClassVar[type[BaseModel]] = PerKeySettings
     # Pure and linear in the candidates: the loop calls it without a worker thread.
     runs_inline: ClassVar[bool] = True

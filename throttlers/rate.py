@@ -20,9 +20,8 @@ from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from hipq import Job, RunningView, ThrottlerBase, Verdict
 from hipq.durations import format_duration, parse_duration
-from hipq.jobs import Job
-from hipq.throttling import RunningView, Verdict
 
 
 class RateSettings(BaseModel):
@@ -42,7 +41,7 @@ class RateSettings(BaseModel):
         return seconds
 
 
-class Rate:
+class Rate(ThrottlerBase):
     config_model: ClassVar[type[BaseModel]] = RateSettings
     # Pure and linear in the candidates: the loop calls it without a worker thread.
     runs_inline: ClassVar[bool] = True

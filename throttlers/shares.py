@@ -36,8 +36,7 @@ from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from hipq.jobs import Job
-from hipq.throttling import RunningView, ScanGroups, Verdict
+from hipq import Job, RunningView, ScanGroups, ThrottlerBase, Verdict
 
 # The bucket of jobs whose label is missing or not listed (only when ``other`` > 0).
 OTHER = object()
@@ -95,7 +94,7 @@ def _quota(capacity: int, percent: float) -> int:
 
 
 def _quotas(settings: SharesSettings, capacity: int) -> dict[Bucket, int]:
-    percents: dict[Bucket, float] = dict(settings.shares)
+    percents: dict[Bucket, float] = {value: p for value, p in settings.shares.items()}
     if settings.other > 0:
         percents[OTHER] = settings.other
     quotas: dict[Bucket, int] = {}
@@ -123,14 +122,14 @@ class _Share:
     borrowing: bool = False  # its next job needs more than its remaining quota
 
 
-class Shares:
+class Shares(ThrottlerBase):
     config_model: ClassVar[type[BaseModel]] = SharesSettings
     # Pure and linear in the candidates: the loop calls it without a worker thread.
     runs_inline: ClassVar[bool] = True
 
     def __init__(self, settings: SharesSettings) -> None:
         self.settings = settings
-        self.label = settings.label
+        self.label: str = settings.label
         # Each share's due jobs are read on their own when the queue's backlog is
         # larger than a batch: a full share must not hide the others' jobs.
         self.scan_groups = ScanGroups(

@@ -15,8 +15,7 @@ from typing import Any, ClassVar
 import orjson
 from pydantic import BaseModel, ConfigDict
 
-from hipq.jobs import Job
-from hipq.throttling import RunningView, Verdict
+from hipq import Job, RunningView, ThrottlerBase, Verdict
 from hipq.windows import Window, is_open, next_opening, parse_windows
 
 
@@ -35,12 +34,13 @@ def job_windows(windows: list[dict[str, Any]] | None) -> tuple[Window, ...]:
     return _parsed(orjson.dumps(windows, option=orjson.OPT_SORT_KEYS))
 
 
-class TimeWindows:
+class TimeWindows(ThrottlerBase):
     config_model: ClassVar[type[BaseModel]] = WindowSettings
     # Pure and linear in the candidates: the loop calls it without a worker thread.
     runs_inline: ClassVar[bool] = True
     # Defers, never holds: it does not stop the loop from reading only free capacity.
     admits_in_order: ClassVar[bool] = True
+    defer_reason: ClassVar[str | None] = "outside its time windows"
 
     def __init__(self, settings: WindowSettings | None = None) -> None:
         self.settings = settings

@@ -29,6 +29,15 @@ class Reporter(Protocol):
 
 
 class Transport(Protocol):
+    @property
+    def ready(self) -> bool:
+        """Able to send now, as far as it knows (a producer connected to its broker);
+        ``/readyz`` reports it. A transport with nothing to connect to is always ready."""
+
+    @property
+    def busy(self) -> int:
+        """Sends under way: jobs dispatched whose send has not been reported yet."""
+
     async def start(self) -> None: ...
 
     async def stop(self) -> None: ...

@@ -92,6 +92,10 @@ class PythonTransport:
         self._tasks.cancel(job_id)
 
     @property
+    def ready(self) -> bool:
+        return True  # in process: nothing to connect to
+
+    @property
     def busy(self) -> int:
         return len(self._tasks)
 

@@ -24,6 +24,7 @@ from hipq.loop import QueueLoop, TickReport
 from hipq.service import Service
 from hipq.transports.python import JobContext, PermanentError
 from tests import handlers
+from tests.recording import RecordingTransport
 from tests.support import FakeClock, make_settings
 
 HERE = "tests.loop.test_loop"
@@ -117,6 +118,15 @@ async def owned(svc: Service, queue: str = "default") -> QueueLoop:
     return loop
 
 
+def recording(svc: Service, queue: str = "default") -> RecordingTransport:
+    """Every job type of the queue's loop goes to a recording transport: the test
+    reports outcomes itself and needs no pause for handlers."""
+    transport = RecordingTransport()
+    loop = svc.loops[queue]
+    loop.transports = dict.fromkeys(loop.transports, transport)
+    return transport
+
+
 async def add(svc: Service, **fields: Any) -> Job:
     new = svc.intake.resolve({"type": "ok", **fields}, svc.clock())
     [job] = (await svc.store.job_insert_many([new], svc.clock())).jobs
@@ -144,24 +154,25 @@ async def history(svc: Service, job: Job) -> list[tuple[int, str]]:
 async def test_weighted_capacity_is_never_exceeded(services: Factory) -> None:
     clock = FakeClock()
     svc = await services(clock, queues={"default": {"concurrency": 5}})
+    transport = recording(svc)
     loop = await owned(svc)
     weights = [3, 2, 1, 4, 2, 1, 5, 1, 3]
     jobs = [await add(svc, type="gated", weight=w) for w in weights]
     peak = 0
     for _ in range(40):
-        await tick(loop)
+        await loop.run_once()
         held = sum(j.weight for j in loop.in_flight.values())
         stored = (await svc.store.queue_counts("default", clock())).weight_in_flight
         assert held == stored <= 5
         peak = max(peak, held)
         if not loop.in_flight:
             break
-        # Finish the oldest running job; a later tick settles it and admits more.
-        gate(min(loop.in_flight)).set()
-        await asyncio.sleep(0.01)
+        # Finish the oldest running job; the next tick settles it and admits more.
+        transport.succeed(min(loop.in_flight))
     assert peak == 5
     # Weighted admission never lets a light job overtake a heavier one that waits.
-    assert STARTED == [j.id for j in jobs]
+    started = [j.id for j in transport.dispatched]
+    assert started == [j.id for j in jobs]
     assert [(await get(svc, j)).state for j in jobs] == [State.COMPLETED] * len(jobs)
 
 
@@ -205,15 +216,16 @@ async def test_a_tick_reads_the_backlog_only_where_its_chain_needs_it(
     clock = FakeClock()
     queue = {"concurrency": 3, "throttlers": throttlers}
     svc = await services(clock, queues={"default": queue})
+    transport = recording(svc)
     loop = await owned(svc)
     jobs = [await add(svc, type="gated", labels={"tenant": "a"}) for _ in range(10)]
-    first = await tick(loop)
-    gate(jobs[0].id).set()
-    await asyncio.sleep(0.01)
-    second = await tick(loop)
+    first = await loop.run_once()
+    transport.succeed(jobs[0].id)
+    second = await loop.run_once()
     assert [first.loaded, second.loaded] == reads
     # The same jobs run either way, in queue order.
-    assert STARTED == [j.id for j in jobs[:4]]
+    started = [j.id for j in transport.dispatched]
+    assert started == [j.id for j in jobs[:4]]
 
 
 @pytest.mark.parametrize("order", ["time_priority", "priority_time"])
@@ -227,18 +239,20 @@ async def test_a_full_share_backlog_does_not_hide_other_shares(
     share = {"label": "region", "shares": {"east": 50, "west": 25}, "other": 25, "lend": lend}
     queue = {"concurrency": 4, "batch_size": 3, "order": order, "throttlers": [{"share": share}]}
     svc = await services(clock, queues={"default": queue})
+    transport = recording(svc)
     loop = await owned(svc)
     east = [await add(svc, type="gated", labels={"region": "east"}) for _ in range(8)]
     west = await add(svc, type="gated", labels={"region": "west"})
     south = await add(svc, type="gated")  # no region: the `other` share
-    first = await tick(loop)
+    first = await loop.run_once()
+    started = [j.id for j in transport.dispatched]
     assert first.full
     # With lending too: west and other take their own quotas before east may borrow.
-    assert sorted(STARTED) == sorted([east[0].id, east[1].id, west.id, south.id])
+    assert sorted(started) == sorted([east[0].id, east[1].id, west.id, south.id])
     if not lend:
         assert (await get(svc, east[2])).waiting_reason == "share region=east 2/2 in use"
     # The merged read keeps queue order: east's head went first, within its share.
-    assert STARTED.index(east[0].id) < STARTED.index(east[1].id)
+    assert started.index(east[0].id) < started.index(east[1].id)
     for job in (west, south):
         assert (await get(svc, job)).state == State.RUNNING
 
@@ -252,11 +266,13 @@ async def test_a_share_that_a_full_read_barely_reaches_gets_all_its_room(
     share = {"label": "region", "shares": {"east": 50, "west": 50}}
     queue = {"concurrency": 6, "batch_size": 5, "throttlers": [{"share": share}]}
     svc = await services(clock, queues={"default": queue})
+    transport = recording(svc)
     loop = await owned(svc)
     regions = ["east"] * 4 + ["west"] + ["east"] * 3 + ["west"] * 3
     jobs = [await add(svc, type="gated", labels={"region": r}) for r in regions]
-    await tick(loop)
-    started = {j.id for j in jobs if j.id in STARTED}
+    await loop.run_once()
+    dispatched = {j.id for j in transport.dispatched}
+    started = {j.id for j in jobs if j.id in dispatched}
     east = [j.id for j, r in zip(jobs, regions, strict=True) if r == "east"]
     west = [j.id for j, r in zip(jobs, regions, strict=True) if r == "west"]
     assert started == {*east[:3], *west[:3]}

@@ -9,11 +9,12 @@ from datetime import datetime
 
 import pytest
 
+from hipq.admission import Admission
 from hipq.jobs import Job
 from hipq.lifecycle import State
 from hipq.service import Service
 from hipq.store import JobFilter
-from hipq.throttling import GuardedChain, RunningView, Stage, Verdict
+from hipq.throttling import RunningView, Stage, Verdict
 from tests.support import FakeClock, make_settings
 
 
@@ -48,9 +49,10 @@ async def service(database_url: str) -> AsyncIterator[Service]:
 
 async def _with_stage(svc: Service, throttler: object, limit: float = 0.2) -> None:
     loop = svc.loops["default"]
-    loop.chain.close()
-    loop.stages = [Stage("plugin", throttler)]  # type: ignore[list-item]
-    loop.chain = GuardedChain(loop.stages, limit)
+    loop.admission.chain.close()
+    config = loop.config.model_copy(update={"throttler_time_limit": limit})
+    stages = [Stage("plugin", throttler)]  # type: ignore[arg-type]
+    loop.admission = Admission("default", config, stages, loop.events)
     new = [svc.intake.resolve({"type": "ok"}, svc.clock()) for _ in range(3)]
     await svc.store.job_insert_many(new, svc.clock())
     assert await loop.acquire()

@@ -14,7 +14,9 @@ from hipq.jobs import Job
 from hipq.lifecycle import (
     State,
 )
-from hipq.throttling import InFlight, RunningView, Stage, Start, Verdict, run_chain
+from hipq.plugins import THROTTLERS, build
+from hipq.throttling import InFlight, RunningView, Stage, Start, Verdict
+from tests.chains import run_chain
 from tests.factories import NOW, make_job
 from throttlers.concurrency import ConcurrencySettings, WeightedConcurrency
 
@@ -208,3 +210,16 @@ def test_weighted_concurrency_never_exceeds_its_limit(
     held_for_room = [j.id for j in cands if j.id in verdict.held and j.weight <= limit]
     if held_for_room:
         assert all(a < held_for_room[0] for a in verdict.admitted)
+
+
+def test_a_stage_reads_the_optional_members_once_with_their_defaults() -> None:
+    plain = Stage.of("plain", Fn(admit_all))
+    assert (plain.runs_inline, plain.admits_in_order, plain.lookback_seconds) == (False, False, 0)
+    assert (plain.label, plain.scan_groups, plain.scan_room) == (None, None, None)
+    assert plain.defer_reason == "deferred by plain"
+    window = Stage.of("window", build(THROTTLERS, "window", {}))
+    assert window.runs_inline and window.admits_in_order
+    assert window.defer_reason == "outside its time windows"
+    limit = {"limit": 1, "per": "1m", "label": "region"}
+    rate = Stage.of("rate", build(THROTTLERS, "rate", limit), lets_critical_through=True)
+    assert (rate.lookback_seconds, rate.label, rate.lets_critical_through) == (60, "region", True)

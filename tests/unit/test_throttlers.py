@@ -22,7 +22,8 @@ from hypothesis import strategies as st
 from hipq.jobs import Job
 from hipq.lifecycle import State
 from hipq.plugins import THROTTLERS, PluginError, build, installed
-from hipq.throttling import InFlight, RunningView, Stage, Start, Verdict, run_chain
+from hipq.throttling import InFlight, RunningView, Stage, Start, Verdict
+from tests.chains import run_chain
 from tests.factories import make_job
 from throttlers.per_key import PerKey
 from throttlers.rate import Rate
@@ -736,9 +737,9 @@ def test_chain_keeps_every_limit(
     limiter = rate(limit=rate_limit, per="1s", **({"label": "region"} if rate_by_region else {}))
     series = per_key(limit=per_key_limit)
     stages = [
-        Stage("share", shares),
-        Stage("rate", limiter, lookback_seconds=1.0),
-        Stage("per_key", series),
+        Stage.of("share", shares),
+        Stage.of("rate", limiter),
+        Stage.of("per_key", series),
     ]
     queue = Queue(chain(stages), lookback=timedelta(seconds=1))
 

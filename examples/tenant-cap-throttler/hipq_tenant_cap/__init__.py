@@ -16,7 +16,7 @@ from typing import ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from hipq import Job, RunningView, Verdict
+from hipq import Job, RunningView, ThrottlerBase, Verdict
 
 
 class TenantCapSettings(BaseModel):
@@ -25,7 +25,7 @@ class TenantCapSettings(BaseModel):
     percent: float = Field(gt=0, le=100)
 
 
-class TenantCap:
+class TenantCap(ThrottlerBase):
     config_model: ClassVar[type[BaseModel]] = TenantCapSettings
 
     def __init__(self, settings: TenantCapSettings) -> None:

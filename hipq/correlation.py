@@ -1,0 +1,113 @@
+"""Correlation for one queue: keys built at claim, and inbox responses matched to the
+queue's in-flight jobs.
+
+Built from the one job-type registry: which types' keys need the job's id or attempt
+(built when the job is claimed), which accept a late success, and which settle only
+on a signed callback.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from datetime import datetime
+from typing import Any
+
+from hipq.job_types import JobTypes
+from hipq.jobs import Job
+from hipq.outcomes import Failed, Outcome, response_outcome
+from hipq.retry import AttemptError
+from hipq.store import QueueBatch
+from hipq.templates import TemplateError
+
+# An event to emit once the tick's transaction has committed: (name, fields).
+Event = tuple[str, dict[str, Any]]
+# job id -> (response id, outcome)
+Matches = dict[int, tuple[int, Outcome]]
+
+
+class Correlation:
+    def __init__(self, queue: str, job_types: JobTypes, clock: Callable[[], datetime]) -> None:
+        self.queue, self.clock = queue, clock
+        # Jobs may be enqueued to another queue than their type's: any queue matches
+        # responses if any job type is external.
+        self.active = job_types.any_external
+        # Job types whose correlation key needs the job's id or attempt: built at claim.
+        self.key_templates = job_types.keys_at_dispatch()
+        # Job types that accept a late successful response (late_responses: accept).
+        self.late_types = job_types.accepting_late()
+        # Job types whose callbacks must be signed: only verified responses settle them.
+        self.signed_types = job_types.signed_types()
+
+    async def match(
+        self, batch: QueueBatch, in_flight: Mapping[int, Job], committed: list[Event]
+    ) -> Matches:
+        """job id -> (response id, outcome) for pending responses of in-flight jobs;
+        late successes and duplicates are settled on the way."""
+        if not self.active:
+            return {}
+        if self.late_types:
+            accepted = await batch.response_accept_late(self.late_types, self.clock())
+            for job_id in accepted:
+                fields = {"job_id": job_id, "state": "completed", "attempt": None, "error": None}
+                committed.append(("job_settled", {"queue": self.queue, **fields}))
+            if accepted:
+                committed.append(
+                    ("responses_settled", {"status": "late_accepted", "count": len(accepted)})
+                )
+        matches, duplicates = await batch.response_match(self.signed_types)
+        if duplicates:
+            await batch.response_mark([], duplicates, self.clock())
+            committed.append(
+                ("responses_settled", {"status": "duplicate", "count": len(duplicates)})
+            )
+        out: Matches = {}
+        for m in matches:
+            if m.job_id in in_flight:
+                r = m.response
+                out[m.job_id] = (r.id, response_outcome(r.succeeded, r.reason, r.body))
+        return out
+
+    async def dispatch_keys(
+        self, batch: QueueBatch, claimed: list[Job], fail: Callable[[Job, Outcome], None]
+    ) -> list[Job]:
+        """Build correlation keys that depend on the job's id or attempt; a job whose
+        key cannot be built or is taken is reported to ``fail``."""
+        if not self.key_templates:
+            return claimed
+        keys: dict[int, str] = {}
+        for job in claimed:
+            template = self.key_templates.get(job.type)
+            if template is not None:
+                context = {
+                    "payload": job.payload,
+                    "labels": job.labels,
+                    "type": job.type,
+                    "id": job.id,
+                    "attempt": job.attempt,
+                }
+                try:
+                    keys[job.id] = template.render(context)
+                except TemplateError as exc:
+                    fail(job, Failed(AttemptError(f"correlation key: {exc}", retryable=False)))
+        # A key another open job holds would break the unique index and, with it, every
+        # tick of the queue: such a job fails instead (its key cannot identify it).
+        for job_id, reason in (await batch.job_keys_in_use(keys)).items():
+            del keys[job_id]
+            job = next(j for j in claimed if j.id == job_id)
+            fail(job, Failed(AttemptError(reason, retryable=False)))
+        await batch.job_set_correlation_keys(keys)
+        return [j._replace(correlation_key=keys.get(j.id, j.correlation_key)) for j in claimed]
+
+
+def matched_event(
+    queue: str, used: list[tuple[int, int]], in_flight: Mapping[int, Job], now: datetime
+) -> Event:
+    """Responses that settle their jobs this tick, and how long each job waited
+    for its response since it was claimed (the external system's turnaround)."""
+    waits = []
+    for _response_id, job_id in used:
+        job = in_flight.get(job_id)
+        if job is not None and job.claimed_at is not None:
+            waits.append(max(0.0, (now - job.claimed_at).total_seconds()))
+    fields = {"status": "matched", "count": len(used), "queue": queue, "waits": waits}
+    return ("responses_settled", fields)

@@ -17,7 +17,7 @@ from hipq.jobs import Job
 from hipq.outcomes import Failed, Outcome, response_outcome
 from hipq.retry import AttemptError
 from hipq.store import QueueBatch
-from hipq.templates import TemplateError
+from hipq.templates import TemplateError, job_context
 
 # An event to emit once the tick's transaction has committed: (name, fields).
 Event = tuple[str, dict[str, Any]]
@@ -78,15 +78,8 @@ class Correlation:
         for job in claimed:
             template = self.key_templates.get(job.type)
             if template is not None:
-                context = {
-                    "payload": job.payload,
-                    "labels": job.labels,
-                    "type": job.type,
-                    "id": job.id,
-                    "attempt": job.attempt,
-                }
                 try:
-                    keys[job.id] = template.render(context)
+                    keys[job.id] = template.render(job_context(job))
                 except TemplateError as exc:
                     fail(job, Failed(AttemptError(f"correlation key: {exc}", retryable=False)))
         # A key another open job holds would break the unique index and, with it, every

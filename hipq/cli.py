@@ -126,13 +126,11 @@ def migrate(config: ConfigOpt = None) -> None:
     settings = settings_or_fail(config)
 
     async def run() -> str:
-        from hipq import migrations
         from hipq.store import Store
 
         store = Store.from_url(settings.database_url)
         try:
-            await migrations.upgrade(store.engine)
-            return await migrations.current_revision(store.engine) or ""
+            return await store.schema_upgrade()
         finally:
             await store.close()
 

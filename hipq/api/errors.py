@@ -15,7 +15,7 @@ from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from hipq.intake import IntakeError
-from hipq.store import StoreError
+from hipq.store import NotFound, StoreError
 
 log = logging.getLogger("hipq.api")
 
@@ -149,8 +149,8 @@ def install(app: FastAPI) -> None:
 
     @app.exception_handler(StoreError)
     async def _store(_r: Request, exc: StoreError) -> JSONResponse:
-        code = "not_found" if exc.status == 404 else "conflict"
-        return JSONResponse(error_body(code, [(exc.field, exc.message)]), exc.status)
+        code, status = ("not_found", 404) if isinstance(exc, NotFound) else ("conflict", 409)
+        return JSONResponse(error_body(code, [(exc.field, exc.message)]), status)
 
     @app.exception_handler(HTTPException)
     async def _http(_r: Request, exc: HTTPException) -> JSONResponse:

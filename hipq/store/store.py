@@ -63,6 +63,10 @@ class Store(JobTable, InboxTable, QueueTable):
     async def schema_revision(self) -> str | None:
         return await migrations.current_revision(self.engine)
 
+    async def schema_differences(self) -> list[Any]:
+        """How the database's tables differ from those hipq declares; empty if not at all."""
+        return await migrations.differences(self.engine)
+
     async def tables_empty(self) -> None:
         """Delete every row of hipq's tables (tests and benchmarks start from empty)."""
         async with self._write() as conn:

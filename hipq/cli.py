@@ -82,11 +82,12 @@ async def _serve(settings: Settings) -> None:
     import uvicorn
 
     from hipq.api.app import create_app
-    from hipq.service import Service, ServiceError
-    from hipq.store.dialects import StoreSetupError
+    from hipq.service import ServiceError
+    from hipq.store import StoreSetupError
+    from hipq.wiring import build_service
 
     try:
-        service = Service(settings)
+        service = build_service(settings)
         await service.start()
     except (ServiceError, StoreSetupError, ConfigError) as exc:
         fail(str(exc))

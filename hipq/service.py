@@ -123,6 +123,7 @@ class Service:
         run_loops: bool = True,
         parts: Parts | None = None,
     ) -> None:
+        # Without ``parts`` (tests), built here as ``hipq.wiring.build_service`` does.
         parts = parts or build_parts(settings, clock=clock, owner=owner, run_loops=run_loops)
         self.settings, self.clock, self.owner = parts.settings, parts.clock, parts.owner
         self.run_loops = parts.run_loops

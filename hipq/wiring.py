@@ -118,7 +118,8 @@ def build_service(
 ) -> Service:
     from hipq.service import Service
 
-    return Service(settings, clock=clock, owner=owner, run_loops=run_loops)
+    parts = build_parts(settings, clock=clock, owner=owner, run_loops=run_loops)
+    return Service(settings, parts=parts)
 
 
 class _Wiring:

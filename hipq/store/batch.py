@@ -264,44 +264,47 @@ class QueueBatch:
         ).all()
         done: list[int] = []
         for row in rows:
-            if row.job in done:
-                continue
-            check_transition(row.state, State.COMPLETED)
-            changed = await self.conn.execute(
-                update(jobs)
-                .where(
-                    jobs.c.id == row.job,
-                    jobs.c.state == row.state,  # unchanged since read
-                    guards.ACCEPT_LATE.sql(jobs.c.state),
-                )
-                .values(
-                    state=State.COMPLETED.value,
-                    result=row.body,
-                    finished_at=now,
-                    updated_at=now,
-                    last_error=None,
-                )
-            )
-            if changed.rowcount != 1:
-                continue
-            await self.conn.execute(
-                attempts.insert().values(
-                    job_id=row.job,
-                    attempt=row.attempt,
-                    started_at=row.claimed_at,
-                    finished_at=now,
-                    outcome="completed",
-                    error="late response accepted",
-                    response=row.body,
-                )
-            )
-            await self.conn.execute(
-                update(responses)
-                .where(responses.c.id == row.id)
-                .values(status="matched", settled_at=now)
-            )
-            done.append(row.job)
+            if row.job not in done and await self._complete_late(row, now):
+                done.append(row.job)
         return done
+
+    async def _complete_late(self, row: Any, now: datetime) -> bool:
+        """Complete one job with its late response; False if the job changed meanwhile."""
+        check_transition(row.state, State.COMPLETED)
+        changed = await self.conn.execute(
+            update(jobs)
+            .where(
+                jobs.c.id == row.job,
+                jobs.c.state == row.state,  # unchanged since read
+                guards.ACCEPT_LATE.sql(jobs.c.state),
+            )
+            .values(
+                state=State.COMPLETED.value,
+                result=row.body,
+                finished_at=now,
+                updated_at=now,
+                last_error=None,
+            )
+        )
+        if changed.rowcount != 1:
+            return False
+        await self.conn.execute(
+            attempts.insert().values(
+                job_id=row.job,
+                attempt=row.attempt,
+                started_at=row.claimed_at,
+                finished_at=now,
+                outcome="completed",
+                error="late response accepted",
+                response=row.body,
+            )
+        )
+        await self.conn.execute(
+            update(responses)
+            .where(responses.c.id == row.id)
+            .values(status="matched", settled_at=now)
+        )
+        return True
 
     async def job_keys_in_use(self, keys: dict[int, str]) -> dict[int, str]:
         """Of ``keys`` (job id -> key), those another open job already holds, or that

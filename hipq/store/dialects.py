@@ -23,6 +23,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 from sqlalchemy.sql import text
 
+from hipq.jobs import Attempt
 from hipq.outcomes import Settlement
 from hipq.store import unnest
 from hipq.store.guards import SETTLE
@@ -169,39 +170,39 @@ class SqliteDialect(Dialect):
                 updated_at=now,
             )
         )
-        params = [
-            {
-                "b_id": s.job_id,
-                "b_attempt": s.attempt,
-                "state": s.state.value,
-                "run_at": s.run_at,
-                "payload": s.payload,
-                "finished_at": s.finished_at,
-                "result": s.result,
-                "last_error": s.last_error,
-            }
-            for s in settlements
-        ]
-        await conn.execute(stmt, params)
-        # Plain dicts by hand: dataclasses.asdict deep-copies every response body.
-        records = [
-            {
-                "job_id": r.job_id,
-                "attempt": r.attempt,
-                "started_at": r.started_at,
-                "finished_at": r.finished_at,
-                "outcome": r.outcome,
-                "error": r.error,
-                "response": r.response,
-            }
-            for s in settlements
-            if (r := s.record) is not None
-        ]
+        await conn.execute(stmt, [_settle_params(s) for s in settlements])
+        records = [_attempt_row(r) for s in settlements if (r := s.record) is not None]
         if records:
             await conn.execute(attempts.insert(), records)
 
     def process_guard(self, database_url: str, on_payload: Callable[[str], None]) -> ProcessGuard:
         return SqliteFileLock(database_url)
+
+
+def _settle_params(s: Settlement) -> dict[str, Any]:
+    return {
+        "b_id": s.job_id,
+        "b_attempt": s.attempt,
+        "state": s.state.value,
+        "run_at": s.run_at,
+        "payload": s.payload,
+        "finished_at": s.finished_at,
+        "result": s.result,
+        "last_error": s.last_error,
+    }
+
+
+def _attempt_row(r: Attempt) -> dict[str, Any]:
+    # A plain dict by hand: dataclasses.asdict deep-copies every response body.
+    return {
+        "job_id": r.job_id,
+        "attempt": r.attempt,
+        "started_at": r.started_at,
+        "finished_at": r.finished_at,
+        "outcome": r.outcome,
+        "error": r.error,
+        "response": r.response,
+    }
 
 
 class PostgresDialect(Dialect):

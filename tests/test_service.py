@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from hipq.activity import Activity
 from hipq.service import Service
 from hipq.wiring import build_service
 from tests.support import FakeClock, make_settings
@@ -60,6 +61,7 @@ async def test_a_failed_start_stops_what_started_in_reverse(database_url: str) -
 
 async def test_the_process_guard_starts_first_and_the_loops_last(database_url: str) -> None:
     svc = service(database_url)
+    assert all(isinstance(a, Activity) for a in svc.activities)
     names = [a.name for a in svc.activities]
     assert names[0] == svc.guard.name
     assert names[1] == "store"

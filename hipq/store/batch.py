@@ -1,7 +1,7 @@
 """The writes of one tick of a queue's loop: ``QueueBatch``, inside one transaction.
 
 ``Store.queue_batch`` opens it, fenced by the queue's lease; every method is a
-guarded update (``hipq.store.guards``), so a lost race changes nothing.
+guarded update (``hipq.store.state_guards``), so a lost race changes nothing.
 """
 
 from __future__ import annotations
@@ -18,12 +18,12 @@ from hipq.jobs import Job
 from hipq.lifecycle import State, check_transition
 from hipq.outcomes import Settlement
 from hipq.queue_order import order_key
-from hipq.store import guards
+from hipq.store import state_guards as guards
 from hipq.store.dialects import Dialect
-from hipq.store.guards import IN_FLIGHT_SQL, OPEN_SQL, PENDING_SQL, SCHEDULED_SQL
 from hipq.store.records import Match, Response
 from hipq.store.rows import row_to_job
 from hipq.store.schema import attempts, jobs, queues, responses
+from hipq.store.state_guards import IN_FLIGHT_SQL, OPEN_SQL, PENDING_SQL, SCHEDULED_SQL
 
 
 class QueueBatch:

@@ -26,10 +26,10 @@ from sqlalchemy.sql import text
 from hipq.jobs import Attempt
 from hipq.outcomes import Settlement
 from hipq.store import unnest
-from hipq.store.guards import SETTLE
 from hipq.store.process_guard import PgListener, ProcessGuard, SqliteFileLock
 from hipq.store.records import StoreSetupError
 from hipq.store.schema import attempts, jobs
+from hipq.store.state_guards import SETTLE
 from hipq.wakeup import CHANNEL
 
 SQLITE_BUSY_TIMEOUT_MS = 30_000

@@ -15,9 +15,9 @@ from sqlalchemy import bindparam, delete, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from hipq.lifecycle import IN_FLIGHT
-from hipq.store.guards import OPEN_VALUES, PENDING_SQL
 from hipq.store.records import Conflict, NewResponse, NotFound, ParkedMessage, Response
 from hipq.store.schema import jobs, parked_messages, responses
+from hipq.store.state_guards import OPEN_VALUES, PENDING_SQL
 from hipq.store.transactions import Transactions
 from hipq.wakeup import responses_payload
 

@@ -16,11 +16,11 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from hipq.jobs import Attempt, Job, NewJob
 from hipq.lifecycle import TERMINAL, State, check_transition
-from hipq.store import guards
-from hipq.store.guards import OPEN_SQL, const
+from hipq.store import state_guards as guards
 from hipq.store.records import Conflict, InsertResult, JobFilter, NotFound
 from hipq.store.rows import NEW_JOB_COLUMNS, conflict_from, job_from_new, new_row, row_to_job
 from hipq.store.schema import attempts, idempotency_keys, jobs
+from hipq.store.state_guards import OPEN_SQL, const
 from hipq.store.transactions import Transactions
 from hipq.wakeup import cancels_payload, jobs_payload
 

@@ -14,12 +14,12 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from hipq.jobs import Job, Start
 from hipq.lifecycle import State
-from hipq.store import guards
+from hipq.store import state_guards as guards
 from hipq.store.batch import QueueBatch
-from hipq.store.guards import IN_FLIGHT_SQL, IN_FLIGHT_VALUES, OPEN_VALUES, SCHEDULED_SQL
 from hipq.store.records import LeaseLost, QueueCounts
 from hipq.store.rows import row_to_job
 from hipq.store.schema import attempts, jobs, queues
+from hipq.store.state_guards import IN_FLIGHT_SQL, IN_FLIGHT_VALUES, OPEN_VALUES, SCHEDULED_SQL
 from hipq.store.transactions import Transactions
 from hipq.wakeup import jobs_payload
 

@@ -11,10 +11,10 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from hipq.jobs import Job
 from hipq.store.dialects import Dialect
-from hipq.store.guards import Guard
 from hipq.store.records import Conflict, NotFound
 from hipq.store.rows import row_to_job
 from hipq.store.schema import jobs
+from hipq.store.state_guards import Guard
 
 
 class Transactions:

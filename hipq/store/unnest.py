@@ -16,7 +16,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.sql import text
 
 from hipq.outcomes import Settlement
-from hipq.store.guards import SETTLE
+from hipq.store.state_guards import SETTLE
 
 
 def json_dumps(value: Any) -> str:

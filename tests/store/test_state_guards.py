@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from hipq.lifecycle import TRANSITIONS, State, can_transition
-from hipq.store import guards
+from hipq.store import state_guards as guards
 
 S, R, A = State.SCHEDULED, State.RUNNING, State.AWAITING
 C, F, X = State.COMPLETED, State.FAILED, State.CANCELLED

@@ -43,7 +43,7 @@ async def fill(store: Store, count: int) -> None:
         done = (await store.job_insert_many(new, now)).jobs
         await store.job_insert_many(new, now)
         ids = [j.id for j in done]
-        async with store._write() as conn:
+        async with store.engine.begin() as conn:
             await conn.execute(
                 update(jobs)
                 .where(jobs.c.id.in_(ids))
@@ -92,7 +92,7 @@ async def main() -> None:
                 try:
                     await fill(store, args.jobs)
                     deleted, seconds, longest = await prune(store)
-                    async with store._read() as conn:
+                    async with store.engine.connect() as conn:
                         left = len((await conn.execute(select(attempts.c.job_id))).all())
                 finally:
                     await store.close()

@@ -118,7 +118,7 @@ async def record_start(job: JobContext) -> None:
 
 
 def _pg_connect_kwargs(url: str) -> dict[str, Any]:
-    from hipq.wakeup import asyncpg_connect_kwargs
+    from hipq.store.process_guard import asyncpg_connect_kwargs
 
     return asyncpg_connect_kwargs(url)
 
@@ -189,7 +189,6 @@ async def fresh_database(
     """A migrated, empty database; removed afterwards. Yields its SQLAlchemy URL."""
     from sqlalchemy.engine import make_url
 
-    from hipq import migrations
     from hipq.store import Store
 
     if engine == "sqlite":
@@ -206,7 +205,7 @@ async def fresh_database(
     try:
         store = Store.from_url(url)
         try:
-            await migrations.upgrade(store.engine)
+            await store.schema_upgrade()
         finally:
             await store.close()
         yield url

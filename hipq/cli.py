@@ -82,11 +82,12 @@ async def _serve(settings: Settings) -> None:
     import uvicorn
 
     from hipq.api.app import create_app
-    from hipq.service import Service, ServiceError
-    from hipq.store.dialects import StoreSetupError
+    from hipq.service import ServiceError
+    from hipq.store import StoreSetupError
+    from hipq.wiring import build_service
 
     try:
-        service = Service(settings)
+        service = build_service(settings)
         await service.start()
     except (ServiceError, StoreSetupError, ConfigError) as exc:
         fail(str(exc))
@@ -126,13 +127,11 @@ def migrate(config: ConfigOpt = None) -> None:
     settings = settings_or_fail(config)
 
     async def run() -> str:
-        from hipq import migrations
         from hipq.store import Store
 
         store = Store.from_url(settings.database_url)
         try:
-            await migrations.upgrade(store.engine)
-            return await migrations.current_revision(store.engine) or ""
+            return await store.schema_upgrade()
         finally:
             await store.close()
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
@@ -70,3 +71,21 @@ async def ensure_current(engine: AsyncEngine, migrate: bool) -> None:
         f"the database schema is at {current or 'nothing'}, this hipq needs {head}: "
         "run `hipq migrate` (or set migrate_on_start: true)"
     )
+
+
+async def differences(engine: AsyncEngine) -> list[Any]:
+    """What the database's schema lacks or has beyond the tables hipq declares
+    (``hipq.store.schema``), as alembic's autogenerate compares them; empty when
+    they agree."""
+    from alembic.autogenerate import compare_metadata
+
+    from hipq.store.schema import metadata
+
+    def compare(sync_conn) -> list[Any]:  # type: ignore[no-untyped-def]
+        ctx = MigrationContext.configure(
+            sync_conn, opts={"version_table": VERSION_TABLE, "compare_type": True}
+        )
+        return list(compare_metadata(ctx, metadata))
+
+    async with engine.connect() as conn:
+        return await conn.run_sync(compare)

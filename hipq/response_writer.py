@@ -25,6 +25,11 @@ MAX_BATCH = 1000
 
 
 class ResponseWriter:
+    """An ``Activity`` whose work arrives through ``write``: it has nothing to start,
+    and stopping waits for the writes already accepted."""
+
+    name = "response-writer"
+
     def __init__(
         self,
         store: Store,
@@ -50,6 +55,20 @@ class ResponseWriter:
         # A caller that gives up (its client went away) leaves the write to go on:
         # the other callbacks in its transaction still need it.
         return await asyncio.shield(done)
+
+    async def start(self) -> None:
+        """Nothing to start: the first ``write`` starts a writer."""
+
+    async def stop(self) -> None:
+        await self.close()
+
+    async def run_once(self) -> int:
+        """Store the responses waiting now, in the caller's task; how many waited."""
+        waiting = len(self._waiting)
+        await self.close()
+        if self._waiting:
+            await self._drain()
+        return waiting
 
     async def close(self) -> None:
         """Wait for the writes already accepted."""

@@ -1,87 +1,111 @@
-"""A hipq process: the store, one loop per queue, transports, wake-ups and upkeep.
+"""A running hipq process: its activities, started in order and stopped in reverse.
 
 ``hipq serve`` runs one ``Service`` inside the API's lifespan; tests build one
-directly and drive its loops tick by tick.
+(``Service(settings)`` or ``hipq.wiring.build_service``) and drive its loops tick
+by tick. What the parts are and how they are built is ``hipq.wiring``'s.
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
-import fcntl
 import logging
-import os
-import socket
-import uuid
 from collections.abc import Callable, Iterable
-from datetime import UTC, datetime
-from pathlib import Path
-from typing import IO, Any
-
-from sqlalchemy.engine import make_url
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
 
 from hipq import migrations
-from hipq.chain import ChainConfigError, build_stages
+from hipq.activity import Activity
 from hipq.config import Settings
-from hipq.events import Events
-from hipq.intake import Intake
-from hipq.job_types import JobTypeError, JobTypes
 from hipq.loop import QueueLoop
-from hipq.plugins import RetryStrategies
-from hipq.response_writer import ResponseWriter
 from hipq.store import Store
-from hipq.store.dialects import ALL_QUEUES, CANCEL_PREFIX
+from hipq.store.process_guard import ProcessGuard
 from hipq.transports.base import Transport
-from hipq.transports.python import HandlerImportError, PythonTransport, import_handler
-from hipq.upkeep import Upkeep
-from hipq.wakeup import PgListener
+from hipq.wiring import Parts, ServiceError, build_parts, utcnow
+
+if TYPE_CHECKING:
+    from hipq.consumer import ResponseConsumer
 
 log = logging.getLogger("hipq.service")
 
-
-def utcnow() -> datetime:
-    return datetime.now(UTC)
+__all__ = ["Service", "ServiceError", "utcnow"]
 
 
-class ServiceError(RuntimeError):
-    """hipq cannot start as configured; the message is one readable line."""
+class StoreActivity:
+    """The database made ready to serve at start (checked, migrated), closed at stop."""
 
+    name = "store"
 
-class SqliteLock:
-    """One ``hipq serve`` per SQLite file: an exclusive lock on ``<file>.lock``.
+    def __init__(self, store: Store, migrate: bool) -> None:
+        self.store, self.migrate = store, migrate
 
-    SQLite serialises writers and has no LISTEN/NOTIFY, so hipq does not pretend to
-    share a file between processes: the second one is refused with a clear message.
-    """
-
-    def __init__(self, database_url: str) -> None:
-        db = make_url(database_url).database
-        if not db or db == ":memory:":
-            raise ServiceError("database_url: hipq serve needs a SQLite file, not an in-memory DB")
-        self.path = Path(db).resolve().with_name(Path(db).name + ".lock")
-        self._file: IO[str] | None = None
-
-    def acquire(self) -> None:
-        self._file = open(self.path, "a+")
+    async def start(self) -> None:
         try:
-            fcntl.flock(self._file, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            self._file.seek(0)
-            holder = self._file.read().strip() or "another process"
-            self._file.close()
-            raise ServiceError(
-                f"{self.path.with_suffix('')} is already served by {holder}; SQLite allows one "
-                "hipq process per database file (use PostgreSQL to run several)"
-            ) from None
-        self._file.truncate(0)
-        self._file.write(f"pid {os.getpid()}")
-        self._file.flush()
+            await self.store.open(self.migrate)
+        except migrations.SchemaBehind as exc:
+            await self.store.close()
+            raise ServiceError(str(exc)) from None
+        except Exception:
+            await self.store.close()
+            raise
 
-    def release(self) -> None:
-        if self._file is not None:
-            fcntl.flock(self._file, fcntl.LOCK_UN)
-            self._file.close()
-            self._file = None
+    async def stop(self) -> None:
+        await self.store.close()
+
+    async def run_once(self) -> None:
+        await self.store.ping()
+
+
+class TransportActivity:
+    def __init__(self, transport: Transport) -> None:
+        self.name = f"transport-{type(transport).__name__}"
+        self.transport = transport
+
+    async def start(self) -> None:
+        await self.transport.start()
+
+    async def stop(self) -> None:
+        await self.transport.stop()
+
+    async def run_once(self) -> None:
+        """Transports work as jobs are dispatched; there is no step to take."""
+
+
+class ConsumerActivity:
+    name = "kafka-consumer"
+
+    def __init__(self, consumer: ResponseConsumer) -> None:
+        self.consumer = consumer
+
+    async def start(self) -> None:
+        await self.consumer.start()
+
+    async def stop(self) -> None:
+        await self.consumer.stop()
+
+    async def run_once(self) -> int:
+        return await self.consumer.run_once()
+
+
+class LoopActivity:
+    """A queue's loop as a task (when loops run); at stop it ends its tick, closes
+    its throttler chain and lets go of the queue's lease."""
+
+    def __init__(self, loop: QueueLoop, run: bool) -> None:
+        self.name = f"loop-{loop.name}"
+        self.loop, self.run = loop, run
+
+    async def start(self) -> None:
+        if self.run:
+            await self.loop.start()
+
+    async def stop(self) -> None:
+        await self.loop.stop()
+        self.loop.chain.close()
+        with contextlib.suppress(Exception):
+            await self.loop.release()
+
+    async def run_once(self) -> Any:
+        return await self.loop.run_once()
 
 
 class Service:
@@ -92,179 +116,66 @@ class Service:
         clock: Callable[[], datetime] = utcnow,
         owner: str | None = None,
         run_loops: bool = True,
+        parts: Parts | None = None,
     ) -> None:
-        self.settings, self.clock = settings, clock
-        self.owner = owner or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
-        self.events = Events()
-        self.retry = RetryStrategies()
-        try:
-            self.job_types = JobTypes.compile(settings, self.retry)
-        except JobTypeError as exc:  # a job type's retry or correlation_key: one line
-            raise ServiceError(f"config error: {exc}") from None
-        self.intake = Intake(settings, self.job_types, self.retry)
-        self.store = Store.from_url(settings.database_url)
-        self.store.listeners.append(self.wake_queue)
-        self.run_loops = run_loops
-        self.transports = self._transports()
-        self.loops = {name: self._loop(name) for name in settings.queues}
-        self.upkeep = Upkeep(settings, self.store, clock, self.events)
-        self.responses = ResponseWriter(self.store, clock, settings.responses.ttl, self.events)
-        self.consumer = self._consumer()
-        self._tasks: list[asyncio.Task[None]] = []
-        self._sqlite_lock: SqliteLock | None = None
-        self._listener: PgListener | None = None
+        # Without ``parts`` (tests), built here as ``hipq.wiring.build_service`` does.
+        parts = parts or build_parts(settings, clock=clock, owner=owner, run_loops=run_loops)
+        self.settings, self.clock, self.owner = parts.settings, parts.clock, parts.owner
+        self.run_loops = parts.run_loops
+        self.events, self.retry, self.job_types = parts.events, parts.retry, parts.job_types
+        self.intake, self.store, self.transports = parts.intake, parts.store, parts.transports
+        self.loops, self.upkeep, self.responses = parts.loops, parts.upkeep, parts.responses
+        self.consumer, self.kafka_producer = parts.consumer, parts.kafka_producer
+        self.wakeups = parts.wakeups
+        self.guard: ProcessGuard = self.store.process_guard(
+            settings.database_url, self.wakeups.deliver
+        )
+        self.activities = self._activities()
+        self._started: list[Activity] = []
         self.started = False
 
-    def _loop(self, name: str) -> QueueLoop:
-        try:
-            stages = build_stages(name, self.settings)
-        except ChainConfigError as exc:
-            raise ServiceError(str(exc)) from None
-        return QueueLoop(
-            name,
-            self.settings.queues[name],
-            self.store,
-            owner=self.owner,
-            stages=stages,
-            transports=self.transports,
-            retry=self.retry,
-            job_types=self.job_types,
-            clock=self.clock,
-            events=self.events,
-            lease_ttl=self.settings.lease_ttl,
-        )
-
-    def _transports(self) -> dict[str, Transport]:
-        by_kind: dict[str, list[str]] = {"python": [], "http": [], "kafka": []}
-        for name, jt in self.settings.job_types.items():
-            by_kind[jt.transport.kind].append(name)
-        handlers = {}
-        for name in by_kind["python"]:
-            spec = self.settings.job_types[name].transport.python
-            assert spec is not None
-            try:
-                handlers[name] = import_handler(spec.handler)
-            except HandlerImportError as exc:
-                raise ServiceError(
-                    f"config error: job_types.{name}.transport.python: {exc}"
-                ) from None
-        out: dict[str, Transport] = {}
-        python = PythonTransport(handlers, self.clock)
-        out.update({name: python for name in handlers})
-        types = self.job_types
-        try:
-            if by_kind["http"]:
-                from hipq.transports.http import HttpTransport
-
-                http = HttpTransport(types, self.settings.server.base_url(), self.clock)
-                out.update({name: http for name in by_kind["http"]})
-            if by_kind["kafka"]:
-                from hipq.transports.kafka import KafkaTransport
-
-                kafka = KafkaTransport(self.settings.kafka, types, self.clock)
-                out.update({name: kafka for name in by_kind["kafka"]})
-        except ValueError as exc:
-            raise ServiceError(f"config error: {exc}") from None
-        return out
-
-    def _consumer(self) -> Any:
-        kafka = self.settings.kafka
-        if not kafka.enabled or not kafka.responses:
-            return None
-        from hipq.consumer import ResponseConsumer
-
-        try:
-            return ResponseConsumer(
-                kafka,
-                self.store,
-                self.clock,
-                self.settings.responses.ttl,
-                self.wake_all,
-                consumer_options={
-                    "session_timeout_ms": int(kafka.session_timeout * 1000),
-                    "heartbeat_interval_ms": int(kafka.heartbeat_interval * 1000),
-                },
-                events=self.events,
-            )
-        except ValueError as exc:
-            raise ServiceError(f"config error: {exc}") from None
+    def _activities(self) -> list[Activity]:
+        """In start order. The loops come last, so that they stop first: no job is
+        claimed while the rest shuts down."""
+        distinct = {id(t): t for t in self.transports.values()}
+        activities: list[Activity] = [
+            self.guard,  # SQLite: the file lock, before anything touches the file
+            StoreActivity(self.store, self.settings.migrate_on_start),
+            *(TransportActivity(t) for t in distinct.values()),
+            self.responses,
+            self.upkeep,
+        ]
+        if self.consumer is not None:
+            activities.append(ConsumerActivity(self.consumer))
+        activities.extend(LoopActivity(loop, self.run_loops) for loop in self.loops.values())
+        return activities
 
     async def start(self) -> None:
-        if self.store.dialect == "sqlite":
-            self._sqlite_lock = SqliteLock(self.settings.database_url)
-            self._sqlite_lock.acquire()
-        try:
-            await self.store.check()
-            await migrations.ensure_current(self.store.engine, self.settings.migrate_on_start)
-            if self._sqlite_lock is not None:
-                # A crashed process's leases would otherwise idle the queues for lease_ttl.
-                await self.store.lease_clear_all()
-        except migrations.SchemaBehind as exc:
-            await self._close_store()
-            raise ServiceError(str(exc)) from None
-        except Exception:
-            await self._close_store()
-            raise
-        for transport in set(map(id, self.transports.values())):
-            await next(t for t in self.transports.values() if id(t) == transport).start()
-        if self.store.dialect == "postgresql":
-            self._listener = PgListener(self.settings.database_url, self.wake_queue)
-            self._listener.start()
-        if self.run_loops:
-            for loop in self.loops.values():
-                await loop.start()
-        self.upkeep.start()
-        if self.consumer is not None:
-            await self.consumer.start()
+        for activity in self.activities:
+            try:
+                await activity.start()
+            except BaseException:
+                await self._stop(reversed(self._started))
+                raise
+            self._started.append(activity)
         self.started = True
 
     async def stop(self) -> None:
-        # The loops first: no new job is claimed while the rest shuts down.
-        for loop in self.loops.values():
-            loop.request_stop()
-        await self.responses.close()
-        await self.upkeep.stop()
-        if self.consumer is not None:
-            await self.consumer.stop()
-        await asyncio.gather(*(loop.stop() for loop in self.loops.values()))
-        seen: set[int] = set()
-        for transport in self.transports.values():
-            if id(transport) not in seen:
-                seen.add(id(transport))
-                await transport.stop()
-        for loop in self.loops.values():
-            loop.chain.close()
-            with contextlib.suppress(Exception):
-                await loop.release()
-        if self._listener:
-            await self._listener.stop()
-        await self._close_store()
+        # Every activity, also those a failed start left out: each stop is safe to repeat.
+        await self._stop(reversed(self.activities))
         self.started = False
 
-    async def _close_store(self) -> None:
-        await self.store.close()
-        if self._sqlite_lock:
-            self._sqlite_lock.release()
-            self._sqlite_lock = None
+    async def _stop(self, activities: Iterable[Activity]) -> None:
+        for activity in list(activities):
+            await activity.stop()
+        self._started.clear()
 
-    def wake_queue(self, queue: str) -> None:
-        """Act on a NOTIFY payload: a queue's name, ``*`` (new responses) or
-        ``cancel:<queue>``; from this process's store or another process's."""
-        if queue == ALL_QUEUES:
-            for each in self.loops.values():
-                each.hint_responses()
-            return
-        if queue.startswith(CANCEL_PREFIX):
-            loop = self.loops.get(queue.removeprefix(CANCEL_PREFIX))
-            if loop is not None:
-                loop.hint_cancels()
-            return
-        loop = self.loops.get(queue)
-        if loop is not None:
-            loop.wake.set()
+    def wake_queue(self, payload: str) -> None:
+        """Act on a wake-up payload (``hipq.wakeup``), from this process or another."""
+        self.wakeups.deliver(payload)
 
     def wake_all(self) -> None:
-        self.wake_queue(ALL_QUEUES)
+        self.wakeups.all()
 
     def wake(self, queues: Iterable[str]) -> None:
         for queue in set(queues):
@@ -272,13 +183,11 @@ class Service:
 
     def status(self) -> dict[str, Any]:
         """What /readyz reports: None means "not used by this configuration"."""
-        kafka_producer = next(
-            (t for t in self.transports.values() if type(t).__name__ == "KafkaTransport"), None
-        )
+        producer, consumer = self.kafka_producer, self.consumer
         return {
             "owner": self.owner,
             "queues_owned": sorted(n for n, lp in self.loops.items() if lp.token is not None),
-            "listener": None if self._listener is None else self._listener.connected.is_set(),
-            "kafka_producer": None if kafka_producer is None else bool(kafka_producer.ready),
-            "kafka_consumer": None if self.consumer is None else bool(self.consumer.ready),
+            "listener": self.guard.listening,
+            "kafka_producer": None if producer is None else bool(producer.ready),
+            "kafka_consumer": None if consumer is None else bool(consumer.ready),
         }

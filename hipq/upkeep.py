@@ -16,14 +16,11 @@ import logging
 from collections.abc import Callable
 from datetime import datetime, timedelta
 
-from sqlalchemy import delete
-
 from hipq.config import Settings
 from hipq.events import Events
 from hipq.lifecycle import State
 from hipq.stopping import finish_or_cancel
 from hipq.store import Store
-from hipq.store.schema import idempotency_keys
 
 log = logging.getLogger("hipq.upkeep")
 
@@ -33,6 +30,10 @@ JOBS_PER_PASS = 200_000
 
 
 class Upkeep:
+    """An ``Activity``: ``run_once`` every ``interval`` seconds until stopped."""
+
+    name = "upkeep"
+
     def __init__(
         self,
         settings: Settings,
@@ -61,10 +62,7 @@ class Upkeep:
 
     async def _prune(self, now: datetime) -> None:
         cutoff = now - timedelta(seconds=self.settings.idempotency_ttl)
-        async with self.store._write() as conn:
-            await conn.execute(
-                delete(idempotency_keys).where(idempotency_keys.c.created_at < cutoff)
-            )
+        await self.store.idempotency_prune(cutoff)
         await self.store.response_prune(now - timedelta(seconds=self.settings.responses.retention))
         await self._prune_jobs(now)
 
@@ -88,7 +86,7 @@ class Upkeep:
             if pruned:
                 self.events.emit("jobs_pruned", state=state.value, count=pruned)
 
-    def start(self) -> None:
+    async def start(self) -> None:
         self._stopping.clear()
         self._task = asyncio.create_task(self._run(), name="hipq-upkeep")
 

@@ -1,86 +1,90 @@
-"""Waking a queue's loop when new input arrives from another process (PostgreSQL LISTEN).
+"""The wake-up payloads: what new input tells the queue loops, in one process or across.
 
-In one process the API sets the loop's event directly. Across processes, every
-insert NOTIFYs the queue's name (see ``hipq.store.dialects.notify``) and each
-process listens on one dedicated connection, reconnecting with backoff.
+Every committed write that a loop should act on sends a payload: in this process
+to the service's router at once, and on PostgreSQL also as a NOTIFY on ``CHANNEL``
+to the other processes (see ``hipq.store.process_guard.PgListener``). A payload is
+
+- ``<queue>``: new or changed jobs in a queue,
+- ``*``: new responses in the inbox (a response may be for any queue),
+- ``cancel:<queue>``: a running job of the queue was asked to stop.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import logging
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Mapping
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Protocol
 
-import asyncpg
-from sqlalchemy.engine import make_url
-
-from hipq.store.dialects import NOTIFY_CHANNEL
-
-log = logging.getLogger("hipq.wakeup")
+CHANNEL = "hipq_jobs"
+_ALL_QUEUES = "*"
+_CANCEL_PREFIX = "cancel:"
 
 
-def asyncpg_dsn(sqlalchemy_url: str) -> str:
-    url = make_url(sqlalchemy_url).set(drivername="postgresql")
-    return url.render_as_string(hide_password=False)
+class WakeKind(StrEnum):
+    JOBS = "jobs"
+    RESPONSES = "responses"
+    CANCELS = "cancels"
 
 
-def asyncpg_connect_kwargs(sqlalchemy_url: str) -> dict[str, Any]:
-    """asyncpg.connect() arguments for a SQLAlchemy URL (also one with ``?host=`` for a
-    unix socket directory, as a local pgserver gives)."""
-    url = make_url(sqlalchemy_url)
-    host = url.host or url.query.get("host")
-    if isinstance(host, tuple):
-        host = host[0]
-    return {
-        "host": host,
-        "port": url.port,
-        "user": url.username,
-        "password": url.password,
-        "database": url.database,
-    }
+@dataclass(frozen=True, slots=True)
+class Wake:
+    kind: WakeKind
+    queue: str | None = None  # None: every queue
 
 
-class PgListener:
-    def __init__(self, database_url: str, on_queue: Callable[[str], None]) -> None:
-        self._dsn = asyncpg_dsn(database_url)
-        self._on_queue = on_queue
-        self._task: asyncio.Task[None] | None = None
-        self.connected = asyncio.Event()
+def jobs_payload(queue: str) -> str:
+    return queue
 
-    def start(self) -> None:
-        self._task = asyncio.create_task(self._run(), name="hipq-pg-listener")
 
-    async def stop(self) -> None:
-        if self._task:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+def responses_payload() -> str:
+    return _ALL_QUEUES
 
-    async def _run(self) -> None:
-        delay = 0.5
-        while True:
-            conn = None
-            try:
-                conn = await asyncpg.connect(self._dsn)
-                lost = asyncio.Event()
-                conn.add_termination_listener(lambda _c, lost=lost: lost.set())
-                await conn.add_listener(NOTIFY_CHANNEL, self._notified)
-                self.connected.set()
-                delay = 0.5
-                await lost.wait()
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:
-                log.warning("LISTEN connection failed (%s); retrying in %.1fs", exc, delay)
-            finally:
-                self.connected.clear()
-                if conn is not None and not conn.is_closed():
-                    with contextlib.suppress(Exception):
-                        await conn.close(timeout=2)
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, 15.0)
 
-    def _notified(self, _conn: object, _pid: int, _channel: str, payload: str) -> None:
-        self._on_queue(payload)
+def cancels_payload(queue: str) -> str:
+    return _CANCEL_PREFIX + queue
+
+
+def decode(payload: str) -> Wake:
+    if payload == _ALL_QUEUES:
+        return Wake(WakeKind.RESPONSES)
+    if payload.startswith(_CANCEL_PREFIX):
+        return Wake(WakeKind.CANCELS, payload.removeprefix(_CANCEL_PREFIX))
+    return Wake(WakeKind.JOBS, payload)
+
+
+class Wakeable(Protocol):
+    """What a queue loop offers to be woken."""
+
+    wake: asyncio.Event
+
+    def hint_responses(self) -> None: ...
+
+    def hint_cancels(self) -> None: ...
+
+
+class Wakeups:
+    """Delivers payloads, from this process's store or another process's NOTIFY,
+    to this process's queue loops."""
+
+    def __init__(self, loops: Mapping[str, Wakeable]) -> None:
+        self._loops = loops
+
+    def deliver(self, payload: str) -> None:
+        wake = decode(payload)
+        if wake.kind is WakeKind.RESPONSES:
+            for each in self._loops.values():
+                each.hint_responses()
+            return
+        loop = self._loops.get(wake.queue or "")
+        if loop is None:
+            return
+        if wake.kind is WakeKind.CANCELS:
+            loop.hint_cancels()
+        else:
+            loop.wake.set()
+
+    def all(self) -> None:
+        """New responses: every loop looks at the inbox."""
+        self.deliver(responses_payload())

@@ -10,24 +10,18 @@ from pathlib import Path
 
 import pytest
 
-from hipq import migrations
 from hipq.store import Store
 from tests import handlers
 from tests.services import create_database_sync, drop_database_sync, unique_database_name
 
 pytest_plugins = ["tests.services"]
 
-_TABLES = (
-    "hipq_attempts, hipq_jobs, hipq_queues, hipq_idempotency_keys, hipq_responses, "
-    "hipq_parked_messages"
-)
-
 
 def _migrate(url: str) -> None:
     async def run() -> None:
         store = Store.from_url(url)
         try:
-            await migrations.upgrade(store.engine)
+            await store.schema_upgrade()
         finally:
             await store.close()
 
@@ -56,8 +50,7 @@ def postgres_url(postgres_admin_url: str) -> Iterator[str]:
 async def _truncate(url: str) -> None:
     store = Store.from_url(url)
     try:
-        async with store.engine.begin() as conn:
-            await conn.exec_driver_sql(f"TRUNCATE {_TABLES} RESTART IDENTITY CASCADE")
+        await store.tables_empty()
     finally:
         await store.close()
 

@@ -31,7 +31,7 @@ import asyncpg
 import pytest
 from sqlalchemy.engine import URL, make_url
 
-from hipq.wakeup import asyncpg_connect_kwargs
+from hipq.store.process_guard import asyncpg_connect_kwargs
 
 log = logging.getLogger(__name__)
 

@@ -8,7 +8,6 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
-from sqlalchemy import text
 
 from hipq import __version__
 from hipq.api import callbacks, errors, jobs, queues, responses
@@ -54,8 +53,7 @@ def create_app(service: Service, *, manage_service: bool = True) -> FastAPI:
         if not service.started:
             problems["service"] = "not started"
         try:
-            async with service.store.engine.connect() as conn:
-                await conn.execute(text("SELECT 1"))
+            await service.store.ping()
         except Exception as exc:
             problems["database"] = f"unreachable: {type(exc).__name__}"
         status = service.status()

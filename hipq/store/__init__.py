@@ -1,5 +1,6 @@
 """Storage: one interface (``Store``), SQLite and PostgreSQL behind it."""
 
+from hipq.store.batch import QueueBatch
 from hipq.store.records import (
     Conflict,
     InsertResult,
@@ -12,8 +13,10 @@ from hipq.store.records import (
     QueueCounts,
     Response,
     StoreError,
+    StoreSetupError,
 )
-from hipq.store.store import QueueBatch, Store, row_to_job
+from hipq.store.rows import row_to_job
+from hipq.store.store import Store
 
 __all__ = [
     "Conflict",
@@ -29,5 +32,6 @@ __all__ = [
     "Response",
     "Store",
     "StoreError",
+    "StoreSetupError",
     "row_to_job",
 ]

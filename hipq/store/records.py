@@ -10,9 +10,7 @@ from hipq.jobs import Job
 
 
 class StoreError(Exception):
-    """Base of the errors the store reports to its callers (the API maps them to 4xx)."""
-
-    status = 409
+    """Base of the errors the store reports to its callers about their request."""
 
     def __init__(self, message: str, field: str | None = None) -> None:
         super().__init__(message)
@@ -20,11 +18,15 @@ class StoreError(Exception):
 
 
 class NotFound(StoreError):
-    status = 404
+    """The job or response named does not exist."""
 
 
 class Conflict(StoreError):
     """A uniqueness rule or a job's state refuses the change."""
+
+
+class StoreSetupError(RuntimeError):
+    """The database cannot be used as configured (message says why)."""
 
 
 class LeaseLost(Exception):

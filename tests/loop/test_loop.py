@@ -609,7 +609,7 @@ async def test_crash_recovery_redispatches_running_and_keeps_awaiting(services: 
 
     second = await services(clock, owner="second")
     successor = second.loops["default"]
-    if second.store.dialect == "postgresql":
+    if second.store.dialect.name == "postgresql":
         assert not await successor.acquire()  # the dead owner's lease is still live
         clock.advance(second.settings.lease_ttl + 0.001)
     # On SQLite the file lock proves the old process is gone: its leases were cleared.

@@ -1,0 +1,354 @@
+"""The writes of one tick of a queue's loop: ``QueueBatch``, inside one transaction.
+
+``Store.queue_batch`` opens it, fenced by the queue's lease; every method is a
+guarded update (``hipq.store.state_guards``), so a lost race changes nothing.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Sequence
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy import bindparam, select, update
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from hipq.jobs import Job
+from hipq.lifecycle import State, check_transition
+from hipq.outcomes import Settlement
+from hipq.queue_order import order_key
+from hipq.store import state_guards as guards
+from hipq.store.dialects import Dialect
+from hipq.store.records import Match, Response
+from hipq.store.rows import row_to_job
+from hipq.store.schema import attempts, jobs, queues, responses
+from hipq.store.state_guards import IN_FLIGHT_SQL, OPEN_SQL, PENDING_SQL, SCHEDULED_SQL
+
+
+class QueueBatch:
+    """The writes of one tick of a queue's loop, all inside one transaction."""
+
+    def __init__(self, conn: AsyncConnection, dialect: Dialect, queue: str, paused: bool) -> None:
+        self.conn, self.dialect, self.queue, self.paused = conn, dialect, queue, paused
+
+    async def job_settle(self, settlements: Sequence[Settlement], now: datetime) -> None:
+        """Persist a tick's outcomes (and their attempt records) in one go; a job that
+        is no longer in flight in that attempt is left alone (a lost race)."""
+        if settlements:
+            await self.dialect.job_settle(self.conn, settlements, now)
+
+    async def job_due(
+        self,
+        now: datetime,
+        limit: int,
+        order: str,
+        aging: float | None = None,
+        max_weight: int | None = None,
+        label: str | None = None,
+        value: str | None = None,
+        other_than: Sequence[str] = (),
+    ) -> list[Job]:
+        """Due jobs in queue order, none heavier than ``max_weight`` if given.
+
+        With ``label``: only jobs whose label is ``value``, or, with ``value`` None,
+        only jobs whose label is missing or not one of ``other_than``.
+
+        The order is ``hipq.queue_order``'s; with aging no index serves it: the
+        database sorts all due jobs of the queue each tick."""
+        keys = order_key(
+            order,
+            aging,
+            run_at=jobs.c.run_at,
+            priority=jobs.c.priority,
+            id=jobs.c.id,
+            epoch=self.dialect.epoch_seconds(jobs.c.run_at),
+        )
+        query = (
+            select(jobs)
+            .where(
+                jobs.c.queue == self.queue,
+                jobs.c.state == SCHEDULED_SQL,
+                jobs.c.run_at <= now,
+            )
+            .order_by(*keys)
+            .limit(limit)
+        )
+        if max_weight is not None:
+            query = query.where(jobs.c.weight <= max_weight)
+        if label is not None:
+            found = jobs.c.labels[label].as_string()
+            if value is not None:
+                query = query.where(found == value)
+            elif other_than:
+                query = query.where(found.is_(None) | found.not_in(list(other_than)))
+        rows = await self.conn.execute(self.dialect.skip_locked(query))
+        return [row_to_job(r) for r in rows.all()]
+
+    async def job_claim(self, admitted: Sequence[Job], now: datetime) -> list[Job]:
+        """scheduled -> running for ``admitted`` (rows the due scan locked in this transaction)."""
+        by_timeout: dict[float, list[int]] = defaultdict(list)
+        for job in admitted:
+            by_timeout[job.timeout_seconds].append(job.id)
+        for timeout, ids in by_timeout.items():
+            await self.conn.execute(
+                update(jobs)
+                .where(self.dialect.id_in(jobs.c.id, ids), guards.CLAIM.sql(jobs.c.state))
+                .values(
+                    state=State.RUNNING.value,
+                    attempt=jobs.c.attempt + 1,
+                    claimed_at=now,
+                    deadline=now + timedelta(seconds=timeout),
+                    waiting_reason=None,
+                    updated_at=now,
+                )
+            )
+        return [
+            j._replace(
+                state=State.RUNNING,
+                attempt=j.attempt + 1,
+                claimed_at=now,
+                deadline=now + timedelta(seconds=j.timeout_seconds),
+                waiting_reason=None,
+                updated_at=now,
+            )
+            for j in admitted
+        ]
+
+    async def job_defer(self, deferred: dict[int, datetime], reason: str, now: datetime) -> None:
+        if not deferred:
+            return
+        await self.conn.execute(
+            update(jobs)
+            .where(jobs.c.id == bindparam("b_id"), guards.DEFER.sql(jobs.c.state))
+            .values(run_at=bindparam("run_at"), waiting_reason=reason, updated_at=now),
+            [{"b_id": i, "run_at": at} for i, at in deferred.items()],
+        )
+
+    async def job_note_waiting(self, reasons: dict[int, str]) -> None:
+        """Record why held jobs wait; callers pass only the reasons that changed."""
+        grouped: dict[str, list[int]] = defaultdict(list)
+        for job_id, reason in reasons.items():
+            grouped[reason].append(job_id)
+        for reason, ids in grouped.items():
+            await self.conn.execute(
+                update(jobs)
+                .where(jobs.c.id.in_(ids), guards.NOTE_WAITING.sql(jobs.c.state))
+                .values(waiting_reason=reason[:500])
+            )
+
+    async def job_mark_awaiting(self, items: Sequence[tuple[int, int]], now: datetime) -> None:
+        """running -> awaiting for (job id, attempt) pairs whose request was sent."""
+        if not items:
+            return
+        await self.conn.execute(
+            update(jobs)
+            .where(
+                jobs.c.id == bindparam("b_id"),
+                jobs.c.attempt == bindparam("b_attempt"),
+                guards.MARK_AWAITING.sql(jobs.c.state),
+            )
+            .values(state=State.AWAITING.value, updated_at=now),
+            [{"b_id": i, "b_attempt": a} for i, a in items],
+        )
+
+    async def job_extend_deadlines(self, deadlines: dict[int, datetime]) -> None:
+        if deadlines:
+            await self.conn.execute(
+                update(jobs)
+                .where(jobs.c.id == bindparam("b_id"), guards.EXTEND_DEADLINES.sql(jobs.c.state))
+                .values(deadline=bindparam("deadline")),
+                [{"b_id": i, "deadline": d} for i, d in deadlines.items()],
+            )
+
+    async def job_set_payloads(self, payloads: dict[int, dict[str, Any]]) -> None:
+        """Checkpoints of in-flight jobs: a retry starts from the saved payload."""
+        if payloads:
+            await self.conn.execute(
+                update(jobs)
+                .where(jobs.c.id == bindparam("b_id"), guards.SET_PAYLOADS.sql(jobs.c.state))
+                .values(payload=bindparam("payload")),
+                [{"b_id": i, "payload": p} for i, p in payloads.items()],
+            )
+
+    async def response_match(
+        self, signed_types: Sequence[str] = (), limit: int = 1000
+    ) -> tuple[list[Match], list[int]]:
+        """Pending responses whose job is in flight in this queue.
+
+        A job of a type in ``signed_types`` matches only responses whose signature was
+        verified for that type (callbacks with ``?type=``), so an unsigned callback
+        cannot settle it. Returns the matches (the first response per job) and the ids
+        of further responses for a job matched in this batch (duplicates).
+        """
+        by_key = (
+            select(responses, jobs.c.id.label("matched_job"))
+            .join(jobs, jobs.c.correlation_key == responses.c.correlation_key)
+            .where(
+                responses.c.status == PENDING_SQL,
+                responses.c.forced_job_id.is_(None),
+                jobs.c.queue == self.queue,
+                jobs.c.state.in_(IN_FLIGHT_SQL),
+            )
+        )
+        if signed_types:
+            by_key = by_key.where(
+                jobs.c.type.not_in(list(signed_types)) | (responses.c.job_type == jobs.c.type)
+            )
+        by_hand = (
+            select(responses, jobs.c.id.label("matched_job"))
+            .join(jobs, jobs.c.id == responses.c.forced_job_id)
+            .where(
+                responses.c.status == PENDING_SQL,
+                jobs.c.queue == self.queue,
+                jobs.c.state.in_(IN_FLIGHT_SQL),
+            )
+        )
+        rows = (await self.conn.execute(by_key.union_all(by_hand).limit(limit))).all()
+        matches: list[Match] = []
+        extra: list[int] = []
+        seen: set[int] = set()
+        for row in sorted(rows, key=lambda r: r.id):
+            data = row._asdict()
+            job_id = data.pop("matched_job")
+            if job_id in seen:
+                extra.append(data["id"])
+                continue
+            seen.add(job_id)
+            matches.append(Match(Response(**data), job_id))
+        return matches, extra
+
+    async def response_mark(
+        self, matched: Sequence[tuple[int, int]], duplicates: Sequence[int], now: datetime
+    ) -> None:
+        if matched:
+            await self.conn.execute(
+                update(responses)
+                .where(responses.c.id == bindparam("b_id"), responses.c.status == PENDING_SQL)
+                .values(status="matched", job_id=bindparam("job_id"), settled_at=now),
+                [{"b_id": r, "job_id": j} for r, j in matched],
+            )
+        if duplicates:
+            await self.conn.execute(
+                update(responses)
+                .where(responses.c.id.in_(list(duplicates)), responses.c.status == PENDING_SQL)
+                .values(status="duplicate", settled_at=now)
+            )
+
+    async def response_accept_late(
+        self, types: Sequence[str], now: datetime, limit: int = 1000
+    ) -> list[int]:
+        """Complete failed or cancelled jobs of ``types`` with their late successful
+        responses (upkeep marked them late with the job's id). Returns the job ids."""
+        rows = (
+            await self.conn.execute(
+                select(
+                    responses.c.id,
+                    responses.c.body,
+                    jobs.c.id.label("job"),
+                    jobs.c.attempt,
+                    jobs.c.claimed_at,
+                    jobs.c.state,
+                )
+                .join(jobs, jobs.c.id == responses.c.job_id)
+                .where(
+                    responses.c.status == "late",
+                    responses.c.succeeded.is_(True),
+                    jobs.c.queue == self.queue,
+                    jobs.c.type.in_(list(types)),
+                    jobs.c.state.in_(sorted(s.value for s in guards.ACCEPT_LATE.sources)),
+                )
+                .order_by(responses.c.id)
+                .limit(limit)
+            )
+        ).all()
+        done: list[int] = []
+        for row in rows:
+            if row.job not in done and await self._complete_late(row, now):
+                done.append(row.job)
+        return done
+
+    async def _complete_late(self, row: Any, now: datetime) -> bool:
+        """Complete one job with its late response; False if the job changed meanwhile."""
+        check_transition(row.state, State.COMPLETED)
+        changed = await self.conn.execute(
+            update(jobs)
+            .where(
+                jobs.c.id == row.job,
+                jobs.c.state == row.state,  # unchanged since read
+                guards.ACCEPT_LATE.sql(jobs.c.state),
+            )
+            .values(
+                state=State.COMPLETED.value,
+                result=row.body,
+                finished_at=now,
+                updated_at=now,
+                last_error=None,
+            )
+        )
+        if changed.rowcount != 1:
+            return False
+        await self.conn.execute(
+            attempts.insert().values(
+                job_id=row.job,
+                attempt=row.attempt,
+                started_at=row.claimed_at,
+                finished_at=now,
+                outcome="completed",
+                error="late response accepted",
+                response=row.body,
+            )
+        )
+        await self.conn.execute(
+            update(responses)
+            .where(responses.c.id == row.id)
+            .values(status="matched", settled_at=now)
+        )
+        return True
+
+    async def job_keys_in_use(self, keys: dict[int, str]) -> dict[int, str]:
+        """Of ``keys`` (job id -> key), those another open job already holds, or that
+        an earlier job of the same batch takes: job id -> why."""
+        taken: dict[int, str] = {}
+        first: dict[str, int] = {}
+        for job_id, key in keys.items():
+            if key in first:
+                taken[job_id] = f"correlation key {key!r} is built by job {first[key]} too"
+            first.setdefault(key, job_id)
+        if not first:
+            return taken
+        rows = await self.conn.execute(
+            select(jobs.c.id, jobs.c.correlation_key).where(
+                jobs.c.correlation_key.in_(list(first)), jobs.c.state.in_(OPEN_SQL)
+            )
+        )
+        for holder, key in rows.all():
+            job_id = first[key]
+            if holder != job_id:
+                taken[job_id] = f"correlation key {key!r} is used by open job {holder}"
+        return taken
+
+    async def job_set_correlation_keys(self, keys: dict[int, str]) -> None:
+        """Keys built at dispatch (templates using the job id or attempt)."""
+        if keys:
+            await self.conn.execute(
+                update(jobs)
+                .where(jobs.c.id == bindparam("b_id"))
+                .values(correlation_key=bindparam("key")),
+                [{"b_id": i, "key": k} for i, k in keys.items()],
+            )
+
+    async def queue_write_stats(self, stats: dict[str, Any]) -> None:
+        await self.conn.execute(
+            update(queues).where(queues.c.name == self.queue).values(stats=stats)
+        )
+
+    async def job_cancel_requests(self) -> list[int]:
+        rows = await self.conn.execute(
+            select(jobs.c.id).where(
+                jobs.c.queue == self.queue,
+                jobs.c.cancel_requested.is_(True),
+                jobs.c.state.in_(IN_FLIGHT_SQL),
+            )
+        )
+        return list(rows.scalars().all())

@@ -1,0 +1,262 @@
+"""The jobs table, API side: insert (with idempotency and job keys), read, edit, prune.
+
+The API edits only jobs that are not in flight; everything else about a job is
+changed by its queue's loop inside ``QueueBatch``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import and_, delete, select, update
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from hipq.jobs import Attempt, Job, NewJob
+from hipq.lifecycle import TERMINAL, State, check_transition
+from hipq.store import state_guards as guards
+from hipq.store.records import Conflict, InsertResult, JobFilter, NotFound
+from hipq.store.rows import NEW_JOB_COLUMNS, conflict_from, job_from_new, new_row, row_to_job
+from hipq.store.schema import attempts, idempotency_keys, jobs
+from hipq.store.state_guards import OPEN_SQL, const
+from hipq.store.transactions import Transactions
+from hipq.wakeup import cancels_payload, jobs_payload
+
+_EDITABLE = frozenset(
+    {"run_at", "priority", "payload", "weight", "labels", "windows", "timeout_seconds"}
+)
+
+
+class JobTable(Transactions):
+    async def job_insert_many(
+        self,
+        new_jobs: Sequence[NewJob],
+        now: datetime,
+        idempotency: tuple[str, str] | None = None,
+    ) -> InsertResult:
+        """Insert all of ``new_jobs`` in one transaction, or none of them.
+
+        ``idempotency`` is (key, request hash): a repeated key returns the jobs of
+        the first request instead of inserting again.
+        """
+        try:
+            async with self._write() as conn:
+                if idempotency:
+                    earlier = await self._idempotency_claim(conn, *idempotency, now)
+                    if earlier is not None:
+                        return InsertResult(await self._jobs_by_ids(conn, earlier), replayed=True)
+                result = await self._insert(conn, new_jobs, now)
+                if idempotency:
+                    await conn.execute(
+                        update(idempotency_keys)
+                        .where(idempotency_keys.c.key == idempotency[0])
+                        .values(job_ids=[j.id for j in result])
+                    )
+                await self._notify(conn, {jobs_payload(j.queue) for j in new_jobs})
+                return InsertResult(result)
+        except IntegrityError as exc:
+            raise conflict_from(exc) from None
+
+    async def _idempotency_claim(
+        self, conn: AsyncConnection, key: str, request_hash: str, now: datetime
+    ) -> list[int] | None:
+        stmt = (
+            self.dialect.insert(idempotency_keys)
+            .values(key=key, request_hash=request_hash, job_ids=[], created_at=now)
+            .on_conflict_do_nothing()
+            .returning(idempotency_keys.c.key)
+        )
+        if (await conn.execute(stmt)).first() is not None:
+            return None
+        row = (
+            await conn.execute(select(idempotency_keys).where(idempotency_keys.c.key == key))
+        ).one()
+        if row.request_hash != request_hash:
+            raise Conflict(
+                "Idempotency-Key was already used with a different request", field="Idempotency-Key"
+            )
+        return list(row.job_ids)
+
+    async def idempotency_prune(self, before: datetime) -> int:
+        """Forget the Idempotency-Keys created before ``before``; how many."""
+        async with self._write() as conn:
+            done = await conn.execute(
+                delete(idempotency_keys).where(idempotency_keys.c.created_at < before)
+            )
+        return done.rowcount or 0
+
+    async def _insert(
+        self, conn: AsyncConnection, new_jobs: Sequence[NewJob], now: datetime
+    ) -> list[Job]:
+        out: list[Job | None] = [None] * len(new_jobs)
+        plain = [(i, new_row(j, now)) for i, j in enumerate(new_jobs) if not j.job_key]
+        if plain:
+            ids = await self.dialect.job_insert_rows(conn, [row for _, row in plain])
+            for (i, row), job_id in zip(plain, ids, strict=True):
+                out[i] = job_from_new(job_id, row)
+        for i, job in enumerate(new_jobs):
+            if job.job_key:
+                out[i] = await self._insert_keyed(conn, job, now)
+        return [j for j in out if j is not None]
+
+    async def _insert_keyed(self, conn: AsyncConnection, job: NewJob, now: datetime) -> Job:
+        """job_key de-duplication, with graphile-worker's three modes."""
+        query = select(jobs).where(jobs.c.job_key == job.job_key, jobs.c.state.in_(OPEN_SQL))
+        existing = (await conn.execute(self.dialect.for_update(query))).first()
+        row = new_row(job, now)
+        if existing is not None:
+            current = row_to_job(existing)
+            if job.job_key_mode == "unsafe_dedupe":
+                return current
+            if current.state == State.SCHEDULED:
+                changes = {k: row[k] for k in NEW_JOB_COLUMNS if k not in ("job_key", "queue")}
+                if job.job_key_mode == "preserve_run_at":
+                    changes.pop("run_at")
+                changes.update(updated_at=now, waiting_reason=None)
+                return await self._job_update_guarded(
+                    conn, current.id, guards.KEYED_REPLACE, changes
+                )
+            # In flight: the running job lets go of the key and a new job takes it.
+            await conn.execute(update(jobs).where(jobs.c.id == current.id).values(job_key=None))
+        job_id = (await conn.execute(jobs.insert().returning(jobs.c.id), row)).scalar_one()
+        return job_from_new(job_id, row)
+
+    async def _jobs_by_ids(self, conn: AsyncConnection, ids: Sequence[int]) -> list[Job]:
+        rows = (await conn.execute(select(jobs).where(jobs.c.id.in_(list(ids))))).all()
+        by_id = {r.id: row_to_job(r) for r in rows}
+        return [by_id[i] for i in ids if i in by_id]
+
+    async def job_get(self, job_id: int) -> Job:
+        async with self._read() as conn:
+            row = (await conn.execute(select(jobs).where(jobs.c.id == job_id))).first()
+        if row is None:
+            raise NotFound(f"job {job_id} does not exist", field="id")
+        return row_to_job(row)
+
+    async def job_attempts(self, job_id: int) -> list[Attempt]:
+        async with self._read() as conn:
+            rows = (
+                await conn.execute(
+                    select(attempts).where(attempts.c.job_id == job_id).order_by(attempts.c.id)
+                )
+            ).all()
+        return [Attempt(**{k: v for k, v in r._asdict().items() if k != "id"}) for r in rows]
+
+    async def job_list(self, flt: JobFilter) -> list[Job]:
+        query = select(jobs).order_by(jobs.c.id.desc()).limit(flt.limit)
+        conds = []
+        if flt.queue:
+            conds.append(jobs.c.queue == flt.queue)
+        if flt.states:
+            conds.append(jobs.c.state.in_(flt.states))
+        if flt.type:
+            conds.append(jobs.c.type == flt.type)
+        for name, value in flt.labels.items():
+            conds.append(jobs.c.labels[name].as_string() == value)
+        if flt.after_id is not None:
+            conds.append(jobs.c.id < flt.after_id)
+        if conds:
+            query = query.where(and_(*conds))
+        async with self._read() as conn:
+            return [row_to_job(r) for r in (await conn.execute(query)).all()]
+
+    async def job_cancel(self, job_id: int, now: datetime) -> Job:
+        """Cancel a scheduled job now; ask the loop to cancel one in flight."""
+        async with self._write() as conn:
+            job = await self._job_locked(conn, job_id)
+            if job.state in guards.CANCEL.sources:
+                cancelled = {
+                    "state": State.CANCELLED.value,
+                    "finished_at": now,
+                    "updated_at": now,
+                    "waiting_reason": None,
+                }
+                return await self._job_update_guarded(conn, job_id, guards.CANCEL, cancelled)
+            if job.state in guards.CANCEL_REQUEST.sources:
+                await conn.execute(
+                    update(jobs)
+                    .where(jobs.c.id == job_id, guards.CANCEL_REQUEST.sql(jobs.c.state))
+                    .values(cancel_requested=True, updated_at=now)
+                )
+                await self._notify(conn, {cancels_payload(job.queue)})
+                return await self._job_locked(conn, job_id)
+            raise Conflict(
+                f"job {job_id} is {job.state}; only open jobs can be cancelled", field="state"
+            )
+
+    async def job_update_pending(
+        self,
+        job_id: int,
+        changes: dict[str, Any],
+        now: datetime,
+        resolve: Callable[[Job], dict[str, Any]] | None = None,
+    ) -> Job:
+        """Change a scheduled job. ``resolve`` turns ``changes`` into the final ones from
+        the locked job (and may refuse them), so the read and the update are one transaction."""
+        unknown = set(changes) - _EDITABLE
+        if unknown:
+            raise Conflict(f"cannot change {', '.join(sorted(unknown))}", field=sorted(unknown)[0])
+        async with self._write() as conn:
+            job = await self._job_locked(conn, job_id)
+            if resolve is not None:
+                changes = resolve(job)
+            if job.state not in guards.UPDATE_PENDING.sources:
+                raise Conflict(
+                    f"job {job_id} is {job.state}; only scheduled jobs can be changed",
+                    field="state",
+                )
+            job = await self._job_update_guarded(
+                conn,
+                job_id,
+                guards.UPDATE_PENDING,
+                {**changes, "updated_at": now, "waiting_reason": None},
+            )
+            await self._notify(conn, {jobs_payload(job.queue)})
+            return job
+
+    async def job_retry(self, job_id: int, now: datetime, run_at: datetime | None = None) -> Job:
+        """An operator's retry of a failed or cancelled job: it runs again as a new attempt."""
+        try:
+            async with self._write() as conn:
+                job = await self._job_locked(conn, job_id)
+                if job.state not in guards.RETRY.sources:
+                    raise Conflict(
+                        f"job {job_id} is {job.state}; "
+                        "only failed or cancelled jobs can be retried",
+                        field="state",
+                    )
+                check_transition(job.state, State.SCHEDULED)
+                again = {
+                    "state": State.SCHEDULED.value,
+                    "run_at": run_at or now,
+                    "finished_at": None,
+                    "updated_at": now,
+                    "cancel_requested": False,
+                    "waiting_reason": None,
+                }
+                job = await self._job_update_guarded(conn, job_id, guards.RETRY, again)
+                await self._notify(conn, {jobs_payload(job.queue)})
+                return job
+        except IntegrityError as exc:
+            raise conflict_from(exc) from None
+
+    async def job_prune(self, state: State, finished_before: datetime, limit: int = 5000) -> int:
+        """Delete up to ``limit`` jobs in the finished ``state`` that finished before
+        ``finished_before``, with their attempts, oldest ids first; how many."""
+        if state not in TERMINAL:
+            raise ValueError(f"only finished jobs are pruned, not {state.value}")
+        async with self._write() as conn:
+            query = (
+                select(jobs.c.id)
+                .where(jobs.c.state == const(state.value), jobs.c.finished_at < finished_before)
+                .order_by(jobs.c.id)
+                .limit(limit)
+            )
+            # A job being retried right now keeps its row and its attempts.
+            ids = list((await conn.execute(self.dialect.skip_locked(query))).scalars())
+            if ids:
+                await conn.execute(delete(attempts).where(attempts.c.job_id.in_(ids)))
+                await conn.execute(delete(jobs).where(jobs.c.id.in_(ids)))
+        return len(ids)

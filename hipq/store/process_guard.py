@@ -1,0 +1,168 @@
+"""What guards a hipq process's use of its database, one per engine.
+
+- SQLite: one ``hipq serve`` per file, by an exclusive lock on ``<file>.lock``.
+- PostgreSQL: several processes share the database; each listens on one
+  dedicated connection for the NOTIFY wake-ups of the others, reconnecting
+  with backoff.
+
+Both are ``hipq.activity.Activity``s that the service starts first and stops last.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import fcntl
+import logging
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import IO, Any, Protocol
+
+import asyncpg  # type: ignore[import-untyped]
+from sqlalchemy.engine import make_url
+
+from hipq.activity import Activity
+from hipq.store.records import StoreSetupError
+from hipq.wakeup import CHANNEL
+
+log = logging.getLogger("hipq.wakeup")
+
+
+class ProcessGuard(Activity, Protocol):
+    @property
+    def listening(self) -> bool | None:
+        """Whether wake-ups of other processes arrive; None: there are no others."""
+
+
+class SqliteFileLock:
+    """One ``hipq serve`` per SQLite file: an exclusive lock on ``<file>.lock``.
+
+    SQLite serialises writers and has no LISTEN/NOTIFY, so hipq does not pretend to
+    share a file between processes: the second one is refused with a clear message.
+    """
+
+    name = "sqlite-file-lock"
+    listening = None  # no listener: wake-ups stay in this process
+
+    def __init__(self, database_url: str) -> None:
+        self._database = make_url(database_url).database
+        self._file: IO[str] | None = None
+
+    @property
+    def path(self) -> Path:
+        db = self._database
+        if not db or db == ":memory:":
+            raise StoreSetupError(
+                "database_url: hipq serve needs a SQLite file, not an in-memory DB"
+            )
+        return Path(db).resolve().with_name(Path(db).name + ".lock")
+
+    async def start(self) -> None:
+        self._acquire()
+
+    def _acquire(self) -> None:
+        self._file = open(self.path, "a+")
+        try:
+            fcntl.flock(self._file, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            self._file.seek(0)
+            holder = self._file.read().strip() or "another process"
+            self._file.close()
+            self._file = None
+            raise StoreSetupError(
+                f"{self.path.with_suffix('')} is already served by {holder}; SQLite allows one "
+                "hipq process per database file (use PostgreSQL to run several)"
+            ) from None
+        self._file.truncate(0)
+        self._file.write(f"pid {os.getpid()}")
+        self._file.flush()
+
+    async def stop(self) -> None:
+        if self._file is not None:
+            fcntl.flock(self._file, fcntl.LOCK_UN)
+            self._file.close()
+            self._file = None
+
+    async def run_once(self) -> bool:
+        """Whether this process holds the lock."""
+        return self._file is not None
+
+
+def asyncpg_dsn(sqlalchemy_url: str) -> str:
+    url = make_url(sqlalchemy_url).set(drivername="postgresql")
+    return url.render_as_string(hide_password=False)
+
+
+def asyncpg_connect_kwargs(sqlalchemy_url: str) -> dict[str, Any]:
+    """asyncpg.connect() arguments for a SQLAlchemy URL (also one with ``?host=`` for a
+    unix socket directory, as a local pgserver gives)."""
+    url = make_url(sqlalchemy_url)
+    host = url.host or url.query.get("host")
+    if isinstance(host, tuple):
+        host = host[0]
+    return {
+        "host": host,
+        "port": url.port,
+        "user": url.username,
+        "password": url.password,
+        "database": url.database,
+    }
+
+
+class PgListener:
+    """LISTEN for the wake-ups other processes NOTIFY; ``on_payload`` gets each payload."""
+
+    name = "pg-listener"
+
+    def __init__(self, database_url: str, on_payload: Callable[[str], None]) -> None:
+        self._dsn = asyncpg_dsn(database_url)
+        self._on_payload = on_payload
+        self._task: asyncio.Task[None] | None = None
+        self.connected = asyncio.Event()
+
+    async def start(self) -> None:
+        self._task = asyncio.create_task(self._run(), name="hipq-pg-listener")
+
+    async def stop(self) -> None:
+        if self._task:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+
+    @property
+    def listening(self) -> bool:
+        """Whether the LISTEN connection is up (else wake-ups fall back to ticks)."""
+        return self.connected.is_set()
+
+    async def run_once(self) -> bool:
+        """Whether the LISTEN connection is up."""
+        return self.listening
+
+    async def _run(self) -> None:
+        delay = 0.5
+        while True:
+            conn = None
+            try:
+                conn = await asyncpg.connect(self._dsn)
+                lost = asyncio.Event()
+                conn.add_termination_listener(lambda _c, lost=lost: lost.set())
+                await conn.add_listener(CHANNEL, self._notified)
+                self.connected.set()
+                delay = 0.5
+                await lost.wait()
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                log.warning("LISTEN connection failed (%s); retrying in %.1fs", exc, delay)
+            finally:
+                self.connected.clear()
+                if conn is not None and not conn.is_closed():
+                    with contextlib.suppress(Exception):
+                        await conn.close(timeout=2)
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 15.0)
+
+    def _notified(self, _conn: object, _pid: int, _channel: str, payload: str) -> None:
+        self._on_payload(payload)

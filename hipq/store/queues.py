@@ -1,0 +1,193 @@
+"""The queues table (pause, leases, counts) and what a queue's owner reads outside
+its batch: the jobs it finds in flight when it takes over, the recent starts, the
+next due time. ``queue_batch`` opens the owner's one transaction per tick.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from datetime import datetime, timedelta
+
+from sqlalchemy import String, cast, func, literal, select, update
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from hipq.jobs import Job, Start
+from hipq.lifecycle import State
+from hipq.store import state_guards as guards
+from hipq.store.batch import QueueBatch
+from hipq.store.records import LeaseLost, QueueCounts
+from hipq.store.rows import row_to_job
+from hipq.store.schema import attempts, jobs, queues
+from hipq.store.state_guards import IN_FLIGHT_SQL, IN_FLIGHT_VALUES, OPEN_VALUES, SCHEDULED_SQL
+from hipq.store.transactions import Transactions
+from hipq.wakeup import jobs_payload
+
+
+class QueueTable(Transactions):
+    async def queue_counts(self, queue: str, now: datetime) -> QueueCounts:
+        async with self._read() as conn:
+            rows = (
+                await conn.execute(
+                    select(jobs.c.state, func.count(), func.coalesce(func.sum(jobs.c.weight), 0))
+                    .where(
+                        jobs.c.queue == queue,
+                        jobs.c.state.in_([*OPEN_VALUES, State.FAILED.value]),
+                    )
+                    .group_by(jobs.c.state)
+                )
+            ).all()
+            due = (
+                await conn.execute(
+                    select(func.count()).where(
+                        jobs.c.queue == queue,
+                        jobs.c.state == SCHEDULED_SQL,
+                        jobs.c.run_at <= now,
+                    )
+                )
+            ).scalar_one()
+            q = (await conn.execute(select(queues).where(queues.c.name == queue))).first()
+        counts = {r[0]: (r[1], r[2]) for r in rows}
+        live = q is not None and q.lease_expires_at is not None and q.lease_expires_at > now
+        return QueueCounts(
+            scheduled=counts.get("scheduled", (0, 0))[0],
+            due=due,
+            running=counts.get("running", (0, 0))[0],
+            awaiting=counts.get("awaiting", (0, 0))[0],
+            failed=counts.get("failed", (0, 0))[0],
+            weight_in_flight=sum(counts.get(s, (0, 0))[1] for s in IN_FLIGHT_VALUES),
+            paused=bool(q and q.paused),
+            lease_owner=q.lease_owner if q is not None and live else None,
+            stats=(q.stats or {}) if q is not None and live else {},
+        )
+
+    async def _queue_row(self, conn: AsyncConnection, queue: str) -> None:
+        await conn.execute(
+            self.dialect.insert(queues)
+            .values(name=queue, paused=False, lease_token=0)
+            .on_conflict_do_nothing()
+        )
+
+    async def queue_set_paused(self, queue: str, paused: bool) -> None:
+        async with self._write() as conn:
+            await self._queue_row(conn, queue)
+            await conn.execute(update(queues).where(queues.c.name == queue).values(paused=paused))
+            await self._notify(conn, {jobs_payload(queue)})
+
+    async def lease_acquire(self, queue: str, owner: str, now: datetime, ttl: float) -> int | None:
+        """Take the queue's lease if it is free or expired; the new fencing token, or None."""
+        async with self._write() as conn:
+            await self._queue_row(conn, queue)
+            stmt = (
+                update(queues)
+                .where(
+                    queues.c.name == queue,
+                    (queues.c.lease_owner.is_(None))
+                    | (queues.c.lease_expires_at < now)
+                    | (queues.c.lease_owner == owner),
+                )
+                .values(
+                    lease_owner=owner,
+                    lease_token=queues.c.lease_token + 1,
+                    lease_expires_at=now + timedelta(seconds=ttl),
+                )
+                .returning(queues.c.lease_token)
+            )
+            return (await conn.execute(stmt)).scalar_one_or_none()
+
+    async def lease_clear_all(self) -> None:
+        """Forget every lease (only where the process guard proves no other process runs)."""
+        async with self._write() as conn:
+            await conn.execute(update(queues).values(lease_owner=None, lease_expires_at=None))
+
+    async def lease_release(self, queue: str, owner: str, token: int) -> None:
+        async with self._write() as conn:
+            await conn.execute(
+                update(queues)
+                .where(
+                    queues.c.name == queue,
+                    queues.c.lease_owner == owner,
+                    queues.c.lease_token == token,
+                )
+                .values(lease_owner=None, lease_expires_at=None)
+            )
+
+    @asynccontextmanager
+    async def queue_batch(
+        self, queue: str, owner: str, token: int, now: datetime, ttl: float
+    ) -> AsyncIterator[QueueBatch]:
+        """One transaction of a queue's loop, fenced by its lease token.
+
+        The fence is the first statement: if another process took the lease, this
+        raises ``LeaseLost`` and nothing of the batch is written. On PostgreSQL the
+        fence also row-locks the queue, so a takeover waits for this commit.
+        """
+        async with self._write() as conn:
+            fence = (
+                update(queues)
+                .where(
+                    queues.c.name == queue,
+                    queues.c.lease_owner == owner,
+                    queues.c.lease_token == token,
+                )
+                .values(lease_expires_at=now + timedelta(seconds=ttl))
+                .returning(queues.c.paused)
+            )
+            paused = (await conn.execute(fence)).scalar_one_or_none()
+            if paused is None:
+                raise LeaseLost(queue)
+            yield QueueBatch(conn, self.dialect, queue, bool(paused))
+
+    # -- what the owner reads outside its batch ------------------------------------------
+
+    async def job_in_flight(self, queue: str) -> list[Job]:
+        async with self._read() as conn:
+            rows = await conn.execute(
+                select(jobs).where(jobs.c.queue == queue, jobs.c.state.in_(IN_FLIGHT_SQL))
+            )
+            return [row_to_job(r) for r in rows.all()]
+
+    async def job_note_oversized(self, queue: str, capacity: int) -> None:
+        """Say why scheduled jobs heavier than the queue's whole capacity wait.
+
+        The API refuses such jobs; they exist after an operator lowered the capacity,
+        and a loop that reads only its free capacity's worth of due jobs skips them.
+        """
+        reason = literal("weight ", String) + cast(jobs.c.weight, String)
+        async with self._write() as conn:
+            await conn.execute(
+                update(jobs)
+                .where(
+                    jobs.c.queue == queue,
+                    guards.NOTE_OVERSIZED.sql(jobs.c.state),
+                    jobs.c.weight > capacity,
+                )
+                .values(waiting_reason=reason + f" exceeds the capacity of {capacity}")
+            )
+
+    async def job_recent_starts(self, queue: str, since: datetime) -> list[Start]:
+        """Starts since ``since`` (finished attempts and in-flight jobs), oldest first."""
+        finished = (
+            select(attempts.c.started_at.label("at"), jobs.c.labels, jobs.c.critical)
+            .join(jobs, jobs.c.id == attempts.c.job_id)
+            .where(jobs.c.queue == queue, attempts.c.started_at >= since)
+        )
+        in_flight = select(jobs.c.claimed_at.label("at"), jobs.c.labels, jobs.c.critical).where(
+            jobs.c.queue == queue, jobs.c.state.in_(IN_FLIGHT_SQL), jobs.c.claimed_at >= since
+        )
+        async with self._read() as conn:
+            rows = (await conn.execute(finished.union_all(in_flight))).all()
+        starts = (Start(at=r[0], labels=r[1] or {}, critical=bool(r[2])) for r in rows)
+        return sorted(starts, key=lambda s: s.at)
+
+    async def job_next_run_at(self, queue: str, after: datetime) -> datetime | None:
+        async with self._read() as conn:
+            return (
+                await conn.execute(
+                    select(func.min(jobs.c.run_at)).where(
+                        jobs.c.queue == queue,
+                        jobs.c.state == SCHEDULED_SQL,
+                        jobs.c.run_at > after,
+                    )
+                )
+            ).scalar_one_or_none()

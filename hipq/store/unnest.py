@@ -1,0 +1,139 @@
+"""PostgreSQL's whole-batch statements: one statement over column arrays.
+
+An executemany of one statement per row costs the server a plan execution per
+row; ``unnest()`` of column arrays lets it do the batch as one join (JSON travels
+as text, cast to jsonb).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+import orjson
+from sqlalchemy.ext.asyncio import AsyncConnection
+from sqlalchemy.sql import text
+
+from hipq.outcomes import Settlement
+from hipq.store.state_guards import SETTLE
+
+
+def json_dumps(value: Any) -> str:
+    return orjson.dumps(value).decode()
+
+
+def _json_or_null(value: Any) -> str | None:
+    return None if value is None else json_dumps(value)
+
+
+_SETTLE_FROM = ", ".join(f"'{s.value}'" for s in sorted(SETTLE.sources))
+# A whole tick's settlements in two statements.
+_SETTLE = text(
+    f"""
+    UPDATE hipq_jobs AS j
+    SET state = u.state, run_at = u.run_at, payload = u.payload::jsonb,
+        finished_at = u.finished_at, result = u.result::jsonb, last_error = u.last_error,
+        deadline = NULL, cancel_requested = false, updated_at = :now
+    FROM unnest(CAST(:ids AS bigint[]), CAST(:attempts AS integer[]), CAST(:states AS text[]),
+                CAST(:run_ats AS timestamptz[]), CAST(:payloads AS text[]),
+                CAST(:finished AS timestamptz[]), CAST(:results AS text[]),
+                CAST(:errors AS text[]))
+         AS u(id, attempt, state, run_at, payload, finished_at, result, last_error)
+    WHERE j.id = u.id AND j.attempt = u.attempt AND j.state IN ({_SETTLE_FROM})
+    """
+)
+_ATTEMPTS = text(
+    """
+    INSERT INTO hipq_attempts (job_id, attempt, started_at, finished_at, outcome, error, response)
+    SELECT u.job_id, u.attempt, u.started_at, u.finished_at, u.outcome, u.error,
+           u.response::jsonb
+    FROM unnest(CAST(:job_ids AS bigint[]), CAST(:attempts AS integer[]),
+                CAST(:started AS timestamptz[]), CAST(:finished AS timestamptz[]),
+                CAST(:outcomes AS text[]), CAST(:errors AS text[]), CAST(:responses AS text[]))
+         AS u(job_id, attempt, started_at, finished_at, outcome, error, response)
+    """
+)
+
+
+async def job_settle(
+    conn: AsyncConnection, settlements: Sequence[Settlement], now: datetime
+) -> None:
+    await conn.execute(
+        _SETTLE,
+        {
+            "now": now,
+            "ids": [s.job_id for s in settlements],
+            "attempts": [s.attempt for s in settlements],
+            "states": [s.state.value for s in settlements],
+            "run_ats": [s.run_at for s in settlements],
+            "payloads": [json_dumps(s.payload) for s in settlements],
+            "finished": [s.finished_at for s in settlements],
+            "results": [_json_or_null(s.result) for s in settlements],
+            "errors": [s.last_error for s in settlements],
+        },
+    )
+    records = [s.record for s in settlements if s.record is not None]
+    if records:
+        await conn.execute(
+            _ATTEMPTS,
+            {
+                "job_ids": [r.job_id for r in records],
+                "attempts": [r.attempt for r in records],
+                "started": [r.started_at for r in records],
+                "finished": [r.finished_at for r in records],
+                "outcomes": [r.outcome for r in records],
+                "errors": [r.error for r in records],
+                "responses": [_json_or_null(r.response) for r in records],
+            },
+        )
+
+
+_INSERT_JOBS = text(
+    """
+    INSERT INTO hipq_jobs (queue, type, state, payload, labels, windows, retry, run_at,
+                           priority, weight, timeout_seconds, critical, correlation_key,
+                           job_key, attempt, created_at, updated_at, cancel_requested)
+    SELECT u.queue, u.type, 'scheduled', u.payload::jsonb, u.labels::jsonb, u.windows::jsonb,
+           u.retry::jsonb, u.run_at, u.priority, u.weight, u.timeout_seconds, u.critical,
+           u.correlation_key, u.job_key, 0, :now, :now, false
+    FROM unnest(CAST(:queues AS text[]), CAST(:types AS text[]), CAST(:payloads AS text[]),
+                CAST(:labels AS text[]), CAST(:windows AS text[]), CAST(:retries AS text[]),
+                CAST(:run_ats AS timestamptz[]), CAST(:priorities AS integer[]),
+                CAST(:weights AS integer[]), CAST(:timeouts AS float8[]),
+                CAST(:criticals AS boolean[]), CAST(:correlation_keys AS text[]),
+                CAST(:job_keys AS text[])) WITH ORDINALITY
+         AS u(queue, type, payload, labels, windows, retry, run_at, priority, weight,
+              timeout_seconds, critical, correlation_key, job_key, ord)
+    ORDER BY u.ord
+    RETURNING id
+    """
+)
+
+
+async def job_insert_rows(conn: AsyncConnection, rows: list[dict[str, Any]]) -> list[int]:
+    """Insert job rows in one statement; their ids in the order given.
+
+    The ids come from the table's sequence, drawn row by row in ``ord`` order, so
+    they increase in the order given: sorting what RETURNING yields restores it.
+    """
+    result = await conn.execute(
+        _INSERT_JOBS,
+        {
+            "now": rows[0]["created_at"],
+            "queues": [r["queue"] for r in rows],
+            "types": [r["type"] for r in rows],
+            "payloads": [json_dumps(r["payload"]) for r in rows],
+            "labels": [json_dumps(r["labels"]) for r in rows],
+            "windows": [_json_or_null(r["windows"]) for r in rows],
+            "retries": [json_dumps(r["retry"]) for r in rows],
+            "run_ats": [r["run_at"] for r in rows],
+            "priorities": [r["priority"] for r in rows],
+            "weights": [r["weight"] for r in rows],
+            "timeouts": [r["timeout_seconds"] for r in rows],
+            "criticals": [r["critical"] for r in rows],
+            "correlation_keys": [r["correlation_key"] for r in rows],
+            "job_keys": [r["job_key"] for r in rows],
+        },
+    )
+    return sorted(result.scalars().all())

@@ -320,7 +320,7 @@ def _instants_of(day: date, wall: time, zone: ZoneInfo) -> frozenset[datetime]:
 
 
 def _offset_changes(zone: ZoneInfo, lo: datetime, hi: datetime) -> list[datetime]:
-    day, out = lo.date(), []
+    day, out = lo.date(), list[datetime]()
     while day <= hi.date():
         out.extend(_offset_changes_on(zone, day))
         day += timedelta(days=1)
@@ -357,8 +357,11 @@ def _narrow(zone: ZoneInfo, lo: datetime, old: timedelta) -> datetime:
     return lo + timedelta(seconds=high)
 
 
-def _offset(zone: ZoneInfo, instant: datetime) -> timedelta | None:
-    return instant.astimezone(zone).utcoffset()
+def _offset(zone: ZoneInfo, instant: datetime) -> timedelta:
+    # An aware datetime converted to a ZoneInfo always has an offset.
+    offset = instant.astimezone(zone).utcoffset()
+    assert offset is not None
+    return offset
 
 
 def _aware(at: datetime) -> datetime:

@@ -7,15 +7,22 @@ webhook answers 422, the consumer parks the message with a reason).
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import Mapping
 from typing import Any
+
+import orjson
 
 from hipq.outcome_rules import OutcomeRule, decide
 from hipq.storable_text import NUL_MESSAGE, nul_field
 from hipq.store import NewResponse
 from hipq.store.schema import KEY_MAX_LENGTH
 
-__all__ = ["ResponseRefused", "check_body", "check_key", "new_response"]
+__all__ = ["ResponseRefused", "check_body", "check_key", "fingerprint", "new_response"]
+
+# Standard Webhooks senders keep a message's ``webhook-id`` across its redeliveries.
+WEBHOOK_ID = "webhook-id"
 
 
 class ResponseRefused(ValueError):
@@ -56,6 +63,9 @@ def new_response(
     header values are bytes for the rule but text for an operator to read.
     """
     check_key(key)
+    # A Kafka message carries no delivery id of its own (its headers are the
+    # producer's): its body tells a copy.
+    delivery_id = headers.get(WEBHOOK_ID) if source == "webhook" else None
     judgement = decide(rule, body, headers)
     return NewResponse(
         correlation_key=key,
@@ -65,4 +75,21 @@ def new_response(
         body=body,
         headers=dict(headers) if kept_headers is None else kept_headers,
         job_type=job_type,
+        fingerprint=fingerprint(body, delivery_id if isinstance(delivery_id, str) else None),
     )
+
+
+def fingerprint(body: Any, delivery_id: str | None = None) -> str:
+    """What a copy of a response shares with the response it copies: the sender's
+    delivery id if it gives one, else the body (JSON with sorted keys), as SHA-256.
+
+    Compared only between responses under the same correlation key."""
+    if delivery_id:
+        seed = b"id:" + delivery_id.encode("utf-8", "surrogatepass")
+    else:
+        try:
+            text = orjson.dumps(body, option=orjson.OPT_SORT_KEYS)
+        except TypeError:  # integers over 64 bits: the slower writer takes them
+            text = json.dumps(body, sort_keys=True).encode()
+        seed = b"body:" + text
+    return hashlib.sha256(seed).hexdigest()

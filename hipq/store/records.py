@@ -73,6 +73,7 @@ class NewResponse:
     body: Any = None
     headers: dict[str, str] | None = None
     job_type: str | None = None
+    fingerprint: str | None = None  # tells a copy from a new response (response_intake)
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,6 +92,8 @@ class Response:
     job_id: int | None
     forced_job_id: int | None
     settled_at: datetime | None
+    fingerprint: str | None = None
+    job_attempt: int | None = None  # the attempt a matched response settled
 
 
 @dataclass(frozen=True, slots=True)

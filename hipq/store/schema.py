@@ -69,6 +69,8 @@ OPEN_STATES_SQL = "state IN ('scheduled', 'running', 'awaiting')"
 
 # Correlation keys and job keys, in characters.
 KEY_MAX_LENGTH = 500
+# A response's fingerprint: a SHA-256 in hex.
+FINGERPRINT_LENGTH = 64
 
 jobs = Table(
     "hipq_jobs",
@@ -131,6 +133,13 @@ jobs = Table(
         unique=True,
         postgresql_where=text(f"job_key IS NOT NULL AND {OPEN_STATES_SQL}"),
         sqlite_where=text(f"job_key IS NOT NULL AND {OPEN_STATES_SQL}"),
+    ),
+    # Upkeep's classification finds the finished jobs of a pending response's key.
+    Index(
+        "ix_hipq_jobs_correlation_key",
+        "correlation_key",
+        postgresql_where=text("correlation_key IS NOT NULL"),
+        sqlite_where=text("correlation_key IS NOT NULL"),
     ),
     Index(
         "ix_hipq_jobs_cancel_requested",
@@ -199,6 +208,11 @@ responses = Table(
     Column("job_id", Id, nullable=True),
     Column("forced_job_id", Id, nullable=True),  # an operator's match by hand
     Column("settled_at", UTCDateTime, nullable=True),
+    # What tells a copy from a new response under the same key (hipq.response_intake).
+    Column("fingerprint", String(FINGERPRINT_LENGTH), nullable=True),
+    # The job's attempt a matched response settled: a late response is a duplicate
+    # only if the job's last attempt had its answer.
+    Column("job_attempt", Integer, nullable=True),
     Index(
         "ix_hipq_responses_pending_key",
         "correlation_key",
@@ -207,6 +221,7 @@ responses = Table(
     ),
     Index("ix_hipq_responses_status", "status", "id"),
     Index("ix_hipq_responses_expires", "expires_at"),
+    Index("ix_hipq_responses_fingerprint", "correlation_key", "fingerprint"),
 )
 
 # Kafka messages that cannot become responses (not UTF-8, not JSON, no key, too

@@ -55,11 +55,9 @@ class Correlation:
                     ("responses_settled", {"status": "late_accepted", "count": len(accepted)})
                 )
         matches, duplicates = await batch.response_match(self.signed_types)
-        if duplicates:
-            await batch.response_mark([], duplicates, self.clock())
-            committed.append(
-                ("responses_settled", {"status": "duplicate", "count": len(duplicates)})
-            )
+        marked = await batch.response_mark([], duplicates, self.clock())
+        if marked:
+            committed.append(("responses_settled", {"status": "duplicate", "count": marked}))
         out: Matches = {}
         for m in matches:
             if m.job_id in in_flight:

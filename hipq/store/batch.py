@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import bindparam, select, update
+from sqlalchemy import bindparam, exists, false, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from hipq.jobs import Job
@@ -179,10 +179,12 @@ class QueueBatch:
         A job of a type in ``signed_types`` matches only responses whose signature was
         verified for that type (callbacks with ``?type=``), so an unsigned callback
         cannot settle it. Returns the matches (the first response per job) and the ids
-        of further responses for a job matched in this batch (duplicates).
+        of duplicates: further responses for a job matched in this batch, and copies
+        of a response matched before (an earlier attempt's callback delivered twice
+        under a per-job key must not settle the next attempt).
         """
         by_key = (
-            select(responses, jobs.c.id.label("matched_job"))
+            select(responses, jobs.c.id.label("matched_job"), _is_copy().label("is_copy"))
             .join(jobs, jobs.c.correlation_key == responses.c.correlation_key)
             .where(
                 responses.c.status == PENDING_SQL,
@@ -196,7 +198,7 @@ class QueueBatch:
                 jobs.c.type.not_in(list(signed_types)) | (responses.c.job_type == jobs.c.type)
             )
         by_hand = (
-            select(responses, jobs.c.id.label("matched_job"))
+            select(responses, jobs.c.id.label("matched_job"), false().label("is_copy"))
             .join(jobs, jobs.c.id == responses.c.forced_job_id)
             .where(
                 responses.c.status == PENDING_SQL,
@@ -211,7 +213,7 @@ class QueueBatch:
         for row in sorted(rows, key=lambda r: r.id):
             data = row._asdict()
             job_id = data.pop("matched_job")
-            if job_id in seen:
+            if data.pop("is_copy") or job_id in seen:
                 extra.append(data["id"])
                 continue
             seen.add(job_id)
@@ -220,20 +222,31 @@ class QueueBatch:
 
     async def response_mark(
         self, matched: Sequence[tuple[int, int]], duplicates: Sequence[int], now: datetime
-    ) -> None:
+    ) -> int:
+        """Settle (response id, job id) matches and duplicate responses, pending ones
+        only; a match records the job's attempt it settled. Returns how many
+        duplicates were marked (a response settled meanwhile is not counted)."""
         if matched:
+            attempt = select(jobs.c.attempt).where(jobs.c.id == bindparam("job_id"))
             await self.conn.execute(
                 update(responses)
                 .where(responses.c.id == bindparam("b_id"), responses.c.status == PENDING_SQL)
-                .values(status="matched", job_id=bindparam("job_id"), settled_at=now),
+                .values(
+                    status="matched",
+                    job_id=bindparam("job_id"),
+                    job_attempt=attempt.scalar_subquery(),
+                    settled_at=now,
+                ),
                 [{"b_id": r, "job_id": j} for r, j in matched],
             )
-        if duplicates:
-            await self.conn.execute(
-                update(responses)
-                .where(responses.c.id.in_(list(duplicates)), responses.c.status == PENDING_SQL)
-                .values(status="duplicate", settled_at=now)
-            )
+        if not duplicates:
+            return 0
+        marked = await self.conn.execute(
+            update(responses)
+            .where(responses.c.id.in_(list(duplicates)), responses.c.status == PENDING_SQL)
+            .values(status="duplicate", settled_at=now)
+        )
+        return marked.rowcount or 0
 
     async def response_accept_late(
         self, types: Sequence[str], now: datetime, limit: int = 1000
@@ -245,6 +258,7 @@ class QueueBatch:
                 select(
                     responses.c.id,
                     responses.c.body,
+                    responses.c.settled_at,
                     jobs.c.id.label("job"),
                     jobs.c.attempt,
                     jobs.c.claimed_at,
@@ -269,8 +283,15 @@ class QueueBatch:
         return done
 
     async def _complete_late(self, row: Any, now: datetime) -> bool:
-        """Complete one job with its late response; False if the job changed meanwhile."""
+        """Complete one job with its late response; False if either changed meanwhile."""
         check_transition(row.state, State.COMPLETED)
+        taken = await self.conn.execute(
+            update(responses)
+            .where(responses.c.id == row.id, responses.c.status == "late")
+            .values(status="matched", job_attempt=row.attempt, settled_at=now)
+        )
+        if taken.rowcount != 1:
+            return False  # an operator reopened it
         changed = await self.conn.execute(
             update(jobs)
             .where(
@@ -287,6 +308,11 @@ class QueueBatch:
             )
         )
         if changed.rowcount != 1:
+            await self.conn.execute(  # the job moved on: the response stays late
+                update(responses)
+                .where(responses.c.id == row.id, responses.c.status == "matched")
+                .values(status="late", job_attempt=None, settled_at=row.settled_at)
+            )
             return False
         await self.conn.execute(
             attempts.insert().values(
@@ -298,11 +324,6 @@ class QueueBatch:
                 error="late response accepted",
                 response=row.body,
             )
-        )
-        await self.conn.execute(
-            update(responses)
-            .where(responses.c.id == row.id)
-            .values(status="matched", settled_at=now)
         )
         return True
 
@@ -352,3 +373,18 @@ class QueueBatch:
             )
         )
         return list(rows.scalars().all())
+
+
+def _is_copy() -> Any:
+    """Whether the response is a copy of one already matched: the same key and
+    fingerprint (``hipq.response_intake.fingerprint``)."""
+    matched = responses.alias("matched")
+    return (
+        exists()
+        .where(
+            matched.c.correlation_key == responses.c.correlation_key,
+            matched.c.fingerprint == responses.c.fingerprint,
+            matched.c.status == "matched",
+        )
+        .correlate_except(matched)
+    )

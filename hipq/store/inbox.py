@@ -11,13 +11,13 @@ from dataclasses import asdict
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import bindparam, delete, select, update
-from sqlalchemy.ext.asyncio import AsyncConnection
+from sqlalchemy import and_, case, delete, exists, func, or_, select, update
+from sqlalchemy.sql.expression import ColumnElement, Exists, FromClause, ScalarSelect
 
 from hipq.lifecycle import IN_FLIGHT
 from hipq.store.records import Conflict, NewResponse, NotFound, ParkedMessage, Response
 from hipq.store.schema import jobs, parked_messages, responses
-from hipq.store.state_guards import OPEN_VALUES, PENDING_SQL
+from hipq.store.state_guards import OPEN_SQL, PENDING_SQL
 from hipq.store.transactions import Transactions
 from hipq.wakeup import responses_payload
 
@@ -99,15 +99,17 @@ class InboxTable(Transactions):
                     "awaiting job",
                     field="job_id",
                 )
-            await conn.execute(
+            reopened = await conn.execute(
                 update(responses)
-                .where(responses.c.id == response_id)
+                .where(responses.c.id == response_id, responses.c.status == row.status)
                 .values(
                     status="pending",
                     forced_job_id=job_id,
                     expires_at=max(row.expires_at, now + timedelta(hours=1)),
                 )
             )
+            if reopened.rowcount != 1:  # settled by the loop or upkeep since read
+                raise Conflict(f"response {response_id} changed meanwhile; try again", field="id")
             await self._notify(conn, {responses_payload()})  # look at the inbox
         return await self.response_get(response_id)
 
@@ -121,47 +123,43 @@ class InboxTable(Transactions):
             return [r._asdict() for r in (await conn.execute(query)).all()]
 
     async def response_classify(self, now: datetime, limit: int = 1000) -> dict[str, int]:
-        """Upkeep: settle the inbox rows no open job will ever match.
+        """Upkeep: settle up to ``limit`` inbox rows no open job will ever match.
 
-        duplicate: the key's job already has a matched response; late: the key's job
-        is finished without one (timed out, cancelled, failed); expired: past the TTL
-        with no job at all. Early responses (the job is still scheduled) stay pending.
+        duplicate: a copy of a matched response (same key and fingerprint), or a
+        response for a key whose finished job had its answer in its last attempt;
+        late: the key's job is finished without one (timed out, cancelled, failed);
+        expired: past the TTL with no job at all. Early and unknown responses stay
+        pending and are not in the page, so they never hold up the rows behind them.
+
+        One statement decides and writes: its reads share one snapshot, and the
+        ``status = 'pending'`` guard is checked again on the newest version of each
+        row, so a response the loop matched meanwhile is left alone. The counts are
+        of the rows written.
         """
+        page = responses.alias("page")
+        chosen = (
+            select(page.c.id)
+            .where(page.c.status == PENDING_SQL, _settleable(page, now))
+            .order_by(page.c.id)
+            .limit(limit)
+        )
+        copied, last_job = _copied_job(responses), _last_job(responses)
+        status = case(
+            (copied.is_not(None), "duplicate"),
+            (last_job.is_(None), "expired"),
+            (_answered(last_job), "duplicate"),
+            else_="late",
+        )
+        stmt = (
+            update(responses)
+            .where(responses.c.id.in_(chosen), responses.c.status == PENDING_SQL)
+            .values(status=status, job_id=func.coalesce(copied, last_job), settled_at=now)
+            .returning(responses.c.status)
+        )
         counts = {"duplicate": 0, "late": 0, "expired": 0}
         async with self._write() as conn:
-            pending = (
-                await conn.execute(
-                    select(responses.c.id, responses.c.correlation_key, responses.c.expires_at)
-                    .where(responses.c.status == PENDING_SQL, responses.c.forced_job_id.is_(None))
-                    .order_by(responses.c.id)
-                    .limit(limit)
-                )
-            ).all()
-            if not pending:
-                return counts
-            open_keys, finished, matched_jobs = await _jobs_of_keys(
-                conn, list({r.correlation_key for r in pending})
-            )
-            settled: list[dict[str, Any]] = []
-            for r in pending:
-                if r.correlation_key in open_keys:
-                    continue  # early, or about to be matched by the loop
-                if r.correlation_key in finished:
-                    job_id = finished[r.correlation_key]
-                    status = "duplicate" if job_id in matched_jobs else "late"
-                elif r.expires_at <= now:
-                    status, job_id = "expired", None
-                else:
-                    continue  # unknown key: kept until its TTL
-                settled.append({"b_id": r.id, "status": status, "job_id": job_id})
-                counts[status] += 1
-            if settled:
-                await conn.execute(
-                    update(responses)
-                    .where(responses.c.id == bindparam("b_id"))
-                    .values(status=bindparam("status"), job_id=bindparam("job_id"), settled_at=now),
-                    settled,
-                )
+            for written in (await conn.execute(stmt)).scalars():
+                counts[written] += 1
         return counts
 
     async def response_prune(self, before: datetime) -> int:
@@ -178,26 +176,65 @@ class InboxTable(Transactions):
         return done.rowcount or 0
 
 
-async def _jobs_of_keys(
-    conn: AsyncConnection, keys: list[str]
-) -> tuple[set[str], dict[str, int], set[int]]:
-    """For correlation ``keys``: those an open job holds, the finished job of each
-    other key, and which of those finished jobs already had a matched response."""
-    job_rows = (
-        await conn.execute(
-            select(jobs.c.id, jobs.c.correlation_key, jobs.c.state).where(
-                jobs.c.correlation_key.in_(keys)
-            )
+def _copied_job(row: FromClause) -> ScalarSelect[Any]:
+    """The job of a matched response that ``row`` is a copy of (same key, same
+    fingerprint), or NULL: a copy is a duplicate whatever the job does now."""
+    matched = responses.alias("matched")
+    return (
+        select(func.max(matched.c.job_id))
+        .where(
+            matched.c.correlation_key == row.c.correlation_key,
+            matched.c.fingerprint == row.c.fingerprint,
+            matched.c.status == "matched",
         )
-    ).all()
-    open_keys = {r.correlation_key for r in job_rows if r.state in OPEN_VALUES}
-    finished = {r.correlation_key: r.id for r in job_rows if r.state not in OPEN_VALUES}
-    if not finished:
-        return open_keys, finished, set()
-    matched = await conn.execute(
-        select(responses.c.job_id).where(
-            responses.c.status == "matched",
-            responses.c.job_id.in_(list(finished.values())),
-        )
+        .correlate_except(matched)
+        .scalar_subquery()
     )
-    return open_keys, finished, set(matched.scalars().all())
+
+
+def _last_job(row: FromClause) -> ScalarSelect[Any]:
+    """The newest job that holds ``row``'s key, or NULL."""
+    holders = jobs.alias("holders")
+    return (
+        select(func.max(holders.c.id))
+        .where(holders.c.correlation_key == row.c.correlation_key)
+        .correlate_except(holders)  # ``row`` is the enclosing statement's, however deep
+        .scalar_subquery()
+    )
+
+
+def _answered(job_id: ScalarSelect[Any]) -> Exists:
+    """Whether the last attempt of job ``job_id`` matched a response: a response after
+    that is a duplicate, otherwise late (and a job type may accept a late success).
+    An earlier attempt's match does not count: that attempt failed and was retried.
+    Rows matched before the attempt was recorded (NULL) count, as they used to."""
+    matched, job = responses.alias("answer"), jobs.alias("finished")
+    return (
+        exists()
+        .where(
+            job.c.id == job_id,
+            matched.c.job_id == job.c.id,
+            matched.c.status == "matched",
+            or_(matched.c.job_attempt.is_(None), matched.c.job_attempt == job.c.attempt),
+        )
+        .correlate_except(matched, job)
+    )
+
+
+def _settleable(row: FromClause, now: datetime) -> ColumnElement[bool]:
+    """Whether upkeep can settle pending ``row`` now: a copy of a matched response,
+    or no open job holds its key and it has a finished job or is past its TTL.
+    An operator's match by hand is the loop's to settle."""
+    holders = jobs.alias("open_holders")
+    open_job = (
+        exists()
+        .where(holders.c.correlation_key == row.c.correlation_key, holders.c.state.in_(OPEN_SQL))
+        .correlate_except(holders)
+    )
+    return and_(
+        row.c.forced_job_id.is_(None),
+        or_(
+            _copied_job(row).is_not(None),
+            and_(~open_job, or_(_last_job(row).is_not(None), row.c.expires_at <= now)),
+        ),
+    )

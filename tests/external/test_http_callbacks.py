@@ -38,6 +38,7 @@ def settings_for(database_url: str, external: str, port: int, **overrides: Any) 
         "charge": charge,
         "charge_once": {**charge, "timeout": "1s", "retry": {"strategy": "none"}},
         "charge_signed": {**charge, "callback_signature": {"secret": SECRET}},
+        "charge_twice": {**charge, "retry": {**charge["retry"], "max_attempts": 2}},
         "charge_late_ok": {
             **charge,
             "timeout": "1s",

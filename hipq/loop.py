@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import enum
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -47,6 +48,10 @@ Clock = Callable[[], datetime]
 RECHECK_SECONDS = 2.0
 
 
+class Unread(enum.Enum):
+    UNREAD = "unread"
+
+
 @dataclass(slots=True)
 class TickReport:
     settled: int = 0
@@ -55,6 +60,10 @@ class TickReport:
     deferred: int = 0
     loaded: int = 0
     full: bool = False  # the due scan filled a whole batch: more may be waiting
+    # The next scheduled job after the tick's now, read in the tick's transaction when
+    # it claimed nothing; ``UNREAD`` when it did (read after the dispatch instead, so
+    # that the claimed jobs' handlers do not wait for it).
+    next_run_at: datetime | Unread | None = Unread.UNREAD
 
 
 class QueueLoop:
@@ -199,6 +208,8 @@ class QueueLoop:
                     report.admitted, report.held = len(claimed), admitted.held
                     report.deferred, report.loaded = admitted.deferred, admitted.loaded
                     report.full = admitted.full
+                if not claimed:
+                    report.next_run_at = await batch.job_next_run_at(now)
         except LeaseLost:
             self._lose_lease()
             return report
@@ -253,6 +264,11 @@ class QueueLoop:
 
     # -- the service around ticks ---------------------------------------------------
 
+    async def _next_run_at(self, report: TickReport, now: datetime) -> datetime | None:
+        if isinstance(report.next_run_at, Unread):
+            return await self.store.job_next_run_at(self.name, now)
+        return report.next_run_at
+
     def next_wake(self, now: datetime, next_run_at: datetime | None) -> float:
         """Seconds to sleep: until the tick, the next due job or the next deadline."""
         wake = now + timedelta(seconds=self.config.batch_interval)
@@ -284,9 +300,7 @@ class QueueLoop:
                 if self.token is None or more or self._reports.outcomes:
                     continue
                 now = self.clock()
-                await self._sleep(
-                    self.next_wake(now, await self.store.job_next_run_at(self.name, now))
-                )
+                await self._sleep(self.next_wake(now, await self._next_run_at(report, now)))
             except asyncio.CancelledError:
                 raise
             except Exception:

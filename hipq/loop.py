@@ -46,6 +46,10 @@ log = logging.getLogger("hipq.loop")
 
 Clock = Callable[[], datetime]
 RECHECK_SECONDS = 2.0
+# A paused queue ticks at most this often however many wake-ups arrive: every new job
+# wakes its loop, and a paused loop's tick (a fenced write) would only see it is paused.
+# Unpausing takes effect within this time.
+PAUSED_TICK_SECONDS = 0.05
 
 
 class Unread(enum.Enum):
@@ -102,6 +106,7 @@ class QueueLoop:
         # lost while its LISTEN connection reconnects).
         self._check_cancels = self._check_responses = True
         self._last_recheck = time.monotonic()
+        self._paused_since_tick: float | None = None  # when a tick last found it paused
 
     @property
     def chain(self) -> GuardedChain:
@@ -198,6 +203,7 @@ class QueueLoop:
                 if used:
                     committed.append(matched_event(self.name, used, self.in_flight, now))
                 claimed: list[Job] = []
+                self._paused_since_tick = time.monotonic() if batch.paused else None
                 if not batch.paused:
                     done = {s.job_id for s in settled}
                     live = [j for j in self.in_flight.values() if j.id not in done]
@@ -312,10 +318,19 @@ class QueueLoop:
     async def _sleep(self, seconds: float) -> None:
         if self.wake.is_set():
             self.wake.clear()
+        else:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.wake.wait(), timeout=seconds)
+            self.wake.clear()
+        await self._paused_wait()
+
+    async def _paused_wait(self) -> None:
+        """Hold a paused queue's next tick back to PAUSED_TICK_SECONDS after its last."""
+        if self._paused_since_tick is None or self._stopping or self._reports.outcomes:
             return
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self.wake.wait(), timeout=seconds)
-        self.wake.clear()
+        rest = PAUSED_TICK_SECONDS - (time.monotonic() - self._paused_since_tick)
+        if rest > 0:
+            await asyncio.sleep(rest)
 
     async def start(self) -> None:
         """Run the loop in a task of its own until ``stop``."""

@@ -272,6 +272,9 @@ class QueueLoop:
 
     async def _next_run_at(self, report: TickReport, now: datetime) -> datetime | None:
         if isinstance(report.next_run_at, Unread):
+            # The tick dispatched jobs: let their handlers start before this read's
+            # connection checkout and BEGIN run on the event loop.
+            await asyncio.sleep(0)
             return await self.store.job_next_run_at(self.name, now)
         return report.next_run_at
 

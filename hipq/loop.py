@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import enum
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -45,6 +46,14 @@ log = logging.getLogger("hipq.loop")
 
 Clock = Callable[[], datetime]
 RECHECK_SECONDS = 2.0
+# A paused queue ticks at most this often however many wake-ups arrive: every new job
+# wakes its loop, and a paused loop's tick (a fenced write) would only see it is paused.
+# Unpausing takes effect within this time.
+PAUSED_TICK_SECONDS = 0.05
+
+
+class Unread(enum.Enum):
+    UNREAD = "unread"
 
 
 @dataclass(slots=True)
@@ -55,6 +64,10 @@ class TickReport:
     deferred: int = 0
     loaded: int = 0
     full: bool = False  # the due scan filled a whole batch: more may be waiting
+    # The next scheduled job after the tick's now, read in the tick's transaction when
+    # it claimed nothing; ``UNREAD`` when it did (read after the dispatch instead, so
+    # that the claimed jobs' handlers do not wait for it).
+    next_run_at: datetime | Unread | None = Unread.UNREAD
 
 
 class QueueLoop:
@@ -93,6 +106,7 @@ class QueueLoop:
         # lost while its LISTEN connection reconnects).
         self._check_cancels = self._check_responses = True
         self._last_recheck = time.monotonic()
+        self._paused_since_tick: float | None = None  # when a tick last found it paused
 
     @property
     def chain(self) -> GuardedChain:
@@ -189,6 +203,7 @@ class QueueLoop:
                 if used:
                     committed.append(matched_event(self.name, used, self.in_flight, now))
                 claimed: list[Job] = []
+                self._paused_since_tick = time.monotonic() if batch.paused else None
                 if not batch.paused:
                     done = {s.job_id for s in settled}
                     live = [j for j in self.in_flight.values() if j.id not in done]
@@ -199,6 +214,8 @@ class QueueLoop:
                     report.admitted, report.held = len(claimed), admitted.held
                     report.deferred, report.loaded = admitted.deferred, admitted.loaded
                     report.full = admitted.full
+                if not claimed:
+                    report.next_run_at = await batch.job_next_run_at(now)
         except LeaseLost:
             self._lose_lease()
             return report
@@ -253,6 +270,14 @@ class QueueLoop:
 
     # -- the service around ticks ---------------------------------------------------
 
+    async def _next_run_at(self, report: TickReport, now: datetime) -> datetime | None:
+        if isinstance(report.next_run_at, Unread):
+            # The tick dispatched jobs: let their handlers start before this read's
+            # connection checkout and BEGIN run on the event loop.
+            await asyncio.sleep(0)
+            return await self.store.job_next_run_at(self.name, now)
+        return report.next_run_at
+
     def next_wake(self, now: datetime, next_run_at: datetime | None) -> float:
         """Seconds to sleep: until the tick, the next due job or the next deadline."""
         wake = now + timedelta(seconds=self.config.batch_interval)
@@ -284,9 +309,7 @@ class QueueLoop:
                 if self.token is None or more or self._reports.outcomes:
                     continue
                 now = self.clock()
-                await self._sleep(
-                    self.next_wake(now, await self.store.job_next_run_at(self.name, now))
-                )
+                await self._sleep(self.next_wake(now, await self._next_run_at(report, now)))
             except asyncio.CancelledError:
                 raise
             except Exception:
@@ -298,10 +321,19 @@ class QueueLoop:
     async def _sleep(self, seconds: float) -> None:
         if self.wake.is_set():
             self.wake.clear()
+        else:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.wake.wait(), timeout=seconds)
+            self.wake.clear()
+        await self._paused_wait()
+
+    async def _paused_wait(self) -> None:
+        """Hold a paused queue's next tick back to PAUSED_TICK_SECONDS after its last."""
+        if self._paused_since_tick is None or self._stopping or self._reports.outcomes:
             return
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self.wake.wait(), timeout=seconds)
-        self.wake.clear()
+        rest = PAUSED_TICK_SECONDS - (time.monotonic() - self._paused_since_tick)
+        if rest > 0:
+            await asyncio.sleep(rest)
 
     async def start(self) -> None:
         """Run the loop in a task of its own until ``stop``."""

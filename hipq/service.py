@@ -127,6 +127,7 @@ class Service:
         self.loops, self.upkeep, self.responses = parts.loops, parts.upkeep, parts.responses
         self.consumer, self.kafka_producer = parts.consumer, parts.kafka_producer
         self.wakeups = parts.wakeups
+        self.job_writer = parts.job_writer
         self.guard: ProcessGuard = self.store.process_guard(
             settings.database_url, self.wakeups.deliver
         )
@@ -143,6 +144,7 @@ class Service:
             StoreActivity(self.store, self.settings.migrate_on_start),
             *(TransportActivity(t) for t in distinct.values()),
             self.responses,
+            self.job_writer,
             self.upkeep,
         ]
         if self.consumer is not None:

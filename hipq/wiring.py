@@ -20,6 +20,7 @@ from hipq.config import Settings
 from hipq.events import Events
 from hipq.intake import Intake
 from hipq.job_types import JobTypeError, JobTypes
+from hipq.job_writer import JobWriter
 from hipq.loop import QueueLoop
 from hipq.plugins import RetryStrategies
 from hipq.response_writer import ResponseWriter
@@ -62,6 +63,7 @@ class Parts:
     loops: dict[str, QueueLoop]
     upkeep: Upkeep
     responses: ResponseWriter
+    job_writer: JobWriter
     consumer: ResponseConsumer | None
 
 
@@ -130,6 +132,7 @@ class _Wiring:
             loops=self.loops,
             upkeep=Upkeep(settings, self.store, self.clock, self.events),
             responses=ResponseWriter(self.store, self.clock, settings.responses.ttl, self.events),
+            job_writer=JobWriter(self.store, self.clock),
             consumer=self._consumer(),
         )
 

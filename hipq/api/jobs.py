@@ -53,7 +53,9 @@ def _request_hash(body: Any) -> str:
     return hashlib.sha256(orjson.dumps(body, option=orjson.OPT_SORT_KEYS)).hexdigest()
 
 
-async def _insert(request: Request, items: list[JobIn], key: str | None, prefix: str) -> Any:
+async def _insert(
+    request: Request, items: list[JobIn], key: str | None, prefix: str, grouped: bool = False
+) -> Any:
     service = _service(request)
     now = service.clock()
     new = []
@@ -71,6 +73,8 @@ async def _insert(request: Request, items: list[JobIn], key: str | None, prefix:
         body = [item.model_dump(mode="json", exclude_unset=True) for item in items]
         idempotency = (key, _request_hash(body))
     # The store wakes the queues' loops once the jobs are committed.
+    if grouped:  # shares a transaction with the other requests waiting (group commit)
+        return await service.job_writer.insert(new, idempotency)
     return await service.store.job_insert_many(new, now, idempotency)
 
 
@@ -78,7 +82,7 @@ async def _insert(request: Request, items: list[JobIn], key: str | None, prefix:
 async def create_job(
     job: JobIn, request: Request, response: Response, idempotency_key: IdempotencyKey = None
 ) -> JobOut:
-    result = await _insert(request, [job], idempotency_key, "")
+    result = await _insert(request, [job], idempotency_key, "", grouped=True)
     if result.replayed:
         response.status_code = 200
         response.headers["Idempotent-Replayed"] = "true"

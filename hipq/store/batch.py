@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import bindparam, exists, false, select, update
+from sqlalchemy import bindparam, exists, false, func, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from hipq.jobs import Job
@@ -84,6 +84,14 @@ class QueueBatch:
                 query = query.where(found.is_(None) | found.not_in(list(other_than)))
         rows = await self.conn.execute(self.dialect.skip_locked(query))
         return [row_to_job(r) for r in rows.all()]
+
+    async def job_next_run_at(self, after: datetime) -> datetime | None:
+        """When the queue's next scheduled job falls due after ``after``; read at the end
+        of the tick, in its transaction, so the loop's sleep costs no transaction of its own."""
+        query = select(func.min(jobs.c.run_at)).where(
+            jobs.c.queue == self.queue, jobs.c.state == SCHEDULED_SQL, jobs.c.run_at > after
+        )
+        return (await self.conn.execute(query)).scalar_one_or_none()
 
     async def job_claim(self, admitted: Sequence[Job], now: datetime) -> list[Job]:
         """scheduled -> running for ``admitted`` (rows the due scan locked in this transaction)."""

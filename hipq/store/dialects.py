@@ -80,6 +80,14 @@ class Dialect:
         """Insert job rows; their ids in the order given."""
         raise NotImplementedError
 
+    async def job_insert_committed(
+        self, engine: AsyncEngine, rows: list[dict[str, Any]], payloads: Sequence[str]
+    ) -> list[int] | None:
+        """Insert job rows and send their wake-ups as one statement that commits on its
+        own (no BEGIN/COMMIT round trips); their ids in order. None where the engine
+        has no such statement: the caller then uses a transaction."""
+        return None
+
     async def job_settle(
         self, conn: AsyncConnection, settlements: Sequence[Settlement], now: datetime
     ) -> None:
@@ -237,6 +245,14 @@ class PostgresDialect(Dialect):
 
     async def job_insert_rows(self, conn: AsyncConnection, rows: list[dict[str, Any]]) -> list[int]:
         return await unnest.job_insert_rows(conn, rows)
+
+    async def job_insert_committed(
+        self, engine: AsyncEngine, rows: list[dict[str, Any]], payloads: Sequence[str]
+    ) -> list[int] | None:
+        # One autocommit statement is as durable as a transaction of one statement.
+        async with engine.connect() as conn:
+            await conn.execution_options(isolation_level="AUTOCOMMIT")
+            return await unnest.job_insert_rows_notify(conn, rows, CHANNEL, list(payloads))
 
     async def job_settle(
         self, conn: AsyncConnection, settlements: Sequence[Settlement], now: datetime

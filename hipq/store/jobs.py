@@ -24,6 +24,9 @@ from hipq.store.state_guards import OPEN_SQL, const
 from hipq.store.transactions import Transactions
 from hipq.wakeup import cancels_payload, jobs_payload
 
+# One request of ``job_insert_each``: its jobs, and its (Idempotency-Key, request hash).
+InsertRequest = tuple[Sequence[NewJob], tuple[str, str] | None]
+
 _EDITABLE = frozenset(
     {"run_at", "priority", "payload", "weight", "labels", "windows", "timeout_seconds"}
 )
@@ -43,21 +46,109 @@ class JobTable(Transactions):
         """
         try:
             async with self._write() as conn:
-                if idempotency:
-                    earlier = await self._idempotency_claim(conn, *idempotency, now)
-                    if earlier is not None:
-                        return InsertResult(await self._jobs_by_ids(conn, earlier), replayed=True)
-                result = await self._insert(conn, new_jobs, now)
-                if idempotency:
-                    await conn.execute(
-                        update(idempotency_keys)
-                        .where(idempotency_keys.c.key == idempotency[0])
-                        .values(job_ids=[j.id for j in result])
-                    )
-                await self._notify(conn, {jobs_payload(j.queue) for j in new_jobs})
-                return InsertResult(result)
+                result = await self._insert_request(conn, new_jobs, now, idempotency)
+                if not result.replayed:
+                    await self._notify(conn, {jobs_payload(j.queue) for j in new_jobs})
+                return result
         except IntegrityError as exc:
             raise conflict_from(exc) from None
+
+    async def job_insert_each(
+        self, requests: Sequence[InsertRequest], now: datetime
+    ) -> list[InsertResult | Conflict]:
+        """Insert the jobs of several independent requests in one transaction (group
+        commit); for each request its result, or the ``Conflict`` that refused it alone.
+
+        Each request is all or none, as ``job_insert_many``, and a request the database
+        refuses (a job_key or correlation_key an open job holds, a reused
+        Idempotency-Key) never fails the others: keyed requests run under a savepoint
+        each, and if the plain requests' one insert is refused, each is tried alone.
+        """
+        keyed = [i for i, (new, idem) in enumerate(requests) if idem or _has_job_key(new)]
+        try:
+            if not keyed:
+                done = await self._insert_plain_committed(requests, now)
+                if done is not None:
+                    return done
+            return await self._insert_each(requests, now, isolate=False)
+        except IntegrityError as exc:
+            if len(requests) == 1:
+                return [conflict_from(exc)]
+        # Some plain request was refused: each one alone, under a savepoint of its own.
+        return await self._insert_each(requests, now, isolate=True)
+
+    async def _insert_plain_committed(
+        self, requests: Sequence[InsertRequest], now: datetime
+    ) -> list[InsertResult | Conflict] | None:
+        """Unkeyed jobs and their wake-ups as one statement that commits on its own,
+        where the dialect has one (PostgreSQL); None elsewhere."""
+        rows = [new_row(j, now) for new, _ in requests for j in new]
+        notices = sorted({jobs_payload(r["queue"]) for r in rows})
+        ids = await self.dialect.job_insert_committed(self.engine, rows, notices)
+        if ids is None:
+            return None
+        for payload in notices:  # committed: tell this process's listeners too
+            for listener in self.listeners:
+                listener(payload)
+        made = iter([job_from_new(i, row) for i, row in zip(ids, rows, strict=True)])
+        return [InsertResult([next(made) for _ in new]) for new, _ in requests]
+
+    async def _insert_each(
+        self, requests: Sequence[InsertRequest], now: datetime, isolate: bool
+    ) -> list[InsertResult | Conflict]:
+        out: list[InsertResult | Conflict | None] = [None] * len(requests)
+        async with self._write() as conn:
+            together = [
+                i
+                for i, (new, idem) in enumerate(requests)
+                if not (isolate or idem or _has_job_key(new))
+            ]
+            if together:
+                made = iter(
+                    await self._insert(conn, [j for i in together for j in requests[i][0]], now)
+                )
+                for i in together:
+                    out[i] = InsertResult([next(made) for _ in requests[i][0]])
+            for i, (new, idem) in enumerate(requests):
+                if out[i] is not None:
+                    continue
+                try:
+                    async with conn.begin_nested():
+                        out[i] = await self._insert_request(conn, new, now, idem)
+                except Conflict as exc:
+                    out[i] = exc
+                except IntegrityError as exc:
+                    out[i] = conflict_from(exc)
+            queues = {
+                j.queue
+                for r in out
+                if isinstance(r, InsertResult) and not r.replayed
+                for j in r.jobs
+            }
+            if queues:
+                await self._notify(conn, {jobs_payload(q) for q in queues})
+        return [r for r in out if r is not None]
+
+    async def _insert_request(
+        self,
+        conn: AsyncConnection,
+        new_jobs: Sequence[NewJob],
+        now: datetime,
+        idempotency: tuple[str, str] | None,
+    ) -> InsertResult:
+        """One request's jobs, inside the caller's transaction (``job_insert_many``'s body)."""
+        if idempotency:
+            earlier = await self._idempotency_claim(conn, *idempotency, now)
+            if earlier is not None:
+                return InsertResult(await self._jobs_by_ids(conn, earlier), replayed=True)
+        result = await self._insert(conn, new_jobs, now)
+        if idempotency:
+            await conn.execute(
+                update(idempotency_keys)
+                .where(idempotency_keys.c.key == idempotency[0])
+                .values(job_ids=[j.id for j in result])
+            )
+        return InsertResult(result)
 
     async def _idempotency_claim(
         self, conn: AsyncConnection, key: str, request_hash: str, now: datetime
@@ -260,3 +351,7 @@ class JobTable(Transactions):
                 await conn.execute(delete(attempts).where(attempts.c.job_id.in_(ids)))
                 await conn.execute(delete(jobs).where(jobs.c.id.in_(ids)))
         return len(ids)
+
+
+def _has_job_key(new_jobs: Sequence[NewJob]) -> bool:
+    return any(j.job_key for j in new_jobs)

@@ -1,0 +1,77 @@
+"""Concurrent ``POST /v1/jobs`` share one insert transaction (group commit), and each
+still gets its own answer: its own job, its own replay, its own 409."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from hipq.store import Store
+from tests.api.conftest import Api
+
+
+def count_groups(api: Api) -> list[int]:
+    """Record the size of every group the job writer stores."""
+    sizes: list[int] = []
+    store: Store = api.service.store
+    insert_each = store.job_insert_each
+
+    async def spy(requests: Any, now: Any) -> Any:
+        sizes.append(len(requests))
+        return await insert_each(requests, now)
+
+    store.job_insert_each = spy  # type: ignore[method-assign]
+    return sizes
+
+
+async def post_all(api: Api, bodies: list[tuple[dict[str, Any], dict[str, str]]]) -> list[Any]:
+    return await asyncio.gather(
+        *(api.client.post("/v1/jobs", json=body, headers=headers) for body, headers in bodies)
+    )
+
+
+async def test_concurrent_posts_share_a_transaction_and_get_their_own_jobs(api: Api) -> None:
+    sizes = count_groups(api)
+    answers = await post_all(api, [({"type": "ok", "payload": {"i": i}}, {}) for i in range(20)])
+    assert [a.status_code for a in answers] == [201] * 20
+    assert [a.json()["payload"] for a in answers] == [{"i": i} for i in range(20)]
+    assert len({a.json()["id"] for a in answers}) == 20
+    assert await api.count_jobs() == 20
+    assert sum(sizes) == 20 and max(sizes) > 1  # grouped: fewer transactions than requests
+
+
+async def test_a_conflicting_post_gets_its_409_and_its_neighbours_their_201(api: Api) -> None:
+    await api.post_job(type="ok", correlation_key="held")
+    sizes = count_groups(api)
+    bodies: list[tuple[dict[str, Any], dict[str, str]]] = [
+        ({"type": "ok", "payload": {"i": i}}, {}) for i in range(9)
+    ]
+    bodies.insert(4, ({"type": "ok", "correlation_key": "held"}, {}))
+    answers = await post_all(api, bodies)
+    codes = [a.status_code for a in answers]
+    assert codes == [201] * 4 + [409] + [201] * 5, [a.text for a in answers]
+    assert answers[4].json()["field"] == "correlation_key"
+    assert await api.count_jobs() == 10
+    assert max(sizes) > 1
+
+
+async def test_an_idempotency_key_replay_inside_a_group_returns_the_first_job(api: Api) -> None:
+    sizes = count_groups(api)
+    keyed = ({"type": "ok", "payload": {"k": 1}}, {"Idempotency-Key": "same"})
+    bodies = [({"type": "ok"}, {}), keyed, keyed, ({"type": "ok"}, {}), keyed]
+    answers = await post_all(api, bodies)
+    assert [a.status_code for a in answers] == [201, 201, 200, 201, 200]
+    first = answers[1].json()["id"]
+    assert answers[2].json()["id"] == answers[4].json()["id"] == first
+    assert answers[2].headers["Idempotent-Replayed"] == "true"
+    assert await api.count_jobs() == 3
+    assert max(sizes) > 1
+
+
+async def test_job_keys_inside_a_group(api: Api) -> None:
+    bodies = [({"type": "ok", "job_key": "k", "payload": {"v": v}}, {}) for v in range(4)]
+    answers = await post_all(api, bodies)
+    assert [a.status_code for a in answers] == [201] * 4
+    assert len({a.json()["id"] for a in answers}) == 1
+    job = await api.job(answers[0].json()["id"])
+    assert job["payload"] == {"v": 3}

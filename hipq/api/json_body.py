@@ -46,9 +46,6 @@ OFF_LOOP_BYTES = 256 * 1024
 # Big bodies parsed at once: each may take several times its size in memory.
 _BIG_BODIES = anyio.CapacityLimiter(2)
 
-# Text that may hold a number needing the slow check: 19 or more digits in a row (an
-# integer past 64 bits, or a float that overflows), or an exponent of 3 or more digits.
-_LONG_NUMBER = re.compile(r"[0-9]{19}|[eE][+-]?[0-9]{3}")
 _SURROGATE = re.compile(r"\\[uU][dD][89a-fA-F]")
 
 T = TypeVar("T")
@@ -73,6 +70,10 @@ def _constant(name: str) -> Any:
     raise json.JSONDecodeError(f"{name} is not allowed", name, 0)
 
 
+# One decoder for every call: json.loads builds a new one per call when given hooks.
+_DECODER = json.JSONDecoder(object_pairs_hook=_object, parse_constant=_constant)
+
+
 def loads(raw: bytes | str, where: str = "") -> Any:
     """``raw`` decoded; ``json.JSONDecodeError`` if it is not JSON, :class:`JSONRefused`
     if it is JSON that hipq refuses. ``where`` prefixes the fields named (e.g. ``body``)."""
@@ -83,15 +84,14 @@ def loads(raw: bytes | str, where: str = "") -> Any:
         except UnicodeDecodeError as exc:
             raise json.JSONDecodeError("not UTF-8", "", exc.start) from None
     try:
-        value = json.loads(raw, object_pairs_hook=_object, parse_constant=_constant)
+        value = _DECODER.decode(raw)
     except _Duplicate:
         raise _duplicate_found(raw, where) from None
     except RecursionError:
         raise JSONRefused(_deep_path(raw, where), _too_deep()) from None
-    # The walk costs more than the parse of a small body: skip it when the text cannot
-    # hold what it looks for (few brackets, no long numbers).
-    if raw.count("[") + raw.count("{") > MAX_DEPTH or _LONG_NUMBER.search(raw):
-        check(value, where)
+    # Always walked: on a small body the walk costs less than a search of the text
+    # for long numbers would.
+    check(value, where)
     if _SURROGATE.search(raw):
         try:  # a pair is decoded into one character; a lone half cannot be stored
             orjson.dumps(value)

@@ -43,8 +43,9 @@ __all__ = [
 MAX_DEPTH = 64
 _INT_MIN, _INT_MAX = -(2**63), 2**63 - 1
 OFF_LOOP_BYTES = 256 * 1024
-# Big bodies parsed at once: each may take several times its size in memory.
-_BIG_BODIES = anyio.CapacityLimiter(2)
+# Big bodies parsed at once: each takes several times its size in memory, and two
+# threads of Python work would compete with the event loop for the interpreter.
+_BIG_BODIES = anyio.CapacityLimiter(1)
 
 _SURROGATE = re.compile(r"\\[uU][dD][89a-fA-F]")
 

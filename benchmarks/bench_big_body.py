@@ -4,7 +4,7 @@ job body (the single-job POST).
 
 Loopback only, bounded: one server on a temporary SQLite file, a few big POSTs.
 
-    python benchmarks/bench_big_body.py [--mib 30] [--posts 1]
+    python benchmarks/bench_big_body.py [--mib 30] [--posts 1] [--digits 13]
 
 Run it with ``PYTHONPATH`` naming another checkout to measure that one instead.
 """
@@ -66,7 +66,7 @@ def peak_rss_mib(pid: int) -> float:
     return float("nan")
 
 
-def big_bodies(mib: int, posts: int) -> None:
+def big_bodies(mib: int, posts: int, digits: int) -> None:
     port = free_port()
     with tempfile.TemporaryDirectory() as tmp:
         config = Path(tmp) / "hipq.yaml"
@@ -81,15 +81,16 @@ def big_bodies(mib: int, posts: int) -> None:
             [sys.executable, "-c", "from hipq.cli import app; app()", "serve", "-c", str(config)],
             # A HIPQ_DATABASE_URL in the shell must not point this at a real database.
             env={k: v for k, v in os.environ.items() if not k.startswith("HIPQ_")},
+            cwd=tmp,  # `python -c` imports from its working directory first
         )
         try:
-            _measure(f"http://127.0.0.1:{port}", server.pid, mib, posts)
+            _measure(f"http://127.0.0.1:{port}", server.pid, mib, posts, digits)
         finally:
             server.terminate()
             server.wait(timeout=30)
 
 
-def _measure(base: str, pid: int, mib: int, posts: int) -> None:
+def _measure(base: str, pid: int, mib: int, posts: int, digits: int) -> None:
     with httpx.Client(base_url=base, timeout=120) as client:
         for _ in range(200):
             try:
@@ -97,11 +98,14 @@ def _measure(base: str, pid: int, mib: int, posts: int) -> None:
                 break
             except httpx.TransportError:
                 time.sleep(0.1)
-        n = mib * 2**20 // 14
+        # Each number takes its digits and a comma.
+        n = mib * 2**20 // (digits + 1)
+        first = 10 ** (digits - 1)
         # Scheduled far ahead: the measure is the request, not running the job.
         job = {"type": "echo", "run_at": "2100-01-01T00:00:00Z"}
-        body = orjson.dumps({**job, "payload": {"xs": [10**12 + i for i in range(n)]}})
-        print(f"big body: {len(body) / 2**20:.1f} MiB, {posts} at once; idle RSS ", end="")
+        body = orjson.dumps({**job, "payload": {"xs": [first + i % first for i in range(n)]}})
+        print(f"big body: {len(body) / 2**20:.1f} MiB of {n} numbers, {posts} at once; ", end="")
+        print("idle RSS ", end="")
         print(f"{peak_rss_mib(pid):.0f} MiB")
         # The big POSTs come from curl processes: a client thread here would share this
         # process's GIL with the /healthz probe and stall it, not the server.
@@ -133,9 +137,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--mib", type=int, default=30, help="size of each big body")
     parser.add_argument("--posts", type=int, default=1, help="big bodies posted at once")
+    parser.add_argument("--digits", type=int, default=13, help="digits of each number")
     args = parser.parse_args()
     small_body_parse()
-    big_bodies(args.mib, args.posts)
+    big_bodies(args.mib, args.posts, args.digits)
 
 
 if __name__ == "__main__":

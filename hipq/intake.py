@@ -16,6 +16,7 @@ from hipq.durations import parse_duration
 from hipq.job_types import JobTypeInfo, JobTypes
 from hipq.jobs import Job, NewJob
 from hipq.plugins import PluginError, RetryStrategies
+from hipq.response_intake import callback_key_problem
 from hipq.storable_text import NUL_MESSAGE, nul_field
 from hipq.templates import TemplateError, new_job_context
 from hipq.windows import Window, WindowError, next_opening, parse_windows
@@ -123,6 +124,9 @@ class Intake:
                 correlation_key = template.render(context)
             except TemplateError as exc:
                 raise IntakeError("payload", f"correlation key: {exc}") from None
+        if correlation_key is not None and (problem := callback_key_problem(correlation_key)):
+            # Rendered from the payload, the key may hold what its callback URL cannot.
+            raise IntakeError("correlation_key", problem)
         mode = job.get("job_key_mode") or "replace"
         if mode not in JOB_KEY_MODES:
             raise IntakeError("job_key_mode", f"must be one of {', '.join(JOB_KEY_MODES)}")

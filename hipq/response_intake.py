@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -19,10 +20,21 @@ from hipq.storable_text import NUL_MESSAGE, nul_field
 from hipq.store import NewResponse
 from hipq.store.schema import KEY_MAX_LENGTH
 
-__all__ = ["ResponseRefused", "check_body", "check_key", "fingerprint", "new_response"]
-
 # Standard Webhooks senders keep a message's ``webhook-id`` across its redeliveries.
 WEBHOOK_ID = "webhook-id"
+
+# C0 and C1 control characters and DEL.
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")
+
+__all__ = [
+    "ResponseRefused",
+    "callback_key_problem",
+    "check_body",
+    "check_callback_key",
+    "check_key",
+    "fingerprint",
+    "new_response",
+]
 
 
 class ResponseRefused(ValueError):
@@ -39,6 +51,27 @@ def check_key(key: str) -> None:
         raise ResponseRefused("key", f"a correlation key has at most {KEY_MAX_LENGTH} characters")
     if "\x00" in key:
         raise ResponseRefused("key", NUL_MESSAGE)
+
+
+def callback_key_problem(key: str) -> str | None:
+    """Why ``key`` cannot be carried by the callback URL (None if it can).
+
+    The route ``/v1/callbacks/{key}`` matches no empty key and no line break, and an
+    HTTP client cannot be trusted with other control characters: a job with such a key
+    could never be completed by a callback.
+    """
+    if not key:
+        return "a correlation key must not be empty"
+    if _CONTROL.search(key):
+        return "a correlation key must not contain control characters (such as a newline)"
+    return None
+
+
+def check_callback_key(key: str) -> None:
+    """Refuse a key a callback URL cannot carry, as :func:`check_key` does the rest."""
+    if problem := callback_key_problem(key):
+        raise ResponseRefused("key", problem)
+    check_key(key)
 
 
 def check_body(body: Any, where: str) -> None:

@@ -48,6 +48,8 @@ __all__ = [
 SECRET_PREFIX = "whsec_"
 # The window the specification and its reference libraries use.
 DEFAULT_TOLERANCE_SECONDS = 300
+# Unix seconds stay below 12 digits for thirty thousand years.
+_MAX_TIMESTAMP_DIGITS = 12
 
 
 class SignatureError(ValueError):
@@ -126,6 +128,9 @@ def verify(
     # orders it: a replayed old request is rejected without HMAC work.
     if not (timestamp.isascii() and timestamp.isdigit()):
         raise SignatureError("webhook-timestamp is not integer unix seconds")
+    if len(timestamp) > _MAX_TIMESTAMP_DIGITS:
+        # A float cannot hold it (now - int(...) would overflow): far outside any tolerance.
+        raise SignatureError("webhook-timestamp is out of range")
     age = now - int(timestamp)
     if abs(age) > tolerance_seconds:
         when = f"{int(age)}s old" if age > 0 else f"{int(-age)}s in the future"

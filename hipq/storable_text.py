@@ -12,20 +12,26 @@ NUL_MESSAGE = "must not contain the NUL character (\\u0000)"
 
 
 def nul_field(value: Any, where: str) -> str | None:
-    """The path of the first string (or key) in ``value`` holding U+0000, if any."""
-    if isinstance(value, str):
-        return where if "\x00" in value else None
-    if isinstance(value, dict):
-        for key, item in value.items():
-            inner = f"{where}.{key}"
-            if "\x00" in str(key):
-                return inner.replace("\x00", "\\u0000")
-            found = nul_field(item, inner)
-            if found:
-                return found
-    elif isinstance(value, list | tuple):
-        for i, item in enumerate(value):
-            found = nul_field(item, f"{where}[{i}]")
-            if found:
-                return found
+    """The path of a string (or key) in ``value`` holding U+0000, if any.
+
+    Iterative: nesting deep enough to exhaust Python's recursion must get an answer.
+    """
+    stack: list[tuple[Any, str]] = [(value, where)]
+    while stack:
+        node, path = stack.pop()
+        if isinstance(node, str):
+            if "\x00" in node:
+                return path
+        elif isinstance(node, dict):
+            for key, item in reversed(node.items()):
+                inner = f"{path}.{key}"
+                if "\x00" in str(key):
+                    return inner.replace("\x00", "\\u0000")
+                if isinstance(item, str | dict | list | tuple):
+                    stack.append((item, inner))
+        elif isinstance(node, list | tuple):
+            for i in range(len(node) - 1, -1, -1):
+                item = node[i]
+                if isinstance(item, str | dict | list | tuple):
+                    stack.append((item, f"{path}[{i}]"))
     return None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Request
@@ -9,10 +10,11 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel
 
 from hipq.api.errors import InvalidParameter, error_body
+from hipq.api.json_body import loads, off_loop
 from hipq.api.models import ErrorOut
 from hipq.job_types import JobTypeInfo
-from hipq.outcome_rules import ANY_RESPONSE, parse_body
-from hipq.response_intake import check_body, check_key, new_response
+from hipq.outcome_rules import ANY_RESPONSE
+from hipq.response_intake import check_body, check_callback_key, new_response
 from hipq.service import Service
 from hipq.signatures import SignatureError, verify
 
@@ -20,6 +22,19 @@ router = APIRouter(tags=["callbacks"])
 
 # Headers kept with a stored response (never credentials).
 _DROPPED_HEADERS = frozenset({"authorization", "cookie", "proxy-authorization", "x-api-key"})
+
+
+def _parsed_body(raw: bytes) -> Any:
+    """The body as JSON (refused if it is JSON hipq refuses), or as text if it is not
+    JSON; None when empty."""
+    if not raw:
+        return None
+    try:
+        body = loads(raw, "body")
+    except json.JSONDecodeError:
+        body = raw.decode("utf-8", errors="replace")
+    check_body(body, "body")
+    return body
 
 
 class CallbackAccepted(BaseModel):
@@ -68,9 +83,8 @@ async def deliver_callback(
                 return JSONResponse(
                     error_body("unauthorized", [("webhook-signature", exc.reason)]), 401
                 )
-    check_key(key)
-    body = parse_body(raw)
-    check_body(body, "body")
+    check_callback_key(key)
+    body = await off_loop(len(raw), lambda: _parsed_body(raw))
     headers = {k: v for k, v in request.headers.items() if k not in _DROPPED_HEADERS}
     rule = ANY_RESPONSE if info is None else info.outcome_rule
     response = new_response(

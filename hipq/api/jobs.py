@@ -8,7 +8,7 @@ from typing import Annotated, Any
 import orjson
 from fastapi import APIRouter, Header, Path, Query, Request, Response
 
-from hipq.api.errors import StrictJSONRoute
+from hipq.api.json_body import JSONBodyRoute, off_loop
 from hipq.api.models import (
     MAX_ID,
     ErrorOut,
@@ -20,13 +20,14 @@ from hipq.api.models import (
     JobPatch,
     RetryRequest,
 )
-from hipq.api.paging import Cursor
+from hipq.api.paging import Cursor, json_size, within_budget
 from hipq.intake import NUL_MESSAGE, IntakeError, nul_field
+from hipq.jobs import NewJob
 from hipq.lifecycle import State
 from hipq.service import Service
 from hipq.store import JobFilter
 
-router = APIRouter(prefix="/v1/jobs", tags=["jobs"], route_class=StrictJSONRoute)
+router = APIRouter(prefix="/v1/jobs", tags=["jobs"], route_class=JSONBodyRoute)
 
 _ERRORS: dict[int | str, dict[str, Any]] = {
     404: {"model": ErrorOut},
@@ -42,6 +43,8 @@ IdempotencyKey = Annotated[
         description="a retried POST with the same key returns the first one's jobs",
     ),
 ]
+# Each label filter is a condition of the query: SQLite refuses a thousand of them.
+MAX_LABEL_FILTERS = 20
 JobId = Annotated[int, Path(ge=1, le=MAX_ID, description="the job's id")]
 
 
@@ -53,25 +56,35 @@ def _request_hash(body: Any) -> str:
     return hashlib.sha256(orjson.dumps(body, option=orjson.OPT_SORT_KEYS)).hexdigest()
 
 
+async def _body_size(request: Request) -> int:
+    return len(await request.body())
+
+
 async def _insert(
     request: Request, items: list[JobIn], key: str | None, prefix: str, grouped: bool = False
 ) -> Any:
     service = _service(request)
     now = service.clock()
-    new = []
-    for i, item in enumerate(items):
-        try:
-            new.append(service.intake.resolve(item.fields_set(), now))
-        except IntakeError as exc:
-            raise IntakeError(
-                f"{prefix}{i}].{exc.field}" if prefix else exc.field, exc.message
-            ) from None
-    idempotency = None
-    if key:
-        # Dumping every job again to hash the request costs as much as validating it:
-        # only a keyed request pays for it.
-        body = [item.model_dump(mode="json", exclude_unset=True) for item in items]
-        idempotency = (key, _request_hash(body))
+
+    def resolve() -> tuple[list[NewJob], tuple[str, str] | None]:
+        new = []
+        for i, item in enumerate(items):
+            try:
+                new.append(service.intake.resolve(item.fields_set(), now))
+            except IntakeError as exc:
+                raise IntakeError(
+                    f"{prefix}{i}].{exc.field}" if prefix else exc.field, exc.message
+                ) from None
+        idempotency = None
+        if key:
+            # Dumping every job again to hash the request costs as much as validating it:
+            # only a keyed request pays for it.
+            body = [item.model_dump(mode="json", exclude_unset=True) for item in items]
+            idempotency = (key, _request_hash(body))
+        return new, idempotency
+
+    # Resolving walks every payload (the NUL check): a big body's, off the event loop.
+    new, idempotency = await off_loop(await _body_size(request), resolve)
     # The store wakes the queues' loops once the jobs are committed.
     if grouped:  # shares a transaction with the other requests waiting (group commit)
         return await service.job_writer.insert(new, idempotency)
@@ -139,6 +152,8 @@ async def list_jobs(
     for name, value in (("queue", queue), ("type", type), ("label", label)):
         if nul_field(value, name):
             raise IntakeError(name, NUL_MESSAGE)
+    if label is not None and len(label) > MAX_LABEL_FILTERS:
+        raise IntakeError("label", f"at most {MAX_LABEL_FILTERS} label filters, got {len(label)}")
     labels: dict[str, str] = {}
     for item in label or []:
         name, sep, value = item.partition(":")
@@ -154,8 +169,9 @@ async def list_jobs(
         limit=limit,
     )
     found = await _service(request).store.job_list(flt)
-    next_cursor = str(found[-1].id) if len(found) == limit else None
-    return JobListOut(jobs=[JobOut.of(j) for j in found], next_cursor=next_cursor)
+    page = within_budget(found, lambda j: json_size(j.payload, j.result))
+    next_cursor = str(page[-1].id) if len(found) == limit or len(page) < len(found) else None
+    return JobListOut(jobs=[JobOut.of(j) for j in page], next_cursor=next_cursor)
 
 
 @router.post(
@@ -181,7 +197,10 @@ async def cancel_job(job_id: JobId, request: Request, response: Response) -> Job
 async def patch_job(job_id: JobId, patch: JobPatch, request: Request) -> JobOut:
     service = _service(request)
     intake = service.intake
-    changes = intake.check_changes(patch.model_dump(exclude_unset=True))
+    changes = await off_loop(
+        await _body_size(request),
+        lambda: intake.check_changes(patch.model_dump(exclude_unset=True)),
+    )
     # The job is read and changed in one transaction: the change is resolved against
     # the job as it is while locked. The store wakes the queue's loop (in this process
     # and, by NOTIFY, in others).

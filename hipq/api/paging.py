@@ -1,13 +1,22 @@
-"""The cursor of the listing routes (jobs, responses, parked messages), checked once."""
+"""The cursor of the listing routes (jobs, responses, parked messages), checked once,
+and the byte budget of a page."""
 
 from __future__ import annotations
 
-from typing import Annotated
+from collections.abc import Callable, Sequence
+from typing import Annotated, Any, TypeVar
 
+import orjson
 from fastapi import Depends, Query
 
 from hipq.api.errors import InvalidParameter
 from hipq.api.models import MAX_ID
+
+# A page stops after the item that takes it past this many bytes of stored JSON: a
+# count alone lets a page of big payloads grow to hundreds of MiB.
+PAGE_BYTES = 4 * 1024 * 1024
+_MAX_ID_DIGITS = len(str(MAX_ID))
+T = TypeVar("T")
 
 
 def after_id(
@@ -16,12 +25,33 @@ def after_id(
     """The id a page starts after; None for the first page."""
     if cursor is None:
         return None
-    # isdigit() alone lets through digits that are not ASCII ("²"), which int() refuses,
-    # and ids past the database's bigint would fail in the query itself.
-    if not cursor.isascii() or not cursor.isdigit() or int(cursor) > MAX_ID:
+    # isdigit() alone lets through digits that are not ASCII ("²", "٣"), which int()
+    # refuses or reads; ids past the database's bigint would fail in the query itself,
+    # and int() refuses strings of more than 4,300 digits.
+    if (
+        not cursor.isascii()
+        or not cursor.isdigit()
+        or len(cursor) > _MAX_ID_DIGITS
+        or int(cursor) > MAX_ID
+    ):
         raise InvalidParameter("cursor", "not a cursor returned by this API")
     return int(cursor)
 
 
 # A listing route's ``cursor`` query parameter, as the id its page starts after.
 Cursor = Annotated[int | None, Depends(after_id)]
+
+
+def json_size(*values: Any) -> int:
+    """Bytes of ``values`` as JSON, for :func:`within_budget`."""
+    return sum(len(orjson.dumps(v)) for v in values)
+
+
+def within_budget(items: Sequence[T], size: Callable[[T], int]) -> Sequence[T]:
+    """The first ``items`` up to and including the one that passes ``PAGE_BYTES``."""
+    total = 0
+    for i, item in enumerate(items):
+        total += size(item)
+        if total > PAGE_BYTES:
+            return items[: i + 1]
+    return items

@@ -8,13 +8,15 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, Path, Query, Request
 from pydantic import BaseModel, Field
 
-from hipq.api.errors import StrictJSONRoute
+from hipq.api.errors import InvalidParameter
+from hipq.api.json_body import JSONBodyRoute
 from hipq.api.models import MAX_ID, ErrorOut
-from hipq.api.paging import Cursor
+from hipq.api.paging import Cursor, json_size, within_budget
 from hipq.service import Service
+from hipq.storable_text import NUL_MESSAGE
 from hipq.store import Response
 
-router = APIRouter(prefix="/v1/responses", tags=["responses"], route_class=StrictJSONRoute)
+router = APIRouter(prefix="/v1/responses", tags=["responses"], route_class=JSONBodyRoute)
 Status = Literal["pending", "matched", "duplicate", "late", "expired"]
 _UNMATCHED = ("pending", "late", "expired")
 
@@ -76,6 +78,8 @@ async def list_responses(
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
     after: Cursor = None,
 ) -> ResponseListOut:
+    if key is not None and "\x00" in key:
+        raise InvalidParameter("key", NUL_MESSAGE)  # PostgreSQL cannot compare it
     service: Service = request.app.state.service
     statuses: tuple[str, ...] = tuple(status or ())
     if matched is True:
@@ -83,9 +87,10 @@ async def list_responses(
     elif matched is False:
         statuses = _UNMATCHED
     found = await service.store.response_list(statuses, key, after, limit)
+    page = within_budget(found, lambda r: json_size(r.body, r.headers))
     return ResponseListOut(
-        responses=[ResponseOut.of(r) for r in found],
-        next_cursor=str(found[-1].id) if len(found) == limit else None,
+        responses=[ResponseOut.of(r) for r in page],
+        next_cursor=str(page[-1].id) if len(found) == limit or len(page) < len(found) else None,
     )
 
 

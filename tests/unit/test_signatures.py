@@ -195,3 +195,10 @@ def test_stale_request_is_refused_even_when_correctly_signed() -> None:
 def test_negative_tolerance_is_a_programming_error() -> None:
     with pytest.raises(ValueError, match="tolerance_seconds"):
         verify(SECRET, headers(SPEC_SIGNATURE), BODY, now=TS, tolerance_seconds=-1)
+
+
+@pytest.mark.parametrize("digits", [13, 309, 400, 5000])
+def test_a_timestamp_too_long_for_any_clock_is_refused(digits: int) -> None:
+    ts = "9" * digits
+    with pytest.raises(SignatureError, match="webhook-timestamp is out of range"):
+        verify(SECRET, headers(by_hand(KEY, MSG_ID, TS, BODY), ts=ts), BODY, now=TS)

@@ -50,7 +50,7 @@ async def wait_done(client: httpx.AsyncClient, total: int, done: int, within: fl
 
 async def one_run(engine: str, opts: BenchOptions, workdir: Path, n: int) -> dict[str, float]:
     rng = random.Random(n)
-    runs_file = workdir / f"runs-{n}.txt"
+    runs_file = workdir / f"runs-{engine}-{n}.txt"
     serve_env(runs_file)
     peer = SlowPeer(seed=n)
     total = PYTHON_JOBS + HTTP_JOBS

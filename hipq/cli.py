@@ -66,10 +66,9 @@ def serve(
     # Alembic announces each of its plugins at import, at INFO: seven lines on every
     # start, ahead of a config error's one line.
     logging.getLogger("alembic.runtime.plugins").setLevel(logging.WARNING)
-    # uvicorn re-raises the signal that stopped it once its own shutdown is done; under
-    # SIGTERM's default action that killed the process before Service.stop() ran (lease
-    # kept, in-flight jobs cut off). As KeyboardInterrupt it unwinds through that cleanup.
-    # (Outside the main thread signals cannot be set, nor does uvicorn capture them.)
+    # While serving, SIGTERM and SIGINT are hipq.stop_signals'. Before that (the service
+    # starting), SIGTERM's default action would kill the process without any cleanup: as
+    # KeyboardInterrupt it unwinds. (Outside the main thread signals cannot be set.)
     with contextlib.suppress(ValueError):
         signal.signal(signal.SIGTERM, signal.default_int_handler)
     try:
@@ -83,6 +82,7 @@ async def _serve(settings: Settings) -> None:
 
     from hipq.api.app import create_app
     from hipq.service import ServiceError
+    from hipq.stop_signals import Server, StopSignals
     from hipq.store import StoreSetupError
     from hipq.wiring import build_service
 
@@ -97,23 +97,29 @@ async def _serve(settings: Settings) -> None:
     # out of the collector's full passes, which otherwise walk it all every few seconds.
     gc.collect()
     gc.freeze()
-    try:
-        server = uvicorn.Server(
-            uvicorn.Config(
-                create_app(service, manage_service=False),
-                host=settings.server.host,
-                port=settings.server.port,
-                log_level=settings.log_level,
-                access_log=False,
-            )
+    server = Server(
+        uvicorn.Config(
+            create_app(service, manage_service=False),
+            host=settings.server.host,
+            port=settings.server.port,
+            log_level=settings.log_level,
+            access_log=False,
+            # Requests under way at a stop get the same grace as the jobs in flight.
+            timeout_graceful_shutdown=max(1, round(settings.shutdown_grace)),
         )
+    )
+    signals = StopSignals(service, server)
+    try:
+        signals.install()
         await server.serve()
         if not server.started:
             fail(f"cannot listen on {settings.server.host}:{settings.server.port}")
     finally:
-        # After Ctrl-C uvicorn re-raises SIGINT, whose asyncio.run handler cancels this task:
-        # the cancellation must not cut Service.stop() short (the queues' leases would stay
-        # held, and a restarted hipq would wait lease_ttl before its loops run).
+        # Also when uvicorn ended for another reason: nothing new is claimed from here.
+        service.begin_stop()
+        # A cancellation (Ctrl-C before the signals were ours) must not cut Service.stop()
+        # short: the queues' leases would stay held, and a restarted hipq would wait
+        # lease_ttl before its loops run.
         stopping = asyncio.ensure_future(service.stop())
         try:
             await asyncio.shield(stopping)

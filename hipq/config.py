@@ -208,6 +208,9 @@ class Settings(BaseSettings):
     # A queue's loop is owned by one process through a lease; another takes over
     # when it has not been renewed for this long.
     lease_ttl: Seconds = 15.0
+    # On SIGTERM: how long handlers and sends in flight may take to finish (nothing new
+    # is claimed meanwhile) before the process stops at once.
+    shutdown_grace: Seconds = Field(25.0, ge=0)
     idempotency_ttl: Seconds = 24 * 3600.0
     server: ServerConfig = Field(default_factory=ServerConfig)
     queues: dict[str, QueueConfig] = Field(default_factory=lambda: {"default": QueueConfig()})

@@ -100,6 +100,9 @@ class QueueLoop:
         self._reports = Reports()
         self.wake = asyncio.Event()
         self._stopping = False
+        # Draining (the process is stopping): ticks settle what transports report, and
+        # claim nothing.
+        self._draining = False
         self._task: asyncio.Task[None] | None = None
         # Cancel requests and inbox responses are looked for when something hinted at
         # them, and at least every RECHECK_SECONDS (a hint from another process may be
@@ -204,7 +207,7 @@ class QueueLoop:
                     committed.append(matched_event(self.name, used, self.in_flight, now))
                 claimed: list[Job] = []
                 self._paused_since_tick = time.monotonic() if batch.paused else None
-                if not batch.paused:
+                if not batch.paused and not self._draining:
                     done = {s.job_id for s in settled}
                     live = [j for j in self.in_flight.values() if j.id not in done]
                     admitted = await self.admission.admit(batch, live, now)
@@ -228,7 +231,8 @@ class QueueLoop:
             self.events.emit(name, **fields)
         self._apply(reports, settled, claimed)
         report.settled = len(settled)
-        self._dispatch(claimed)
+        if not self._draining:  # else claimed mid-tick: left `running` for the next owner
+            self._dispatch(claimed)
         return report
 
     def _apply(self, reports: Reports, settled: list[Settlement], claimed: list[Job]) -> None:
@@ -283,7 +287,7 @@ class QueueLoop:
         wake = now + timedelta(seconds=self.config.batch_interval)
         # The lease must be renewed well within its TTL, even on an idle queue.
         wake = min(wake, now + timedelta(seconds=self.lease_ttl / 3))
-        if next_run_at is not None:
+        if next_run_at is not None and not self._draining:  # due jobs wait for the next owner
             wake = min(wake, next_run_at)
         deadlines = [j.deadline for j in self.in_flight.values() if j.deadline is not None]
         if deadlines:
@@ -298,7 +302,7 @@ class QueueLoop:
         failures = 0
         while not self._stopping:
             try:
-                if self.token is None and not await self.acquire():
+                if self.token is None and (self._draining or not await self.acquire()):
                     await self._sleep(self.lease_ttl / 3)
                     continue
                 report = await self.run_once()
@@ -337,8 +341,27 @@ class QueueLoop:
 
     async def start(self) -> None:
         """Run the loop in a task of its own until ``stop``."""
-        self._stopping = False
+        self._stopping = self._draining = False
         self._task = asyncio.create_task(self.run(), name=f"hipq-loop-{self.name}")
+
+    def request_drain(self) -> None:
+        """Claim nothing from now on; keep ticking to settle what is in flight."""
+        self._draining = True
+        self.wake.set()
+
+    @property
+    def draining(self) -> bool:
+        return self._draining
+
+    @property
+    def running(self) -> bool:
+        """Its task ticks (``start``), as opposed to a test driving ``run_once``."""
+        return self._task is not None and not self._task.done()
+
+    @property
+    def settling(self) -> bool:
+        """Transports reported something that no tick has taken yet."""
+        return bool(self._reports.outcomes or self._reports.sent)
 
     def request_stop(self) -> None:
         """Ask the loop to end after the tick under way."""

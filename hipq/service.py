@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import time
 from collections.abc import Callable, Iterable
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -17,6 +18,7 @@ from hipq import migrations
 from hipq.activity import Activity
 from hipq.config import Settings
 from hipq.loop import QueueLoop
+from hipq.stopping import drain
 from hipq.store import Store
 from hipq.store.process_guard import ProcessGuard
 from hipq.transports.base import Transport
@@ -134,6 +136,9 @@ class Service:
         self.activities = self._activities()
         self._started: list[Activity] = []
         self.started = False
+        # Set by ``begin_stop``: when the drain of work in flight ends at the latest.
+        self._drain_deadline: float | None = None
+        self._hurry = False
 
     def _activities(self) -> list[Activity]:
         """In start order. The loops come last, so that they stop first: no job is
@@ -162,10 +167,43 @@ class Service:
             self._started.append(activity)
         self.started = True
 
+    def begin_stop(self, grace: float | None = None) -> None:
+        """Claim nothing from now on; ``stop`` then lets the work in flight finish for up
+        to ``grace`` seconds from now (default: ``shutdown_grace``). Safe to repeat: the
+        first call sets the deadline."""
+        if self._drain_deadline is not None:
+            return
+        grace = self.settings.shutdown_grace if grace is None else grace
+        self._drain_deadline = time.monotonic() + grace
+        for loop in self.loops.values():
+            loop.request_drain()
+
+    def stop_now(self) -> None:
+        """End a drain under way at once (a second signal): what still runs is cut off."""
+        self._hurry = True
+
     async def stop(self) -> None:
+        """Stop every activity in reverse order; after ``begin_stop``, first wait for the
+        work in flight (handlers, sends) and let the loops record what it reported."""
+        if self._drain_deadline is not None:
+            await self._drain(self._drain_deadline)
         # Every activity, also those a failed start left out: each stop is safe to repeat.
         await self._stop(reversed(self.activities))
         self.started = False
+        self._drain_deadline, self._hurry = None, False
+
+    async def _drain(self, deadline: float) -> None:
+        # Only a loop that ticks can record what its jobs report.
+        loops = [lp for lp in self.loops.values() if lp.running]
+        if not loops:
+            return
+        transports = list({id(t): t for t in self.transports.values()}.values())
+
+        def in_flight() -> int:
+            unrecorded = sum(1 for lp in loops if lp.settling)
+            return sum(t.busy for t in transports) + unrecorded
+
+        await drain(in_flight, deadline, lambda: self._hurry)
 
     async def _stop(self, activities: Iterable[Activity]) -> None:
         for activity in list(activities):

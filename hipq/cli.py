@@ -88,15 +88,8 @@ async def _serve(settings: Settings) -> None:
 
     try:
         service = build_service(settings)
-        await service.start()
     except (ServiceError, StoreSetupError, ConfigError) as exc:
         fail(str(exc))
-    except OSError as exc:
-        fail(f"cannot open the database: {exc}")
-    # What start-up built (modules, config, the app) lives as long as the process: left
-    # out of the collector's full passes, which otherwise walk it all every few seconds.
-    gc.collect()
-    gc.freeze()
     server = Server(
         uvicorn.Config(
             create_app(service, manage_service=False),
@@ -109,11 +102,37 @@ async def _serve(settings: Settings) -> None:
         )
     )
     signals = StopSignals(service, server)
+    signals.install()
+    # The HTTP server comes up first: while the service waits for its database,
+    # /healthz answers 200 and /readyz 503 (the API's routes 503 with Retry-After).
+    # Its start-up lines are held back meanwhile: a start that fails prints one line.
+    server_log = logging.getLogger("uvicorn.error")
+    level = server_log.level
+    server_log.setLevel(logging.WARNING)
+    serving = asyncio.ensure_future(server.serve())
     try:
-        signals.install()
-        await server.serve()
+        if not await _start_while_serving(service, server, serving):
+            return  # stopped (a signal) before the service was up
+        server_log.setLevel(level)
+        server_log.info(
+            "hipq serving on http://%s:%d (Press CTRL+C to quit)",
+            settings.server.host,
+            settings.server.port,
+        )
+        # What start-up built (modules, config, the app) lives as long as the process:
+        # left out of the collector's full passes, which otherwise walk it all every
+        # few seconds.
+        gc.collect()
+        gc.freeze()
+        await serving
         if not server.started:
             fail(f"cannot listen on {settings.server.host}:{settings.server.port}")
+    except (ServiceError, StoreSetupError, ConfigError) as exc:
+        await _stop_server(server, serving)
+        fail(str(exc))
+    except OSError as exc:
+        await _stop_server(server, serving)
+        fail(f"cannot open the database: {exc}")
     finally:
         # Also when uvicorn ended for another reason: nothing new is claimed from here.
         service.begin_stop()
@@ -125,6 +144,27 @@ async def _serve(settings: Settings) -> None:
             await asyncio.shield(stopping)
         except asyncio.CancelledError:
             await stopping
+
+
+async def _start_while_serving(service: Any, server: Any, serving: asyncio.Future[Any]) -> bool:
+    """Start ``service`` while the HTTP server runs; False if the server ended first."""
+    starting = asyncio.ensure_future(service.start())
+    await asyncio.wait({starting, serving}, return_when=asyncio.FIRST_COMPLETED)
+    if starting.done():
+        starting.result()  # a start that failed raises here
+        return True
+    starting.cancel()
+    with contextlib.suppress(BaseException):
+        await starting
+    if not server.started:
+        fail(f"cannot listen on {server.config.host}:{server.config.port}")
+    return False
+
+
+async def _stop_server(server: Any, serving: asyncio.Future[Any]) -> None:
+    server.should_exit = True
+    with contextlib.suppress(BaseException):
+        await serving
 
 
 @app.command()

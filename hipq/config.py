@@ -212,6 +212,12 @@ class Settings(BaseSettings):
     # is claimed meanwhile) before the process stops at once.
     shutdown_grace: Seconds = Field(25.0, ge=0)
     idempotency_ttl: Seconds = 24 * 3600.0
+    # How long `hipq serve` waits for an unreachable or starting database (with
+    # backoff, /healthz answering meanwhile) before it gives up.
+    database_wait: Seconds = 60.0
+    # The database time each API request may use (lock and statement waits); past
+    # it the request answers 503 and nothing it wrote is kept.
+    api_db_timeout: Seconds = 10.0
     server: ServerConfig = Field(default_factory=ServerConfig)
     queues: dict[str, QueueConfig] = Field(default_factory=lambda: {"default": QueueConfig()})
     job_types: dict[str, JobTypeConfig] = Field(default_factory=dict)
@@ -239,6 +245,8 @@ class Settings(BaseSettings):
                 raise ValueError(f"job_types.{name}.queue: unknown queue {jt.queue!r} ({known})")
         if self.lease_ttl < 1:
             raise ValueError("lease_ttl: must be at least 1s")
+        if self.api_db_timeout <= 0 or self.database_wait < 0:
+            raise ValueError("api_db_timeout must be positive and database_wait not negative")
         return self
 
 

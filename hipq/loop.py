@@ -30,6 +30,7 @@ from hipq.chain import GuardedChain
 from hipq.config import QueueConfig
 from hipq.correlation import Correlation, Event, Matches, matched_event
 from hipq.events import Events
+from hipq.faults import FaultReporter
 from hipq.job_types import JobTypes
 from hipq.jobs import Job
 from hipq.lifecycle import State
@@ -300,6 +301,7 @@ class QueueLoop:
     async def run(self) -> None:
         """Own the queue when possible and tick until ``stop``."""
         failures = 0
+        faults = FaultReporter(log, f"queue {self.name}")
         while not self._stopping:
             try:
                 if self.token is None and (self._draining or not await self.acquire()):
@@ -307,6 +309,7 @@ class QueueLoop:
                     continue
                 report = await self.run_once()
                 failures = 0
+                faults.succeeded()
                 # A full read that changed something may have more behind it: go on at
                 # once. One whose jobs were all held would read the same jobs again.
                 more = report.full and (report.admitted or report.deferred)
@@ -316,11 +319,40 @@ class QueueLoop:
                 await self._sleep(self.next_wake(now, await self._next_run_at(report, now)))
             except asyncio.CancelledError:
                 raise
-            except Exception:
+            except Exception as exc:
                 failures += 1
-                log.exception("queue %s: tick failed (%d in a row)", self.name, failures)
+                faults.failed(exc)  # one line when a fault starts, not one per tick
                 self.events.emit("tick_failed", queue=self.name)
-                await self._sleep(min(30.0, 0.5 * 2 ** min(failures, 6)))
+                failures = await self._reload_after_failure(failures, faults)
+
+    async def _reload_after_failure(self, failures: int, faults: FaultReporter) -> int:
+        """After a failed tick, wait, then take what this loop owns from the database,
+        as at takeover: a tick whose COMMIT's reply was lost did commit its claims and
+        settlements, which memory does not know. Newly claimed jobs are dispatched,
+        settled ones forgotten. Returns the failures counted so far."""
+        while not self._stopping:
+            await self._sleep(min(30.0, 0.5 * 2 ** min(failures, 6)))
+            if self.token is None:
+                return failures
+            try:
+                owned = {j.id: j for j in await self.store.job_in_flight(self.name)}
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                failures += 1
+                faults.failed(exc)
+                continue
+            known, self.in_flight = self.in_flight, owned
+            for job_id in known.keys() - owned.keys():
+                self._transport_of(known[job_id]).abandon(job_id)
+            new = [
+                j
+                for i, j in owned.items()
+                if j.state == State.RUNNING and (i not in known or known[i].attempt != j.attempt)
+            ]
+            self._dispatch(new)
+            return failures
+        return failures
 
     async def _sleep(self, seconds: float) -> None:
         if self.wake.is_set():

@@ -7,6 +7,7 @@ by tick. What the parts are and how they are built is ``hipq.wiring``'s.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import time
@@ -17,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from hipq import migrations
 from hipq.activity import Activity
 from hipq.config import Settings
+from hipq.faults import unavailable
 from hipq.loop import QueueLoop
 from hipq.stopping import drain
 from hipq.store import Store
@@ -33,22 +35,46 @@ __all__ = ["Service", "ServiceError", "utcnow"]
 
 
 class StoreActivity:
-    """The database made ready to serve at start (checked, migrated), closed at stop."""
+    """The database made ready to serve at start (checked, migrated), closed at stop.
+
+    A database that is down or still starting up is waited for, with backoff, for
+    ``wait_seconds``; then start fails with one line naming the cause.
+    """
 
     name = "store"
 
-    def __init__(self, store: Store, migrate: bool) -> None:
-        self.store, self.migrate = store, migrate
+    def __init__(self, store: Store, migrate: bool, wait_seconds: float = 0.0) -> None:
+        self.store, self.migrate, self.wait_seconds = store, migrate, wait_seconds
 
     async def start(self) -> None:
         try:
-            await self.store.open(self.migrate)
+            await self._open_when_reachable()
         except migrations.SchemaBehind as exc:
             await self.store.close()
             raise ServiceError(str(exc)) from None
         except Exception:
             await self.store.close()
             raise
+
+    async def _open_when_reachable(self) -> None:
+        give_up = time.monotonic() + self.wait_seconds
+        delay = 0.25
+        while True:
+            try:
+                await self.store.open(self.migrate)
+                return
+            except Exception as exc:
+                cause = unavailable(exc)
+                if cause is None:
+                    raise
+                if time.monotonic() + delay > give_up:
+                    raise ServiceError(
+                        f"the database is unavailable (waited {self.wait_seconds:g}s): {cause}"
+                    ) from None
+                if delay == 0.25:
+                    log.warning("waiting up to %gs for the database (%s)", self.wait_seconds, cause)
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 2.0)
 
     async def stop(self) -> None:
         await self.store.close()
@@ -146,7 +172,7 @@ class Service:
         distinct = {id(t): t for t in self.transports.values()}
         activities: list[Activity] = [
             self.guard,  # SQLite: the file lock, before anything touches the file
-            StoreActivity(self.store, self.settings.migrate_on_start),
+            StoreActivity(self.store, self.settings.migrate_on_start, self.settings.database_wait),
             *(TransportActivity(t) for t in distinct.values()),
             self.responses,
             self.job_writer,

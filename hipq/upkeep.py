@@ -18,6 +18,7 @@ from datetime import datetime, timedelta
 
 from hipq.config import Settings
 from hipq.events import Events
+from hipq.faults import FaultReporter
 from hipq.lifecycle import State
 from hipq.stopping import finish_or_cancel
 from hipq.store import Store
@@ -97,12 +98,14 @@ class Upkeep:
             self._task = None
 
     async def _run(self) -> None:
+        faults = FaultReporter(log, "upkeep")  # a fault is logged once, not every interval
         while not self._stopping.is_set():
             try:
                 await self.run_once()
+                faults.succeeded()
             except asyncio.CancelledError:
                 raise
-            except Exception:
-                log.exception("upkeep failed; retrying at the next interval")
+            except Exception as exc:
+                faults.failed(exc)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._stopping.wait(), self.interval)

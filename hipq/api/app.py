@@ -2,22 +2,58 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from hipq import __version__
 from hipq.api import callbacks, errors, jobs, queues, responses
+from hipq.faults import FaultReporter, unavailable
 from hipq.metrics import Metrics
 from hipq.service import Service
+from hipq.store.dialects import time_budget
+
+log = logging.getLogger("hipq.api")
+
+# /readyz's check of the database is bounded: a blackholed database answers 503 in
+# this time instead of holding the probe.
+READY_CHECK_SECONDS = 2.0
+# A database fault seen by a request this recently keeps /readyz at 503 (a full
+# SQLite disk lets the check's rolled-back write through, but no job in).
+READY_AFTER_FAULT_SECONDS = 5.0
 
 DESCRIPTION = """Durable, throttled jobs against external systems.
 
 Errors are JSON: `{"error": code, "field": ..., "message": ..., "errors": [...]}`.
+A 503 (`database_unavailable`, `starting`) carries `Retry-After` and stored nothing.
 """
+
+
+class RequestBudget:
+    """Each request's database work bounded by ``api_db_timeout`` (then a 503), and
+    the API refused with 503 until the service has started (the database may still
+    be on its way, its schema not yet checked)."""
+
+    def __init__(self, app: ASGIApp, service: Service) -> None:
+        self.app, self.service = app, service
+        self.seconds = service.settings.api_db_timeout
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        if not self.service.started and scope["path"].startswith("/v1/"):
+            await errors.unavailable_response("hipq is starting: waiting for the database")(
+                scope, receive, send
+            )
+            return
+        with time_budget(self.seconds):
+            await self.app(scope, receive, send)
 
 
 def create_app(service: Service, *, manage_service: bool = True) -> FastAPI:
@@ -36,8 +72,12 @@ def create_app(service: Service, *, manage_service: bool = True) -> FastAPI:
     app = FastAPI(title="hipq", version=__version__, description=DESCRIPTION, lifespan=lifespan)
     app.state.service = service
     app.state.metrics = Metrics(service.events)
-    errors.install(app)
+    faults = FaultReporter(log, "API")
+    app.state.database_faults = faults
+    errors.install(app, faults)
     app.add_middleware(errors.BodyLimit, max_bytes=service.settings.server.max_body_bytes)
+    app.add_middleware(errors.FaultRecovery, faults=faults)
+    app.add_middleware(RequestBudget, service=service)
     app.include_router(jobs.router)
     app.include_router(queues.router)
     app.include_router(callbacks.router)
@@ -47,15 +87,20 @@ def create_app(service: Service, *, manage_service: bool = True) -> FastAPI:
     async def healthz() -> dict[str, str]:
         return {"status": "ok"}
 
-    @app.get("/readyz", tags=["ops"], summary="Ready to serve: database reachable, loops running")
+    @app.get("/readyz", tags=["ops"], summary="Ready to serve: a job can be accepted now")
     async def readyz(request: Request) -> JSONResponse:
         problems: dict[str, str] = {}
         if not service.started:
             problems["service"] = "not started"
         try:
-            await service.store.ping()
+            await service.store.write_check(READY_CHECK_SECONDS)
         except Exception as exc:
-            problems["database"] = f"unreachable: {type(exc).__name__}"
+            cause = unavailable(exc) or f"{type(exc).__name__}: {exc}"
+            problems["database"] = f"cannot accept a job now ({cause})"
+        else:
+            failing = faults.database_failed_within(READY_AFTER_FAULT_SECONDS)
+            if failing is not None:
+                problems["database"] = f"requests are failing ({failing})"
         status = service.status()
         if status["listener"] is False:
             problems["listen"] = (

@@ -3,17 +3,21 @@
 from __future__ import annotations
 
 import logging
+import sqlite3
 from collections.abc import Sequence
 from typing import Any
 
+import asyncpg  # type: ignore[import-untyped]
 import orjson
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from fastapi.routing import APIRoute
+from sqlalchemy import exc as sa_exc
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from hipq.faults import FaultReporter
 from hipq.intake import IntakeError
 from hipq.response_intake import ResponseRefused
 from hipq.store import Conflict, NotFound, StoreError
@@ -27,6 +31,49 @@ class InvalidParameter(ValueError):
     def __init__(self, field: str, message: str) -> None:
         super().__init__(f"{field}: {message}")
         self.field, self.message = field, message
+
+
+# What a client is told to wait before it retries a request the database could not serve.
+RETRY_AFTER_SECONDS = 2
+
+# The errors a database fault arrives as (``hipq.faults.unavailable`` tells which of
+# them are one): the store's driver wrapped by SQLAlchemy, or the drivers' own.
+DATABASE_ERRORS: tuple[type[Exception], ...] = (
+    sa_exc.DBAPIError,
+    sa_exc.TimeoutError,
+    asyncpg.PostgresError,
+    asyncpg.InterfaceError,
+    sqlite3.Error,
+    OSError,
+)
+
+
+def unavailable_response(message: str) -> JSONResponse:
+    """503 with Retry-After: nothing was stored, the same request may be sent again."""
+    return JSONResponse(
+        error_body("database_unavailable", [(None, message)]),
+        503,
+        headers={"Retry-After": str(RETRY_AFTER_SECONDS)},
+    )
+
+
+class FaultRecovery:
+    """Ends the API's database fault (one log line) at the first answer that is not a 503."""
+
+    def __init__(self, app: ASGIApp, faults: FaultReporter) -> None:
+        self.app, self.faults = app, faults
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or not self.faults.active:
+            await self.app(scope, receive, send)
+            return
+
+        async def watching_send(message: Message) -> None:
+            if message["type"] == "http.response.start" and message["status"] < 500:
+                self.faults.succeeded()
+            await send(message)
+
+        await self.app(scope, receive, watching_send)
 
 
 # The HTTP answer to each of the store's errors; chosen here, as every HTTP code is.
@@ -150,7 +197,7 @@ class _TooLarge(HTTPException):
         super().__init__(413, f"request body exceeds {max_bytes} bytes")
 
 
-def install(app: FastAPI) -> None:
+def install(app: FastAPI, faults: FaultReporter) -> None:
     @app.exception_handler(RequestValidationError)
     async def _invalid(_r: Request, exc: RequestValidationError) -> JSONResponse:
         items = [
@@ -171,6 +218,20 @@ def install(app: FastAPI) -> None:
     async def _store(_r: Request, exc: StoreError) -> JSONResponse:
         code, status = _STORE_ERRORS.get(type(exc), ("conflict", 409))
         return JSONResponse(error_body(code, [(exc.field, exc.message)]), status)
+
+    # Handled here, not by the catch-all below: the server logs a second traceback of
+    # whatever reaches that one, and a database outage fails every request.
+    async def _database(_r: Request, exc: Exception) -> JSONResponse:
+        if faults.failed(exc) is None:
+            return JSONResponse(
+                error_body("internal_error", [(None, "internal error; see the log")]), 500
+            )
+        return unavailable_response(
+            "the database is unavailable or busy; nothing was stored, retry later"
+        )
+
+    for error in DATABASE_ERRORS:
+        app.add_exception_handler(error, _database)
 
     @app.exception_handler(HTTPException)
     async def _http(_r: Request, exc: HTTPException) -> JSONResponse:

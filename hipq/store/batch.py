@@ -22,7 +22,7 @@ from hipq.store import state_guards as guards
 from hipq.store.dialects import Dialect
 from hipq.store.records import Match, Response
 from hipq.store.rows import row_to_job
-from hipq.store.schema import attempts, jobs, queues, responses
+from hipq.store.schema import jobs, queues, responses
 from hipq.store.state_guards import IN_FLIGHT_SQL, OPEN_SQL, PENDING_SQL, SCHEDULED_SQL
 
 
@@ -323,7 +323,7 @@ class QueueBatch:
             )
             return False
         await self.conn.execute(
-            attempts.insert().values(
+            self.dialect.attempt_insert().values(
                 job_id=row.job,
                 attempt=row.attempt,
                 started_at=row.claimed_at,

@@ -8,11 +8,16 @@ Everything else in the store is shared SQL.
   One process per file, guarded by a file lock.
 - PostgreSQL: FOR UPDATE SKIP LOCKED on the due scan (an API edit holding a row
   never blocks the loop), and NOTIFY to wake the owner of a queue in another process.
+
+Both bound a transaction begun under ``time_budget`` (the API's requests): SQLite
+by its busy timeout, PostgreSQL by ``statement_timeout`` and ``lock_timeout``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 from datetime import datetime
 from typing import Any
 
@@ -33,8 +38,38 @@ from hipq.store.state_guards import SETTLE
 from hipq.wakeup import CHANNEL
 
 SQLITE_BUSY_TIMEOUT_MS = 30_000
+# A new PostgreSQL connection that has not answered within this gives up (asyncpg's
+# default is 60 s: a blackholed database would hold a request that long).
+PG_CONNECT_TIMEOUT_SECONDS = 5.0
 
-__all__ = ["Dialect", "PostgresDialect", "SqliteDialect", "StoreSetupError", "create_engine"]
+# Seconds a transaction begun in this context may wait for the database; None: no
+# bound beyond the engine's own (the loops, upkeep, migrations).
+_budget: ContextVar[float | None] = ContextVar("hipq_db_budget", default=None)
+
+
+@contextmanager
+def time_budget(seconds: float | None) -> Iterator[None]:
+    """Bound each transaction begun inside (statement and lock waits) by ``seconds``."""
+    token = _budget.set(seconds)
+    try:
+        yield
+    finally:
+        _budget.reset(token)
+
+
+def _budget_ms() -> int | None:
+    seconds = _budget.get()
+    return None if seconds is None else max(1, int(seconds * 1000))
+
+
+__all__ = [
+    "Dialect",
+    "PostgresDialect",
+    "SqliteDialect",
+    "StoreSetupError",
+    "create_engine",
+    "time_budget",
+]
 
 
 class Dialect:
@@ -57,6 +92,15 @@ class Dialect:
     def insert(self, table: Table) -> Any:
         """An INSERT with ``on_conflict_do_nothing``."""
         raise NotImplementedError
+
+    async def write_probe(self, conn: AsyncConnection) -> None:
+        """Inside a write transaction that is rolled back: fail unless a job could be
+        written now (the jobs table is not locked against writers)."""
+
+    def attempt_insert(self) -> Any:
+        """An INSERT of attempt rows that skips one already stored: settling the same
+        attempt again (after a lost COMMIT reply) records it once."""
+        return self.insert(attempts).on_conflict_do_nothing()
 
     def for_update(self, query: Select[Any]) -> Select[Any]:
         """Lock the rows a read-then-write transaction reads."""
@@ -118,9 +162,17 @@ class SqliteDialect(Dialect):
             cur.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
             cur.execute("PRAGMA foreign_keys=ON")
             cur.close()
+            _record.info["hipq_busy_ms"] = SQLITE_BUSY_TIMEOUT_MS
 
         @event.listens_for(engine.sync_engine, "begin")
         def _on_begin(conn: Any) -> None:
+            # The busy timeout bounds the wait for the write lock at BEGIN IMMEDIATE:
+            # the budget's under ``time_budget``, else the default again.
+            busy_ms = _budget_ms() or SQLITE_BUSY_TIMEOUT_MS
+            info = conn.connection.info
+            if info.get("hipq_busy_ms") != busy_ms:
+                conn.exec_driver_sql(f"PRAGMA busy_timeout={busy_ms}")
+                info["hipq_busy_ms"] = busy_ms
             mode = "IMMEDIATE" if conn.get_execution_options().get("hipq_write") else "DEFERRED"
             conn.exec_driver_sql(f"BEGIN {mode}")
 
@@ -181,7 +233,7 @@ class SqliteDialect(Dialect):
         await conn.execute(stmt, [_settle_params(s) for s in settlements])
         records = [_attempt_row(r) for s in settlements if (r := s.record) is not None]
         if records:
-            await conn.execute(attempts.insert(), records)
+            await conn.execute(self.attempt_insert(), records)
 
     def process_guard(self, database_url: str, on_payload: Callable[[str], None]) -> ProcessGuard:
         return SqliteFileLock(database_url)
@@ -219,8 +271,30 @@ class PostgresDialect(Dialect):
 
     def engine_options(self) -> dict[str, Any]:
         # The API's concurrent requests and the loops share the pool; a small pool
-        # makes each request beyond it open a new connection.
-        return {"pool_size": 20, "max_overflow": 20}
+        # makes each request beyond it open a new connection. Pre-ping: a pooled
+        # connection that a restart or a reset killed is replaced before use
+        # instead of failing the request that drew it.
+        return {
+            "pool_size": 20,
+            "max_overflow": 20,
+            "pool_pre_ping": True,
+            "connect_args": {"timeout": PG_CONNECT_TIMEOUT_SECONDS},
+        }
+
+    def prepare(self, engine: AsyncEngine) -> None:
+        @event.listens_for(engine.sync_engine, "begin")
+        def _on_begin(conn: Any) -> None:
+            budget_ms = _budget_ms()
+            if budget_ms is not None:  # local to the transaction: gone at its end
+                conn.exec_driver_sql(
+                    f"SELECT set_config('statement_timeout', '{budget_ms}', true), "
+                    f"set_config('lock_timeout', '{budget_ms}', true)"
+                )
+
+    async def write_probe(self, conn: AsyncConnection) -> None:
+        # ROW EXCLUSIVE is what an INSERT takes; NOWAIT: a lock held against writers
+        # fails at once instead of waiting.
+        await conn.exec_driver_sql("LOCK TABLE hipq_jobs IN ROW EXCLUSIVE MODE NOWAIT")
 
     def insert(self, table: Table) -> Any:
         return postgresql.insert(table)

@@ -3,7 +3,7 @@
 - SQLite: one ``hipq serve`` per file, by an exclusive lock on ``<file>.lock``.
 - PostgreSQL: several processes share the database; each listens on one
   dedicated connection for the NOTIFY wake-ups of the others, reconnecting
-  with backoff.
+  with a short backoff.
 
 Both are ``hipq.activity.Activity``s that the service starts first and stops last.
 """
@@ -23,10 +23,16 @@ import asyncpg  # type: ignore[import-untyped]
 from sqlalchemy.engine import make_url
 
 from hipq.activity import Activity
+from hipq.faults import FaultReporter
 from hipq.store.records import StoreSetupError
 from hipq.wakeup import CHANNEL
 
 log = logging.getLogger("hipq.wakeup")
+
+# The LISTEN connection's reconnect backoff. Kept short: while it is down, wake-ups
+# from other processes wait for the next tick, and /readyz reports it.
+RECONNECT_FIRST_SECONDS = 0.5
+RECONNECT_MAX_SECONDS = 2.0
 
 
 class ProcessGuard(Activity, Protocol):
@@ -141,28 +147,31 @@ class PgListener:
         return self.listening
 
     async def _run(self) -> None:
-        delay = 0.5
+        delay = RECONNECT_FIRST_SECONDS
+        faults = FaultReporter(log, "LISTEN connection")
         while True:
             conn = None
             try:
-                conn = await asyncpg.connect(self._dsn)
+                conn = await asyncpg.connect(self._dsn, timeout=RECONNECT_MAX_SECONDS * 2)
                 lost = asyncio.Event()
                 conn.add_termination_listener(lambda _c, lost=lost: lost.set())
                 await conn.add_listener(CHANNEL, self._notified)
                 self.connected.set()
-                delay = 0.5
+                faults.succeeded()
+                delay = RECONNECT_FIRST_SECONDS
                 await lost.wait()
+                faults.failed(ConnectionResetError("the LISTEN connection was closed"))
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
-                log.warning("LISTEN connection failed (%s); retrying in %.1fs", exc, delay)
+                faults.failed(exc)
             finally:
                 self.connected.clear()
                 if conn is not None and not conn.is_closed():
                     with contextlib.suppress(Exception):
                         await conn.close(timeout=2)
             await asyncio.sleep(delay)
-            delay = min(delay * 2, 15.0)
+            delay = min(delay * 2, RECONNECT_MAX_SECONDS)
 
     def _notified(self, _conn: object, _pid: int, _channel: str, payload: str) -> None:
         self._on_payload(payload)

@@ -160,7 +160,10 @@ attempts = Table(
     Column("outcome", String(16), nullable=False),
     Column("error", Text, nullable=True),
     Column("response", Json, nullable=True),
-    Index("ix_hipq_attempts_job", "job_id", "attempt"),
+    # One row per attempt and outcome: settling again after a lost COMMIT reply adds
+    # none (inserts skip an existing row); a late success accepted for a failed
+    # attempt is the one second row an attempt may have.
+    Index("ux_hipq_attempts_job_attempt", "job_id", "attempt", "outcome", unique=True),
     Index("ix_hipq_attempts_started", "started_at"),
 )
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any
@@ -10,7 +11,7 @@ from sqlalchemy import select, update
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from hipq.jobs import Job
-from hipq.store.dialects import Dialect
+from hipq.store.dialects import Dialect, time_budget
 from hipq.store.records import Conflict, NotFound
 from hipq.store.rows import row_to_job
 from hipq.store.schema import jobs
@@ -40,6 +41,17 @@ class Transactions:
             for payload in sent:  # committed: tell this process's listeners too
                 for listener in self.listeners:
                     listener(payload)
+
+    async def write_check(self, within_seconds: float) -> None:
+        """Raise unless a job could be written now: a write transaction on the jobs
+        table, begun and rolled back, within ``within_seconds`` (connecting included)."""
+        async with asyncio.timeout(within_seconds):
+            with time_budget(within_seconds):
+                async with self.engine.connect() as conn:
+                    await conn.execution_options(hipq_write=True)
+                    async with conn.begin() as transaction:
+                        await self.dialect.write_probe(conn)
+                        await transaction.rollback()
 
     async def _notify(self, conn: AsyncConnection, payloads: set[str]) -> None:
         """NOTIFY other processes, and this one's listeners once the transaction commits."""

@@ -43,6 +43,7 @@ _SETTLE = text(
     WHERE j.id = u.id AND j.attempt = u.attempt AND j.state IN ({_SETTLE_FROM})
     """
 )
+# A row already there (the same settlement again, after a lost COMMIT reply) is kept.
 _ATTEMPTS = text(
     """
     INSERT INTO hipq_attempts (job_id, attempt, started_at, finished_at, outcome, error, response)
@@ -52,6 +53,7 @@ _ATTEMPTS = text(
                 CAST(:started AS timestamptz[]), CAST(:finished AS timestamptz[]),
                 CAST(:outcomes AS text[]), CAST(:errors AS text[]), CAST(:responses AS text[]))
          AS u(job_id, attempt, started_at, finished_at, outcome, error, response)
+    ON CONFLICT DO NOTHING
     """
 )
 

@@ -1,0 +1,66 @@
+"""A request waits for the database at most ``api_db_timeout``, then answers 503; the
+client's retry with the same Idempotency-Key then stores the job exactly once."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+from pathlib import Path
+
+import asyncpg  # type: ignore[import-untyped]
+import pytest
+from sqlalchemy.engine import make_url
+
+from hipq.store.process_guard import asyncpg_connect_kwargs
+from tests.api.conftest import open_api
+
+KEY = {"Idempotency-Key": "order-17"}
+
+
+@pytest.mark.postgres
+async def test_a_locked_jobs_table_is_503_and_the_retry_stores_one_job(
+    postgres_url_fresh: str,
+) -> None:
+    async with open_api(postgres_url_fresh, api_db_timeout="0.5s") as api:
+        holder = await asyncpg.connect(**asyncpg_connect_kwargs(postgres_url_fresh))
+        try:
+            locked = holder.transaction()
+            await locked.start()
+            await holder.execute("LOCK TABLE hipq_jobs IN ACCESS EXCLUSIVE MODE")
+            refused = await asyncio.wait_for(
+                api.client.post("/v1/jobs", json={"type": "ok"}, headers=KEY), 20
+            )
+            assert refused.status_code == 503, refused.text
+            assert refused.json()["error"] == "database_unavailable"
+            assert "retry-after" in refused.headers
+            ready = await asyncio.wait_for(api.client.get("/readyz"), 20)
+            assert ready.status_code == 503, ready.text
+            await locked.rollback()
+        finally:
+            await holder.close()
+        again = await api.client.post("/v1/jobs", json={"type": "ok"}, headers=KEY)
+        assert again.status_code == 201, again.text
+        repeated = await api.client.post("/v1/jobs", json={"type": "ok"}, headers=KEY)
+        assert repeated.json()["id"] == again.json()["id"]
+        assert await api.count_jobs() == 1
+
+
+async def test_a_sqlite_write_lock_held_elsewhere_is_503_within_the_budget(
+    sqlite_url: str,
+) -> None:
+    async with open_api(sqlite_url, api_db_timeout="0.3s") as api:
+        path = Path(str(make_url(sqlite_url).database))
+        holder = sqlite3.connect(path, isolation_level=None)
+        try:
+            holder.execute("BEGIN IMMEDIATE")
+            # Without a budget this waited for SQLite's 30 s busy timeout.
+            refused = await asyncio.wait_for(
+                api.client.post("/v1/jobs", json={"type": "ok"}, headers=KEY), 10
+            )
+            assert refused.status_code == 503, refused.text
+            holder.execute("ROLLBACK")
+        finally:
+            holder.close()
+        again = await api.client.post("/v1/jobs", json={"type": "ok"}, headers=KEY)
+        assert again.status_code == 201, again.text
+        assert await api.count_jobs() == 1

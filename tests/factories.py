@@ -35,3 +35,15 @@ def make_job(**fields: Any) -> Job:
     )
     base.update(fields)
     return Job(**base)
+
+
+def numbered_job(job_id: int = 1, **fields: Any) -> Job:
+    """A job whose payload names it (``{"n": id}``), retried by the fixed strategy."""
+    return make_job(
+        **{"id": job_id, "payload": {"n": job_id}, "retry": {"strategy": "fixed"}, **fields}
+    )
+
+
+def seconds_after_now(at: datetime) -> float:
+    """Seconds from ``NOW`` to ``at``."""
+    return (at - NOW).total_seconds()

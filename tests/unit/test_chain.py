@@ -17,14 +17,9 @@ from hipq.lifecycle import (
 from hipq.plugins import THROTTLERS, build
 from hipq.throttling import InFlight, RunningView, Stage, Start, Verdict
 from tests.chains import run_chain
-from tests.factories import NOW, make_job
+from tests.factories import NOW
+from tests.factories import numbered_job as job
 from throttlers.concurrency import ConcurrencySettings, WeightedConcurrency
-
-
-def job(job_id: int = 1, **fields: Any) -> Job:
-    return make_job(
-        **{"id": job_id, "payload": {"n": job_id}, "retry": {"strategy": "fixed"}, **fields}
-    )
 
 
 def flight(job_id: int, weight: int = 1, **labels: str) -> InFlight:

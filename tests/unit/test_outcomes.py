@@ -19,17 +19,8 @@ from hipq.retry import (
     FixedSettings,
     RetryAt,
 )
-from tests.factories import NOW, make_job
-
-
-def job(job_id: int = 1, **fields: Any) -> Job:
-    return make_job(
-        **{"id": job_id, "payload": {"n": job_id}, "retry": {"strategy": "fixed"}, **fields}
-    )
-
-
-def seconds(at: datetime) -> float:
-    return (at - NOW).total_seconds()
+from tests.factories import NOW
+from tests.factories import numbered_job as job
 
 
 class Always:

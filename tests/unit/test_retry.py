@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import random
-from datetime import datetime, timedelta
+from datetime import timedelta
 from typing import Any
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from hipq.jobs import Job
 from hipq.plugins import PluginError, RetryStrategies
 from hipq.retry import (
     AttemptError,
@@ -23,17 +22,8 @@ from hipq.retry import (
     NoRetry,
     RetryAt,
 )
-from tests.factories import NOW, make_job
-
-
-def job(job_id: int = 1, **fields: Any) -> Job:
-    return make_job(
-        **{"id": job_id, "payload": {"n": job_id}, "retry": {"strategy": "fixed"}, **fields}
-    )
-
-
-def seconds(at: datetime) -> float:
-    return (at - NOW).total_seconds()
+from tests.factories import NOW
+from tests.factories import numbered_job as job
 
 
 def exponential(**fields: Any) -> Exponential:

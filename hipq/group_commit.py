@@ -10,6 +10,7 @@ wait. Each caller still gets its own answer only after the commit.
 from __future__ import annotations
 
 import asyncio
+from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from typing import Generic, TypeVar
 
@@ -17,7 +18,7 @@ Item = TypeVar("Item")
 Result = TypeVar("Result")
 
 
-class GroupCommit(Generic[Item, Result]):
+class GroupCommit(ABC, Generic[Item, Result]):
     """An ``Activity`` whose work arrives through ``submit``: it has nothing to start,
     and stopping waits for the items already accepted. Subclasses write a group."""
 
@@ -29,10 +30,10 @@ class GroupCommit(Generic[Item, Result]):
         self._waiting: list[tuple[Item, asyncio.Future[Result]]] = []
         self._writer: asyncio.Task[None] | None = None
 
+    @abstractmethod
     async def write_group(self, items: list[Item]) -> Sequence[Result | Exception]:
         """Write ``items`` in one transaction: each one's result, or the exception that
         refused it alone. Raising fails every item of the group."""
-        raise NotImplementedError
 
     async def submit(self, item: Item) -> Result:
         """Write ``item`` with whatever else is waiting; its result once committed."""

@@ -12,6 +12,7 @@ instant, and a short reason for each one it holds. Decisions are pure functions 
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections import Counter
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -112,7 +113,7 @@ class ScanGroups:
 ScanRoom = Callable[[RunningView], Collection[str | None] | None]
 
 
-class ThrottlerBase:
+class ThrottlerBase(ABC):
     """Every optional member of a throttler, with its default. A plugin may subclass
     it or set only the members it needs: hipq reads them once, in ``Stage.of``."""
 
@@ -137,13 +138,15 @@ class ThrottlerBase:
     def bind(self, queue: str, capacity: int | None) -> None:
         """Called once at start with the queue's name and concurrency; raise
         ``ValueError`` to refuse the configuration."""
+        return None  # nothing to do by default
 
     def scan_room(self, view: RunningView) -> Collection[str | None] | None:
         """The scan groups that could take a job at all (None: every group)."""
         return None
 
+    @abstractmethod
     def decide(self, candidates: Sequence[Job], view: RunningView, now: datetime) -> Verdict:
-        raise NotImplementedError
+        """Admit, defer or hold each candidate (see ``Throttler``)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,6 +15,7 @@ by its busy timeout, PostgreSQL by ``statement_timeout`` and ``lock_timeout``.
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -72,8 +73,9 @@ __all__ = [
 ]
 
 
-class Dialect:
-    """The engine-specific parts of the store. Subclasses override what differs."""
+class Dialect(ABC):
+    """The engine-specific parts of the store. Subclasses override what differs and
+    must supply the abstract methods."""
 
     name: str
     # Whether this process is the database's only user once its guard holds: then
@@ -85,17 +87,20 @@ class Dialect:
 
     def prepare(self, engine: AsyncEngine) -> None:
         """Set up each new connection of ``engine``."""
+        return None  # nothing to do by default
 
     async def check(self, conn: AsyncConnection) -> None:
         """Refuse to run on a database that would not keep what hipq promises."""
+        return None  # nothing to do by default
 
+    @abstractmethod
     def insert(self, table: Table) -> Any:
         """An INSERT with ``on_conflict_do_nothing``."""
-        raise NotImplementedError
 
     async def write_probe(self, conn: AsyncConnection) -> None:
         """Inside a write transaction that is rolled back: fail unless a job could be
         written now (the jobs table is not locked against writers)."""
+        return None  # nothing to do by default
 
     def attempt_insert(self) -> Any:
         """An INSERT of attempt rows that skips one already stored: settling the same
@@ -113,16 +118,17 @@ class Dialect:
     def id_in(self, column: Any, ids: list[int]) -> Any:
         return column.in_(ids)
 
+    @abstractmethod
     def epoch_seconds(self, column: Any) -> Any:
         """Seconds since 1970 of a timestamp column, in SQL (for aging's ORDER BY)."""
-        raise NotImplementedError
 
     async def notify(self, conn: AsyncConnection, payloads: set[str]) -> None:
         """Wake the loops of other processes (delivered at commit)."""
+        return None  # nothing to do by default
 
+    @abstractmethod
     async def job_insert_rows(self, conn: AsyncConnection, rows: list[dict[str, Any]]) -> list[int]:
         """Insert job rows; their ids in the order given."""
-        raise NotImplementedError
 
     async def job_insert_committed(
         self, engine: AsyncEngine, rows: list[dict[str, Any]], payloads: Sequence[str]
@@ -132,14 +138,15 @@ class Dialect:
         has no such statement: the caller then uses a transaction."""
         return None
 
+    @abstractmethod
     async def job_settle(
         self, conn: AsyncConnection, settlements: Sequence[Settlement], now: datetime
     ) -> None:
-        raise NotImplementedError
+        """Persist a tick's settlements (job rows and attempt records)."""
 
+    @abstractmethod
     def process_guard(self, database_url: str, on_payload: Callable[[str], None]) -> ProcessGuard:
         """What a serving process holds while it uses the database."""
-        raise NotImplementedError
 
     async def tables_empty(self, conn: AsyncConnection, tables: Sequence[Table]) -> None:
         """Delete every row of ``tables`` (given parents first)."""

@@ -272,6 +272,25 @@ def _attempt_row(r: Attempt) -> dict[str, Any]:
     }
 
 
+# The budget in force as this PostgreSQL connection's session setting, if any.
+_SESSION_BUDGET = "hipq_session_budget_ms"
+
+
+def _set_timeouts(conn: Any, budget_ms: int | None, local: bool) -> None:
+    """statement_timeout and lock_timeout to ``budget_ms``; None: the server's defaults."""
+    if budget_ms is None:
+        conn.exec_driver_sql(
+            "SELECT set_config(name, reset_val, false) FROM pg_settings "
+            "WHERE name IN ('statement_timeout', 'lock_timeout')"
+        )
+        return
+    scope = "true" if local else "false"
+    conn.exec_driver_sql(
+        f"SELECT set_config('statement_timeout', '{budget_ms}', {scope}), "
+        f"set_config('lock_timeout', '{budget_ms}', {scope})"
+    )
+
+
 class PostgresDialect(Dialect):
     name = "postgresql"
     single_process = False
@@ -292,11 +311,20 @@ class PostgresDialect(Dialect):
         @event.listens_for(engine.sync_engine, "begin")
         def _on_begin(conn: Any) -> None:
             budget_ms = _budget_ms()
+            info = conn.connection.info
+            if conn.get_execution_options().get("isolation_level") == "AUTOCOMMIT":
+                # Each statement is its own transaction (the one-statement insert):
+                # a transaction-local setting would be gone before it runs, so the
+                # budget is the session's, set only when it changes.
+                if info.get(_SESSION_BUDGET) != budget_ms:
+                    _set_timeouts(conn, budget_ms, local=False)
+                    info[_SESSION_BUDGET] = budget_ms
+                return
+            if info.get(_SESSION_BUDGET) is not None:  # left by an autocommit insert
+                _set_timeouts(conn, None, local=False)
+                info[_SESSION_BUDGET] = None
             if budget_ms is not None:  # local to the transaction: gone at its end
-                conn.exec_driver_sql(
-                    f"SELECT set_config('statement_timeout', '{budget_ms}', true), "
-                    f"set_config('lock_timeout', '{budget_ms}', true)"
-                )
+                _set_timeouts(conn, budget_ms, local=True)
 
     async def write_probe(self, conn: AsyncConnection) -> None:
         # ROW EXCLUSIVE is what an INSERT takes; NOWAIT: a lock held against writers

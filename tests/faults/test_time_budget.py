@@ -64,3 +64,26 @@ async def test_a_sqlite_write_lock_held_elsewhere_is_503_within_the_budget(
         again = await api.client.post("/v1/jobs", json={"type": "ok"}, headers=KEY)
         assert again.status_code == 201, again.text
         assert await api.count_jobs() == 1
+
+
+@pytest.mark.postgres
+async def test_a_plain_post_behind_a_locked_jobs_table_is_503_within_the_budget(
+    postgres_url_fresh: str,
+) -> None:
+    # Without a key the insert is one statement outside a transaction (group commit's
+    # fast path): the budget must bound it as well.
+    async with open_api(postgres_url_fresh, api_db_timeout="0.5s") as api:
+        holder = await asyncpg.connect(**asyncpg_connect_kwargs(postgres_url_fresh))
+        try:
+            locked = holder.transaction()
+            await locked.start()
+            await holder.execute("LOCK TABLE hipq_jobs IN ACCESS EXCLUSIVE MODE")
+            refused = await asyncio.wait_for(api.client.post("/v1/jobs", json={"type": "ok"}), 20)
+            assert refused.status_code == 503, refused.text
+            await locked.rollback()
+        finally:
+            await holder.close()
+        assert await api.count_jobs() == 0
+        again = await api.client.post("/v1/jobs", json={"type": "ok"})
+        assert again.status_code == 201, again.text
+        assert await api.count_jobs() == 1

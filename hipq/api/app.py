@@ -11,7 +11,7 @@ from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from hipq import __version__
+from hipq import __version__, dashboard
 from hipq.api import callbacks, errors, jobs, queues, responses
 from hipq.faults import FaultReporter, unavailable
 from hipq.metrics import Metrics
@@ -69,7 +69,15 @@ def create_app(service: Service, *, manage_service: bool = True) -> FastAPI:
             if manage_service:
                 await service.stop()
 
-    app = FastAPI(title="hipq", version=__version__, description=DESCRIPTION, lifespan=lifespan)
+    # /docs and /redoc come from the dashboard, with their assets served offline.
+    app = FastAPI(
+        title="hipq",
+        version=__version__,
+        description=DESCRIPTION,
+        lifespan=lifespan,
+        docs_url=None,
+        redoc_url=None,
+    )
     app.state.service = service
     app.state.metrics = Metrics(service.events)
     faults = FaultReporter(log, "API")
@@ -82,6 +90,7 @@ def create_app(service: Service, *, manage_service: bool = True) -> FastAPI:
     app.include_router(queues.router)
     app.include_router(callbacks.router)
     app.include_router(responses.router)
+    dashboard.install(app)
 
     @app.get("/healthz", tags=["ops"], summary="The process is alive")
     async def healthz() -> dict[str, str]:

@@ -1,0 +1,103 @@
+"""The jobs page's filter form, read from the query string into a ``JobQuery``.
+
+The form comes from a person typing, so every bad value is reported by name (the
+page shows it above the list) instead of being ignored.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from starlette.datastructures import QueryParams
+
+from hipq.api.jobs import MAX_LABEL_FILTERS
+from hipq.api.models import MAX_ID
+from hipq.lifecycle import State
+from hipq.storable_text import NUL_MESSAGE
+from hipq.store.operator_reads import JobQuery
+
+PAGE_SIZE = 50
+STATES = [s.value for s in State]
+
+
+class FilterError(ValueError):
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(f"{field}: {message}")
+        self.field, self.message = field, message
+
+
+@dataclass(frozen=True, slots=True)
+class JobFilterForm:
+    """The form as typed (to fill it in again) and the query it means."""
+
+    values: dict[str, str]
+    states: tuple[str, ...]
+    labels: tuple[str, ...]
+    query: JobQuery
+
+
+def _text(params: QueryParams, name: str) -> str | None:
+    value = (params.get(name) or "").strip()
+    if "\x00" in value:
+        raise FilterError(name, NUL_MESSAGE)
+    return value or None
+
+
+def _instant(params: QueryParams, name: str) -> datetime | None:
+    """An RFC 3339 instant, or a browser's datetime-local value (read as UTC)."""
+    value = _text(params, name)
+    if value is None:
+        return None
+    try:
+        parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        raise FilterError(name, f"{value!r} is not a date and time such as 2026-05-01T08:00") from None
+    return parsed.replace(tzinfo=UTC) if parsed.tzinfo is None else parsed.astimezone(UTC)
+
+
+def parse_job_filter(params: QueryParams) -> JobFilterForm:
+    states = tuple(dict.fromkeys(s for s in params.getlist("state") if s))
+    for s in states:
+        if s not in STATES:
+            raise FilterError("state", f"{s!r} is not one of {', '.join(STATES)}")
+    labels = tuple(x.strip() for p in params.getlist("label") for x in p.split(",") if x.strip())
+    if len(labels) > MAX_LABEL_FILTERS:
+        raise FilterError("label", f"at most {MAX_LABEL_FILTERS} label filters")
+    label_map: dict[str, str] = {}
+    for item in labels:
+        name, sep, value = item.partition(":")
+        if not sep or not name.strip():
+            raise FilterError("label", f"{item!r} must look like name:value")
+        if "\x00" in item:
+            raise FilterError("label", NUL_MESSAGE)
+        label_map[name.strip()] = value.strip()
+    before = _text(params, "before")
+    if before is not None and (not before.isascii() or not before.isdigit() or int(before) > MAX_ID):
+        raise FilterError("before", "not a cursor of this page")
+    since, until = _instant(params, "since"), _instant(params, "until")
+    if since and until and since > until:
+        raise FilterError("until", "is before since")
+    query = JobQuery(
+        queue=_text(params, "queue"),
+        states=states,
+        type=_text(params, "type"),
+        labels=label_map,
+        job_key=_text(params, "job_key"),
+        correlation_key=_text(params, "correlation_key"),
+        created_since=since,
+        created_until=until,
+        before_id=int(before) if before else None,
+        limit=PAGE_SIZE,
+    )
+    values = {
+        k: params.get(k) or ""
+        for k in ("queue", "type", "job_key", "correlation_key", "since", "until")
+    }
+    return JobFilterForm(values, states, labels, query)
+
+
+def page_link(params: QueryParams, before: int) -> str:
+    """The query string of the next page: the same filters, a new cursor."""
+    kept = [(k, v) for k, v in params.multi_items() if k != "before" and v]
+    return str(QueryParams([*kept, ("before", str(before))]))

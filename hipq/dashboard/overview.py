@@ -1,0 +1,147 @@
+"""What the overview page shows of each queue, read from the same places as the API."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from markupsafe import Markup
+
+from hipq.api.models import QueueOut
+from hipq.api.queues import queue_out
+from hipq.dashboard.charts import Series, bars
+from hipq.durations import format_duration
+from hipq.service import Service
+from hipq.store.operator_reads import AttemptBucket
+from hipq.throttling import Stage
+
+# The charts: the last hour in twelve slices of five minutes.
+CHART_PERIOD = timedelta(hours=1)
+CHART_SLICES = 12
+FAILURE_OUTCOMES = frozenset({"failed", "retried", "timeout"})
+
+
+@dataclass(frozen=True, slots=True)
+class ShareUse:
+    label: str
+    value: str
+    in_use: int
+    quota: int | None  # None: a value without a share of its own
+
+
+@dataclass(frozen=True, slots=True)
+class RateUse:
+    throttler: str
+    key: str | None  # the label value counted, or None for the whole queue
+    starts: int
+    limit: int
+    per: str
+
+
+@dataclass(frozen=True, slots=True)
+class Activity:
+    """The queue's attempts over the chart period."""
+
+    attempts: int
+    failures: int
+    throughput: Markup
+    failure_rate: Markup
+
+
+@dataclass
+class QueueView:
+    queue: QueueOut
+    shares: list[ShareUse] = field(default_factory=list)
+    rates: list[RateUse] = field(default_factory=list)
+    reasons: list[tuple[str, int]] = field(default_factory=list)
+    activity: Activity | None = None
+
+
+async def queue_views(service: Service, now: datetime) -> list[QueueView]:
+    """Every configured queue, with its throttlers' use and its last hour."""
+    since = now - CHART_PERIOD
+    buckets = await service.store.attempt_buckets(since, now, CHART_SLICES)
+    views = []
+    for name in sorted(service.settings.queues):
+        view = QueueView(await queue_out(service, name))
+        stages = service.loops[name].stages
+        view.shares = _shares(stages, view.queue.in_use_by)
+        view.rates = await _rates(service, name, stages, now)
+        if view.queue.due:
+            view.reasons = await service.store.job_due_reasons(name, now)
+        view.activity = _activity([b for b in buckets if b.queue == name], since)
+        views.append(view)
+    return views
+
+
+def _shares(stages: list[Stage], in_use_by: dict[str, dict[str, int]]) -> list[ShareUse]:
+    """Capacity in use per label value, against the share's quota where a stage has
+    quotas (the ``share`` throttler's ``quotas``: label value -> capacity units)."""
+    out: list[ShareUse] = []
+    seen: set[str] = set()
+    for stage in stages:
+        if stage.label is None or stage.label in seen:
+            continue
+        seen.add(stage.label)
+        used = in_use_by.get(stage.label, {})
+        quotas: dict[Any, int] = getattr(stage.throttler, "quotas", None) or {}
+        named = {k if isinstance(k, str) else "(other)": v for k, v in quotas.items()}
+        for value in sorted(set(named) | set(used)):
+            out.append(ShareUse(stage.label, value, used.get(value, 0), named.get(value)))
+    return out
+
+
+async def _rates(service: Service, queue: str, stages: list[Stage], now: datetime) -> list[RateUse]:
+    """Starts within each rate limit's window (``rate``-like throttlers: a ``limit``
+    and a ``lookback_seconds`` window, optionally per ``label`` value)."""
+    out: list[RateUse] = []
+    for stage in stages:
+        limit = getattr(stage.throttler, "limit", None)
+        if stage.lookback_seconds <= 0 or not isinstance(limit, int):
+            continue
+        starts = await service.store.job_recent_starts(
+            queue, now - timedelta(seconds=stage.lookback_seconds)
+        )
+        label = stage.label
+        counted = Counter(s.labels.get(label) if label else None for s in starts)
+        per = format_duration(stage.lookback_seconds)
+        for key in sorted(counted, key=str) or [None]:
+            out.append(RateUse(stage.name, key, counted.get(key, 0), limit, per))
+    return out
+
+
+def _activity(buckets: list[AttemptBucket], since: datetime) -> Activity:
+    done = [0] * CHART_SLICES
+    failed = [0] * CHART_SLICES
+    total = [0] * CHART_SLICES
+    for b in buckets:
+        total[b.bucket] += b.count
+        if b.outcome == "completed":
+            done[b.bucket] += b.count
+        elif b.outcome in FAILURE_OUTCOMES:
+            failed[b.bucket] += b.count
+    step = CHART_PERIOD / CHART_SLICES
+    slices = [
+        f"{(since + step * i):%H:%M}-{(since + step * (i + 1)):%H:%M} UTC"
+        for i in range(CHART_SLICES)
+    ]
+    rate = [100 * f / t if t else 0.0 for f, t in zip(failed, total, strict=True)]
+    return Activity(
+        attempts=sum(total),
+        failures=sum(failed),
+        throughput=bars(
+            Series(done, [f"{s}: {n} completed" for s, n in zip(slices, done, strict=True)], "#2f7d4f"),
+            "completed attempts per 5 minutes, last hour",
+        ),
+        failure_rate=bars(
+            Series(
+                rate,
+                [f"{s}: {r:.0f}% failed" for s, r in zip(slices, rate, strict=True)],
+                "#b3261e",
+                maximum=100,
+            ),
+            "share of attempts that failed per 5 minutes, last hour",
+        ),
+    )

@@ -1,0 +1,163 @@
+"""The dashboard's pages: server-rendered HTML over the store's reads.
+
+The pages only read. Every button on them calls the public REST API from the
+browser (``static/dashboard.js``), so an action is authorized and validated
+exactly as the same call from a script would be.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from fastapi import APIRouter, Request
+from fastapi.responses import HTMLResponse, RedirectResponse
+from fastapi.templating import Jinja2Templates
+
+from hipq import __version__
+from hipq.api.models import MAX_ID
+from hipq.dashboard.filters import STATES, FilterError, page_link, parse_job_filter
+from hipq.dashboard.overview import queue_views
+from hipq.lifecycle import State
+from hipq.service import Service
+from hipq.store import NotFound
+from hipq.store.records import Response
+
+PREFIX = "/dashboard"
+RESPONSE_STATUSES = ("pending", "late", "expired", "duplicate", "matched")
+RESPONSES_PAGE = 50
+FAILED_RETRY_LIMIT = 1000  # job ids one bulk retry button carries
+
+templates = Jinja2Templates(directory=Path(__file__).parent / "templates")
+router = APIRouter(prefix=PREFIX, include_in_schema=False)
+
+
+def _when(value: datetime | None) -> str:
+    return "" if value is None else value.strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def _pretty(value: Any) -> str:
+    return json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False, default=str)
+
+
+templates.env.filters["when"] = _when
+templates.env.filters["pretty"] = _pretty
+templates.env.globals["version"] = __version__
+
+
+def _service(request: Request) -> Service:
+    return request.app.state.service
+
+
+def _page(request: Request, name: str, http_status: int = 200, **context: Any) -> HTMLResponse:
+    root = request.scope.get("root_path", "")
+    here = request.url.path + (f"?{request.url.query}" if request.url.query else "")
+    context.update(root=root, base=root + PREFIX, page=name.removesuffix(".html"), here=here)
+    return templates.TemplateResponse(request, name, context, status_code=http_status)
+
+
+@router.get("", response_class=HTMLResponse)
+async def overview(request: Request) -> HTMLResponse:
+    service = _service(request)
+    now = service.clock()
+    return _page(request, "overview.html", queues=await queue_views(service, now), now=now)
+
+
+@router.get("/jobs", response_class=HTMLResponse)
+async def jobs_page(request: Request) -> HTMLResponse:
+    service = _service(request)
+    context: dict[str, Any] = {
+        "queues": sorted(service.settings.queues),
+        "types": sorted(service.settings.job_types),
+        "all_states": STATES,
+    }
+    try:
+        form = parse_job_filter(request.query_params)
+    except FilterError as exc:
+        return _page(request, "jobs.html", 422, error=exc, form=None, **context)
+    page = await service.store.job_page(form.query)
+    names = [form.query.queue] if form.query.queue else context["queues"]
+    counts = {s: 0 for s in ("scheduled", "due", "running", "awaiting", "failed")}
+    for name in names:
+        if name in service.settings.queues:
+            c = await service.store.queue_counts(name, service.clock())
+            for s in counts:
+                counts[s] += getattr(c, s)
+    return _page(
+        request,
+        "jobs.html",
+        form=form,
+        result=page,
+        counts=counts,
+        next_link=page_link(request.query_params, page.next_cursor) if page.next_cursor else None,
+        **context,
+    )
+
+
+@router.get("/jobs/{job_id}", response_class=HTMLResponse)
+async def job_page(request: Request, job_id: str) -> HTMLResponse:
+    store = _service(request).store
+    if not job_id.isascii() or not job_id.isdigit() or not 1 <= int(job_id) <= MAX_ID:
+        return _page(request, "missing.html", 404, what=f"job {job_id!r}")
+    try:
+        job = await store.job_get(int(job_id))
+    except NotFound:
+        return _page(request, "missing.html", 404, what=f"job {job_id}")
+    attempts = await store.job_attempts(job.id)
+    found = await store.response_by_key(job.correlation_key) if job.correlation_key else []
+    return _page(
+        request,
+        "job.html",
+        job=job,
+        attempts=attempts,
+        responses=found,
+        open=job.state in (State.SCHEDULED, State.RUNNING, State.AWAITING),
+        retryable=job.state in (State.FAILED, State.CANCELLED),
+    )
+
+
+@router.get("/failed", response_class=HTMLResponse)
+async def failed_page(request: Request) -> HTMLResponse:
+    groups, sampled = await _service(request).store.job_error_groups()
+    return _page(
+        request, "failed.html", groups=groups, sampled=sampled, retry_limit=FAILED_RETRY_LIMIT
+    )
+
+
+@router.get("/responses", response_class=HTMLResponse)
+async def responses_page(request: Request) -> HTMLResponse:
+    store = _service(request).store
+    status = request.query_params.get("status") or "pending"
+    if status not in (*RESPONSE_STATUSES, "parked"):
+        shown = ", ".join((*RESPONSE_STATUSES, "parked"))
+        return _page(
+            request, "missing.html", 404, what=f"status {status!r} (one of {shown})"
+        )
+    found: list[Response] = []
+    parked: list[dict[str, Any]] = []
+    open_keys: dict[str, int] = {}
+    if status == "parked":
+        parked = await store.parked_list(None, RESPONSES_PAGE)
+    else:
+        found = await store.response_list((status,), None, None, RESPONSES_PAGE)
+        if status in ("pending", "late", "expired"):
+            open_keys = await store.job_open_keys(sorted({r.correlation_key for r in found}))
+    return _page(
+        request,
+        "responses.html",
+        status=status,
+        statuses=(*RESPONSE_STATUSES, "parked"),
+        responses=found,
+        parked=parked,
+        open_keys=open_keys,
+    )
+
+
+root_router = APIRouter(include_in_schema=False)
+
+
+@root_router.get("/")
+async def root(request: Request) -> RedirectResponse:
+    return RedirectResponse(request.scope.get("root_path", "") + PREFIX)

@@ -1,0 +1,294 @@
+"""The reads of the operator's dashboard, each bounded by an index.
+
+A dashboard page must stay fast with millions of rows, so none of these reads
+counts or scans a whole table:
+
+- the job list pages by id windows on the primary key (``JOB_WINDOW`` ids at a
+  time) unless an index serves the filter itself (a correlation key; one state);
+  a time range becomes an id range first, by a binary search over the primary key
+  (ids grow with ``created_at``);
+- the failed page groups only the newest ``FAILED_SAMPLE`` failed jobs
+  (``ix_hipq_jobs_state``);
+- the charts count the attempts that started within the last hour
+  (``ix_hipq_attempts_started``);
+- waiting reasons are those of the next ``REASON_SAMPLE`` due jobs in queue order
+  (the due-scan index).
+
+The statement builders are module functions so that a test can show each plan.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy import Select, and_, case, func, select
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from hipq.jobs import Job
+from hipq.store.records import Response
+from hipq.store.rows import row_to_job
+from hipq.store.schema import attempts, jobs, responses
+from hipq.store.state_guards import OPEN_SQL, SCHEDULED_SQL, const
+from hipq.store.transactions import Transactions
+
+# Ids one page of the job list examines when no index serves its filter.
+JOB_WINDOW = 20_000
+# The failed jobs the failed page groups by error: the newest ones.
+FAILED_SAMPLE = 10_000
+# Due jobs whose waiting reasons the overview tallies: those the loop reads first.
+REASON_SAMPLE = 1_000
+# A time range's id bounds are searched this much wider than asked, then filtered
+# exactly: concurrent inserts may commit ids a few milliseconds out of time order.
+TIME_SLACK = timedelta(seconds=1)
+# Characters of an error that name its group on the failed page.
+ERROR_GROUP_CHARS = 160
+
+
+@dataclass(frozen=True, slots=True)
+class JobQuery:
+    """The job list's filters; every field is optional."""
+
+    queue: str | None = None
+    states: tuple[str, ...] = ()
+    type: str | None = None
+    labels: dict[str, str] = field(default_factory=dict)
+    job_key: str | None = None
+    correlation_key: str | None = None
+    created_since: datetime | None = None
+    created_until: datetime | None = None
+    before_id: int | None = None  # the cursor: jobs with a smaller id (newest first)
+    limit: int = 50
+
+
+@dataclass(frozen=True, slots=True)
+class JobPage:
+    jobs: list[Job]
+    next_cursor: int | None  # pass as ``before_id`` for the next (older) page
+    # The ids this page examined when it paged by windows, newest first; None when
+    # an index served the filter itself.
+    searched: tuple[int, int] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ErrorGroup:
+    error: str  # the first ERROR_GROUP_CHARS characters of the first line
+    count: int
+    queues: tuple[str, ...]
+    types: tuple[str, ...]
+    newest_id: int
+    job_ids: tuple[int, ...]  # newest first
+
+
+@dataclass(frozen=True, slots=True)
+class AttemptBucket:
+    queue: str
+    outcome: str
+    bucket: int  # 0 = the oldest slice of the period
+    count: int
+
+
+def _indexed_alone(q: JobQuery) -> bool:
+    """Whether an index serves the whole filter without id windows."""
+    if q.correlation_key is not None:
+        return True
+    return len(q.states) == 1 and not (
+        q.queue or q.type or q.labels or q.job_key or q.created_since or q.created_until
+    )
+
+
+def job_page_query(q: JobQuery, low: int | None, high: int | None) -> Select[Any]:
+    """The job list's statement: newest first, ids in [low, high) when given."""
+    conds: list[Any] = []
+    if q.queue:
+        conds.append(jobs.c.queue == q.queue)
+    if q.states:
+        conds.append(jobs.c.state.in_(q.states))
+    if q.type:
+        conds.append(jobs.c.type == q.type)
+    for name, value in q.labels.items():
+        conds.append(jobs.c.labels[name].as_string() == value)
+    if q.job_key is not None:
+        conds.append(jobs.c.job_key == q.job_key)
+    if q.correlation_key is not None:
+        conds.append(jobs.c.correlation_key == q.correlation_key)
+    if q.created_since is not None:
+        conds.append(jobs.c.created_at >= q.created_since)
+    if q.created_until is not None:
+        conds.append(jobs.c.created_at <= q.created_until)
+    if q.before_id is not None:
+        conds.append(jobs.c.id < q.before_id)
+    if low is not None:
+        conds.append(jobs.c.id >= low)
+    if high is not None:
+        conds.append(jobs.c.id < high)
+    query = select(jobs).order_by(jobs.c.id.desc()).limit(q.limit)
+    return query.where(and_(*conds)) if conds else query
+
+
+def id_at_or_after_query(guess: int) -> Select[Any]:
+    return (
+        select(jobs.c.id, jobs.c.created_at)
+        .where(jobs.c.id >= guess)
+        .order_by(jobs.c.id)
+        .limit(1)
+    )
+
+
+def max_id_query() -> Select[Any]:
+    return select(func.max(jobs.c.id))
+
+
+def failed_sample_query(limit: int = FAILED_SAMPLE) -> Select[Any]:
+    return (
+        select(jobs.c.id, jobs.c.queue, jobs.c.type, jobs.c.last_error)
+        .where(jobs.c.state == const("failed"))
+        .order_by(jobs.c.id.desc())
+        .limit(limit)
+    )
+
+
+def attempt_buckets_query(since: datetime, until: datetime, buckets: int) -> Select[Any]:
+    """Attempts that started in [since, until), by queue, outcome and time slice."""
+    step = (until - since) / buckets
+    bucket = case(
+        *[(attempts.c.started_at < since + step * (i + 1), i) for i in range(buckets - 1)],
+        else_=buckets - 1,
+    ).label("bucket")
+    return (
+        select(jobs.c.queue, attempts.c.outcome, bucket, func.count().label("n"))
+        .select_from(attempts.join(jobs, jobs.c.id == attempts.c.job_id))
+        .where(attempts.c.started_at >= since, attempts.c.started_at < until)
+        .group_by(jobs.c.queue, attempts.c.outcome, bucket)
+    )
+
+
+def due_reasons_query(queue: str, now: datetime, limit: int = REASON_SAMPLE) -> Select[Any]:
+    """Waiting reasons of the queue's first due jobs, in time-priority order."""
+    first = (
+        select(jobs.c.waiting_reason)
+        .where(jobs.c.queue == queue, jobs.c.state == SCHEDULED_SQL, jobs.c.run_at <= now)
+        .order_by(jobs.c.run_at, jobs.c.priority, jobs.c.id)
+        .limit(limit)
+        .subquery()
+    )
+    return (
+        select(first.c.waiting_reason, func.count().label("n"))
+        .where(first.c.waiting_reason.is_not(None))
+        .group_by(first.c.waiting_reason)
+    )
+
+
+def open_keys_query(keys: Sequence[str]) -> Select[Any]:
+    """Which of ``keys`` an open job holds (the unique index of open correlation keys)."""
+    return select(jobs.c.correlation_key, jobs.c.id).where(
+        jobs.c.correlation_key.in_(list(keys)),
+        jobs.c.correlation_key.is_not(None),
+        jobs.c.state.in_(OPEN_SQL),
+    )
+
+
+def key_responses_query(correlation_key: str, limit: int = 50) -> Select[Any]:
+    return (
+        select(responses)
+        .where(responses.c.correlation_key == correlation_key)
+        .order_by(responses.c.id.desc())
+        .limit(limit)
+    )
+
+
+class OperatorReads(Transactions):
+    async def job_page(self, q: JobQuery) -> JobPage:
+        """One page of the job list, newest first (see the module's note on windows)."""
+        async with self._read() as conn:
+            if _indexed_alone(q):
+                rows = (await conn.execute(job_page_query(q, None, None))).all()
+                found = [row_to_job(r) for r in rows]
+                more = len(found) == q.limit
+                return JobPage(found, found[-1].id if more else None)
+            low, high = await self._id_range(conn, q)
+            if q.before_id is not None:
+                high = min(high, q.before_id)
+            start = max(low, high - JOB_WINDOW)
+            rows = (await conn.execute(job_page_query(q, start, high))).all()
+        found = [row_to_job(r) for r in rows]
+        if len(found) == q.limit:
+            return JobPage(found, found[-1].id, (high - 1, start))
+        return JobPage(found, start if start > low else None, (high - 1, start))
+
+    async def _id_range(self, conn: AsyncConnection, q: JobQuery) -> tuple[int, int]:
+        """[low, high) of the ids that can match ``q``'s time range."""
+        top = (await conn.execute(max_id_query())).scalar_one_or_none()
+        if top is None:
+            return 1, 1
+        low, high = 1, top + 1
+        if q.created_since is not None:
+            low = await self._first_id_since(conn, q.created_since - TIME_SLACK, top)
+        if q.created_until is not None:
+            high = await self._first_id_since(conn, q.created_until + TIME_SLACK, top)
+        return low, max(low, high)
+
+    async def _first_id_since(self, conn: AsyncConnection, when: datetime, top: int) -> int:
+        """The smallest id created at or after ``when`` (``top`` + 1 if none): a
+        binary search of point reads on the primary key."""
+        lo, hi = 1, top + 1
+        while lo < hi:
+            mid = (lo + hi) // 2
+            row = (await conn.execute(id_at_or_after_query(mid))).first()
+            if row is None or row.created_at >= when:
+                hi = mid
+            else:
+                lo = row.id + 1
+        return lo
+
+    async def job_error_groups(self, limit: int = FAILED_SAMPLE) -> tuple[list[ErrorGroup], int]:
+        """The newest ``limit`` failed jobs grouped by error, largest group first, and
+        how many failed jobs that sample holds."""
+        async with self._read() as conn:
+            rows = (await conn.execute(failed_sample_query(limit))).all()
+        groups: dict[str, list[Any]] = {}
+        for r in rows:
+            text = (r.last_error or "(no error recorded)").strip().splitlines()[0]
+            groups.setdefault(text[:ERROR_GROUP_CHARS], []).append(r)
+        out = [
+            ErrorGroup(
+                error=error,
+                count=len(members),
+                queues=tuple(sorted({m.queue for m in members})),
+                types=tuple(sorted({m.type for m in members})),
+                newest_id=members[0].id,
+                job_ids=tuple(m.id for m in members),
+            )
+            for error, members in groups.items()
+        ]
+        out.sort(key=lambda g: (-g.count, -g.newest_id))
+        return out, len(rows)
+
+    async def attempt_buckets(
+        self, since: datetime, until: datetime, buckets: int
+    ) -> list[AttemptBucket]:
+        async with self._read() as conn:
+            rows = (await conn.execute(attempt_buckets_query(since, until, buckets))).all()
+        return [AttemptBucket(r.queue, r.outcome, int(r.bucket), int(r.n)) for r in rows]
+
+    async def job_due_reasons(self, queue: str, now: datetime) -> list[tuple[str, int]]:
+        """Why the queue's first due jobs wait: (reason, jobs), most common first."""
+        async with self._read() as conn:
+            rows = (await conn.execute(due_reasons_query(queue, now))).all()
+        return sorted(((r[0], int(r[1])) for r in rows), key=lambda x: -x[1])
+
+    async def job_open_keys(self, keys: Sequence[str]) -> dict[str, int]:
+        """The open job holding each of ``keys`` that one holds: key -> job id."""
+        if not keys:
+            return {}
+        async with self._read() as conn:
+            rows = (await conn.execute(open_keys_query(keys))).all()
+        return {r[0]: int(r[1]) for r in rows}
+
+    async def response_by_key(self, correlation_key: str, limit: int = 50) -> list[Response]:
+        """The newest responses that carry ``correlation_key``."""
+        async with self._read() as conn:
+            rows = (await conn.execute(key_responses_query(correlation_key, limit))).all()
+        return [Response(**r._asdict()) for r in rows]

@@ -69,7 +69,7 @@ def create_app(service: Service, *, manage_service: bool = True) -> FastAPI:
             if manage_service:
                 await service.stop()
 
-    # /docs and /redoc come from the dashboard, with their assets served offline.
+    # /docs comes from the dashboard, its assets served from the wheel (no CDN).
     app = FastAPI(
         title="hipq",
         version=__version__,

@@ -4,6 +4,8 @@ package (FastAPI's own /docs loads them from jsDelivr, so it is blank offline).
 fastapi-offline is a small, maintained package whose wheel carries the current
 swagger-ui-dist bundle; we use its files with FastAPI's own page builder rather
 than its ``FastAPIOffline`` constructor, so that create_app stays a plain FastAPI.
+There is no /redoc: ReDoc's page loads its logo from redocly's CDN whatever it is
+given, and /docs shows the same schema.
 """
 
 from __future__ import annotations
@@ -12,23 +14,17 @@ from pathlib import Path
 
 import fastapi_offline
 from fastapi import FastAPI, Request
-from fastapi.openapi.docs import (
-    get_redoc_html,
-    get_swagger_ui_html,
-    get_swagger_ui_oauth2_redirect_html,
-)
+from fastapi.openapi.docs import get_swagger_ui_html, get_swagger_ui_oauth2_redirect_html
 from fastapi.responses import HTMLResponse
 from fastapi.staticfiles import StaticFiles
 
 ASSETS = Path(fastapi_offline.__file__).parent / "static"
 ASSETS_URL = "/docs-assets"
 DOCS_URL = "/docs"
-REDOC_URL = "/redoc"
 
 
 def install_docs(app: FastAPI) -> None:
-    """Serve Swagger UI at /docs and ReDoc at /redoc with their scripts, style and
-    icon from this process."""
+    """Serve Swagger UI at /docs with its script, style and icon from this process."""
     app.mount(ASSETS_URL, StaticFiles(directory=ASSETS), name="docs-assets")
     redirect_url = DOCS_URL + "/oauth2-redirect"
 
@@ -47,14 +43,3 @@ def install_docs(app: FastAPI) -> None:
     @app.get(redirect_url, include_in_schema=False)
     async def swagger_ui_redirect() -> HTMLResponse:
         return get_swagger_ui_oauth2_redirect_html()
-
-    @app.get(REDOC_URL, include_in_schema=False)
-    async def redoc(request: Request) -> HTMLResponse:
-        root = request.scope.get("root_path", "")
-        return get_redoc_html(
-            openapi_url=f"{root}{app.openapi_url}",
-            title=f"{app.title} - API",
-            redoc_js_url=f"{root}{ASSETS_URL}/redoc.standalone.js",
-            redoc_favicon_url=f"{root}{ASSETS_URL}/favicon.png",
-            with_google_fonts=False,
-        )

@@ -52,7 +52,9 @@ def _instant(params: QueryParams, name: str) -> datetime | None:
     try:
         parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
     except ValueError:
-        raise FilterError(name, f"{value!r} is not a date and time such as 2026-05-01T08:00") from None
+        raise FilterError(
+            name, f"{value!r} is not a date and time such as 2026-05-01T08:00"
+        ) from None
     return parsed.replace(tzinfo=UTC) if parsed.tzinfo is None else parsed.astimezone(UTC)
 
 
@@ -73,7 +75,9 @@ def parse_job_filter(params: QueryParams) -> JobFilterForm:
             raise FilterError("label", NUL_MESSAGE)
         label_map[name.strip()] = value.strip()
     before = _text(params, "before")
-    if before is not None and (not before.isascii() or not before.isdigit() or int(before) > MAX_ID):
+    if before is not None and (
+        not before.isascii() or not before.isdigit() or int(before) > MAX_ID
+    ):
         raise FilterError("before", "not a cursor of this page")
     since, until = _instant(params, "since"), _instant(params, "until")
     if since and until and since > until:

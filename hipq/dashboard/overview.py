@@ -132,7 +132,9 @@ def _activity(buckets: list[AttemptBucket], since: datetime) -> Activity:
         attempts=sum(total),
         failures=sum(failed),
         throughput=bars(
-            Series(done, [f"{s}: {n} completed" for s, n in zip(slices, done, strict=True)], "#2f7d4f"),
+            Series(
+                done, [f"{s}: {n} completed" for s, n in zip(slices, done, strict=True)], "#2f7d4f"
+            ),
             "completed attempts per 5 minutes, last hour",
         ),
         failure_rate=bars(

@@ -132,9 +132,7 @@ async def responses_page(request: Request) -> HTMLResponse:
     status = request.query_params.get("status") or "pending"
     if status not in (*RESPONSE_STATUSES, "parked"):
         shown = ", ".join((*RESPONSE_STATUSES, "parked"))
-        return _page(
-            request, "missing.html", 404, what=f"status {status!r} (one of {shown})"
-        )
+        return _page(request, "missing.html", 404, what=f"status {status!r} (one of {shown})")
     found: list[Response] = []
     parked: list[dict[str, Any]] = []
     open_keys: dict[str, int] = {}

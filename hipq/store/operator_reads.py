@@ -130,10 +130,7 @@ def job_page_query(q: JobQuery, low: int | None, high: int | None) -> Select[Any
 
 def id_at_or_after_query(guess: int) -> Select[Any]:
     return (
-        select(jobs.c.id, jobs.c.created_at)
-        .where(jobs.c.id >= guess)
-        .order_by(jobs.c.id)
-        .limit(1)
+        select(jobs.c.id, jobs.c.created_at).where(jobs.c.id >= guess).order_by(jobs.c.id).limit(1)
     )
 
 

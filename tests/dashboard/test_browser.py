@@ -1,0 +1,158 @@
+"""What an operator does in the dashboard, clicked in a real browser against a real
+`hipq serve`: retry failed jobs from the failed page, see why a job is held, match
+an unknown callback by hand, pause and resume a queue; and nothing is loaded from
+anywhere but hipq itself (the ``page`` fixture fails a test that tries)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+import pytest
+from playwright.sync_api import expect
+
+from tests.dashboard.conftest import Dashboard
+
+pytestmark = pytest.mark.e2e
+
+
+def test_failed_jobs_are_grouped_by_error_and_retried_from_the_failed_page(
+    dashboard: Dashboard, page: Any
+) -> None:
+    (dashboard.flags / "fail").touch()
+    ids = [dashboard.post_job(type="flaky", payload={"n": n}) for n in range(3)]
+    for job_id in ids:
+        dashboard.wait_state(job_id, "failed")
+
+    page.goto(f"{dashboard.url}/dashboard/failed")
+    group = page.locator("section.error-group").filter(has_text="upstream refused")
+    expect(group).to_contain_text("3 jobs")
+    dashboard.screenshot(page, "failed")
+
+    # Three jobs: the browser asks first; saying no retries nothing.
+    asked: list[str] = []
+    page.once("dialog", lambda d: (asked.append(d.message), d.dismiss()))
+    group.get_by_role("button", name="Retry 3 jobs").click()
+    expect(page.locator("#flash")).to_be_hidden()
+    assert asked == ["Retry 3 failed jobs with this error?"]
+    assert [dashboard.job(i)["state"] for i in ids] == ["failed"] * 3
+
+    (dashboard.flags / "fail").unlink()
+    page.once("dialog", lambda d: d.accept())
+    group.get_by_role("button", name="Retry 3 jobs").click()
+    expect(page.locator("#flash")).to_contain_text("Retried: 3 of 3 jobs")
+    for job_id in ids:
+        job = dashboard.wait_state(job_id, "completed")
+        assert job["attempt"] == 2
+    expect(page.locator("p.empty")).to_have_text("No failed job.")
+
+
+def test_a_held_job_shows_its_throttlers_reason(dashboard: Dashboard, page: Any) -> None:
+    first = dashboard.post_job(type="hold", labels={"region": "east"})
+    dashboard.wait_state(first, "running")
+    held = dashboard.post_job(type="hold", labels={"region": "east"})
+
+    page.goto(f"{dashboard.url}/dashboard")
+    queue = page.locator("#queue-regional")
+    expect(queue.locator("table.held")).to_contain_text("share")
+    expect(queue.locator("ul.reasons")).to_contain_text("region=east")
+    shares = queue.locator("table.shares")
+    expect(shares.locator("tr", has_text="region=east")).to_contain_text("1")
+    expect(queue.locator(".capacity")).to_have_text("1 / 2 in use")
+    dashboard.screenshot(page, "overview")
+
+    page.goto(f"{dashboard.url}/dashboard/jobs?queue=regional")
+    row = page.locator(f'tr[data-job="{held}"]')
+    expect(row).to_contain_text("region=east")
+    row.get_by_role("link", name=str(held)).click()
+    expect(page.locator("#waiting-reason")).to_contain_text("share region=east")
+    reason = page.locator("#waiting-reason").inner_text()
+    assert reason == dashboard.job(held)["waiting_reason"]
+    dashboard.screenshot(page, "job")
+
+    (dashboard.flags / "release").touch()
+    dashboard.wait_state(first, "completed")
+    dashboard.wait_state(held, "completed")
+    expect(page.locator("#job-state")).to_have_text("completed")
+
+
+def test_an_unknown_callback_is_matched_by_hand(dashboard: Dashboard, page: Any) -> None:
+    job_id = dashboard.post_job(type="charge", payload={"order_id": "A-17"})
+    dashboard.wait_state(job_id, "awaiting")
+    # The external system answers under a key no job holds (a typo on its side).
+    answer = httpx.post(f"{dashboard.url}/v1/callbacks/A-71", json={"status": "ok"})
+    assert answer.status_code == 202, answer.text
+
+    page.goto(f"{dashboard.url}/dashboard/responses")
+    row = page.locator("tr", has_text="A-71")
+    expect(row).to_contain_text("unknown key")
+    dashboard.screenshot(page, "responses")
+    row.get_by_label("job id").fill(str(job_id))
+    row.get_by_role("button", name="Match").click()
+    expect(page.locator("#flash")).to_contain_text("matched")
+
+    job = dashboard.wait_state(job_id, "completed")
+    assert job["result"] == {"status": "ok"}
+    page.goto(f"{dashboard.url}/dashboard/jobs/{job_id}")
+    expect(page.locator("#job-state")).to_have_text("completed")
+    page.goto(f"{dashboard.url}/dashboard/responses?status=matched")
+    expect(page.locator("tr", has_text="A-71")).to_contain_text(f"matched by hand to job {job_id}")
+
+
+def test_a_queue_is_paused_and_resumed(dashboard: Dashboard, page: Any) -> None:
+    page.goto(f"{dashboard.url}/dashboard")
+    queue = page.locator("#queue-default")
+    queue.get_by_role("button", name="Pause").click()
+    expect(page.locator("#flash")).to_have_text("Queue default paused")
+    expect(queue.locator(".badge")).to_have_text("paused")
+    assert dashboard.server.get("/v1/queues/default")["paused"] is True
+
+    job_id = dashboard.post_job(type="flaky")
+    queue.get_by_role("button", name="Resume").click()
+    expect(queue.locator(".badge")).to_have_text("admitting")
+    assert dashboard.server.get("/v1/queues/default")["paused"] is False
+    dashboard.wait_state(job_id, "completed")
+
+
+def test_an_action_the_api_refuses_shows_the_apis_reason(dashboard: Dashboard, page: Any) -> None:
+    job_id = dashboard.post_job(type="flaky")
+    dashboard.wait_state(job_id, "completed")
+    page.goto(f"{dashboard.url}/dashboard/jobs/{job_id}")
+    # A scheduled job's page offers Reschedule: on a job that finished meanwhile the
+    # API says why it refuses.
+    page.evaluate(
+        """id => { const f = document.createElement('form');
+        f.dataset.action = 'PATCH /v1/jobs/' + id; f.innerHTML =
+        '<input name=\"priority\" value=\"1\" data-kind=\"int\"><button id=\"go\">go</button>';
+        document.querySelector('main').prepend(f); }""",
+        job_id,
+    )
+    page.locator("#go").click()
+    expect(page.locator("#flash")).to_contain_text("409")
+    expect(page.locator("#flash")).to_contain_text("only scheduled jobs can be changed")
+
+
+def test_the_jobs_page_filters_and_pages(dashboard: Dashboard, page: Any) -> None:
+    ids = [dashboard.post_job(type="flaky", labels={"tenant": f"t{n % 2}"}) for n in range(4)]
+    for job_id in ids:
+        dashboard.wait_state(job_id, "completed")
+    page.goto(f"{dashboard.url}/dashboard/jobs")
+    page.get_by_label("label").fill("tenant:t1")
+    page.get_by_role("button", name="Filter").click()
+    rows = page.locator("table.jobs tbody tr[data-job]")
+    expect(rows).to_have_count(2)
+    assert [int(x) for x in rows.evaluate_all("rs => rs.map(r => r.dataset.job)")] == [
+        ids[3],
+        ids[1],
+    ]
+    dashboard.screenshot(page, "jobs")
+
+    page.goto(f"{dashboard.url}/dashboard/jobs?since=yesterday")
+    expect(page.get_by_role("alert")).to_contain_text("since: 'yesterday' is not a date")
+
+
+def test_docs_work_offline(dashboard: Dashboard, page: Any) -> None:
+    # The page fixture aborts (and fails the test for) any request not to hipq.
+    page.goto(f"{dashboard.url}/docs")
+    expect(page.locator(".swagger-ui .info .title")).to_contain_text("hipq")
+    expect(page.locator(".opblock-summary-path").first).to_be_visible()

@@ -10,8 +10,9 @@ docs/dashboard.md into docs/images/ (on SQLite only, so each is written once).
 from __future__ import annotations
 
 import os
+import shutil
 import threading
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -21,6 +22,7 @@ from urllib.parse import urlparse
 import pytest
 import yaml
 
+from tests.api.conftest import Api, open_api
 from tests.dashboard.dashboard_handlers import FLAGS_ENV
 from tests.e2e.conftest import REPO, HipqServer, Servers, wait_for
 from tests.services import create_database_sync, drop_database_sync, unique_database_name
@@ -124,6 +126,22 @@ class Dashboard:
         if os.environ.get(SCREENSHOTS_ENV) == "1" and self.engine == "sqlite":
             IMAGES.mkdir(parents=True, exist_ok=True)
             page.screenshot(path=str(IMAGES / f"dashboard-{name}.png"), full_page=True)
+
+
+@pytest.fixture
+async def api(database_url: str) -> AsyncIterator[Api]:
+    """The API in process, its loops driven by the test (tests/api/conftest.py)."""
+    async with open_api(database_url) as opened:
+        yield opened
+
+
+@pytest.fixture
+async def sqlite_api(tmp_path: Path, sqlite_template: Path) -> AsyncIterator[Api]:
+    """The API on SQLite only, for pages that answer bad input before any read."""
+    path = tmp_path / "hipq.db"
+    shutil.copy(sqlite_template, path)
+    async with open_api(f"sqlite+aiosqlite:///{path}") as opened:
+        yield opened
 
 
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])

@@ -48,6 +48,13 @@ def test_failed_jobs_are_grouped_by_error_and_retried_from_the_failed_page(
 
 
 def test_a_held_job_shows_its_throttlers_reason(dashboard: Dashboard, page: Any) -> None:
+    # Some finished attempts in the other queue, for the charts of the screenshot.
+    for job_id in [dashboard.post_job(type="flaky") for _ in range(3)]:
+        dashboard.wait_state(job_id, "completed")
+    (dashboard.flags / "fail").touch()
+    dashboard.wait_state(dashboard.post_job(type="flaky"), "failed")
+    (dashboard.flags / "fail").unlink()
+
     first = dashboard.post_job(type="hold", labels={"region": "east"})
     dashboard.wait_state(first, "running")
     held = dashboard.post_job(type="hold", labels={"region": "east"})
@@ -59,6 +66,7 @@ def test_a_held_job_shows_its_throttlers_reason(dashboard: Dashboard, page: Any)
     shares = queue.locator("table.shares")
     expect(shares.locator("tr", has_text="region=east")).to_contain_text("1")
     expect(queue.locator(".capacity")).to_have_text("1 / 2 in use")
+    expect(page.locator("#queue-default")).to_contain_text("4 attempts, 1 failed")
     dashboard.screenshot(page, "overview")
 
     page.goto(f"{dashboard.url}/dashboard/jobs?queue=regional")

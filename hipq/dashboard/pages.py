@@ -99,7 +99,7 @@ async def jobs_page(request: Request) -> HTMLResponse:
 @router.get("/jobs/{job_id}", response_class=HTMLResponse)
 async def job_page(request: Request, job_id: str) -> HTMLResponse:
     store = _service(request).store
-    if not job_id.isascii() or not job_id.isdigit() or not 1 <= int(job_id) <= MAX_ID:
+    if not _is_id(job_id):
         return _page(request, "missing.html", 404, what=f"job {job_id!r}")
     try:
         job = await store.job_get(int(job_id))
@@ -133,13 +133,19 @@ async def responses_page(request: Request) -> HTMLResponse:
     if status not in (*RESPONSE_STATUSES, "parked"):
         shown = ", ".join((*RESPONSE_STATUSES, "parked"))
         return _page(request, "missing.html", 404, what=f"status {status!r} (one of {shown})")
+    before = request.query_params.get("before") or None
+    if before is not None and not _is_id(before):
+        return _page(request, "missing.html", 404, what=f"page before {before!r}")
+    after_id = int(before) if before else None
     found: list[Response] = []
     parked: list[dict[str, Any]] = []
     open_keys: dict[str, int] = {}
     if status == "parked":
-        parked = await store.parked_list(None, RESPONSES_PAGE)
+        parked = await store.parked_list(after_id, RESPONSES_PAGE)
+        ids = [p["id"] for p in parked]
     else:
-        found = await store.response_list((status,), None, None, RESPONSES_PAGE)
+        found = await store.response_list((status,), None, after_id, RESPONSES_PAGE)
+        ids = [r.id for r in found]
         if status in ("pending", "late", "expired"):
             open_keys = await store.job_open_keys(sorted({r.correlation_key for r in found}))
     return _page(
@@ -150,7 +156,12 @@ async def responses_page(request: Request) -> HTMLResponse:
         responses=found,
         parked=parked,
         open_keys=open_keys,
+        older=ids[-1] if len(ids) == RESPONSES_PAGE else None,
     )
+
+
+def _is_id(text: str) -> bool:
+    return text.isascii() and text.isdigit() and 1 <= int(text) <= MAX_ID
 
 
 root_router = APIRouter(include_in_schema=False)

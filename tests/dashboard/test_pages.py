@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from hipq.dashboard import pages
 from tests.api.conftest import Api
 
 REPO = Path(__file__).resolve().parents[2]
@@ -117,3 +118,20 @@ def test_the_wheel_carries_templates_and_static_files(tmp_path: Path) -> None:
     }
     assert len(wanted) >= 9
     assert wanted <= names, sorted(wanted - names)
+
+
+async def test_the_inbox_pages_with_a_cursor(api: Api, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(pages, "RESPONSES_PAGE", 2)
+    ids = []
+    for key in ("k-1", "k-2", "k-3"):
+        answer = await api.client.post(f"/v1/callbacks/{key}", json={"status": "ok"})
+        ids.append(answer.json()["response_id"])
+    first = (await api.client.get("/dashboard/responses")).text
+    assert re.findall(r'data-response="(\d+)"', first) == [str(ids[2]), str(ids[1])]
+    older = re.search(r'href="(/dashboard/responses\?status=pending&(?:amp;)?before=\d+)"', first)
+    assert older is not None
+    second = (await api.client.get(older.group(1).replace("&amp;", "&"))).text
+    assert re.findall(r'data-response="(\d+)"', second) == [str(ids[0])]
+    assert "Older" not in second
+    bad = await api.client.get("/dashboard/responses?before=x1")
+    assert bad.status_code == 404

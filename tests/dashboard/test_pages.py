@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from hipq.dashboard import pages
-from tests.api.conftest import Api
+from tests.api.conftest import Api, open_api
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -135,3 +135,19 @@ async def test_the_inbox_pages_with_a_cursor(api: Api, monkeypatch: pytest.Monke
     assert "Older" not in second
     bad = await api.client.get("/dashboard/responses?before=x1")
     assert bad.status_code == 404
+
+
+async def test_the_overview_shows_rate_use_and_why_due_jobs_wait(database_url: str) -> None:
+    rated = {"default": {"throttlers": [{"rate": {"limit": 2, "per": "1h"}}]}, "bulk": {}}
+    async with open_api(database_url, queues=rated) as api:
+        for _ in range(5):
+            await api.post_job(type="ok")
+        await api.tick()
+        page = (await api.client.get("/dashboard")).text
+    default = page[page.index('id="queue-default"') :]
+    rate_row = re.search(r"<tr><td>rate</td><td>(\d+)</td><td>([^<]+)</td></tr>", default)
+    assert rate_row is not None and rate_row.groups() == ("2", "2 per 1h")
+    assert (
+        '<span class="reason">rate 2 per 1h reached</span> <span class="muted">× 3</span>'
+        in default
+    )

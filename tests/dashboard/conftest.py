@@ -203,6 +203,11 @@ def browser() -> Iterator[Any]:
             launched.close()
 
 
+def _refused(text: str) -> bool:
+    """The console's note of a 4xx answer to an action's fetch: the tests ask for some."""
+    return "Failed to load resource: the server responded with a status of 4" in text
+
+
 @pytest.fixture
 def page(browser: Any, dashboard: Dashboard) -> Iterator[Any]:
     """A browser page that may load nothing but the hipq server under test."""
@@ -222,6 +227,11 @@ def page(browser: Any, dashboard: Dashboard) -> Iterator[Any]:
     opened = context.new_page()
     errors: list[str] = []
     opened.on("pageerror", lambda exc: errors.append(str(exc)))
+    # Content-Security-Policy violations and failed loads show up as console errors.
+    opened.on(
+        "console",
+        lambda m: errors.append(m.text) if m.type == "error" and not _refused(m.text) else None,
+    )
     try:
         yield opened
     finally:

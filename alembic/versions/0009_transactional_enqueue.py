@@ -13,6 +13,9 @@ caller's transaction. A refusal raises SQLSTATE HQ422 (HQ409 for a correlation k
 an open job holds) with the field in the error's column name.
 """
 
+# The PL/pgSQL below keeps a check on one line where wrapping would hide its shape.
+# ruff: noqa: E501
+
 import sqlalchemy as sa
 from sqlalchemy.dialects.postgresql import JSONB
 

@@ -86,8 +86,12 @@ class JobTypesMirror(Transactions):
                     )
                 )
             types_change = await _replace(
-                conn, self.dialect.insert, job_types_mirror, [asdict(t) for t in job_types],
-                writer, now,
+                conn,
+                self.dialect.insert,
+                job_types_mirror,
+                [asdict(t) for t in job_types],
+                writer,
+                now,
             )
             queues_change = await _replace(
                 conn, self.dialect.insert, queues_mirror, [asdict(q) for q in queues], writer, now
@@ -112,9 +116,7 @@ _BOOKKEEPING = ("written_by", "written_at")
 
 async def _rows(conn: AsyncConnection, table: Table) -> list[dict[str, Any]]:
     result = await conn.execute(select(table).order_by(table.c.name))
-    return [
-        {k: v for k, v in row._mapping.items() if k not in _BOOKKEEPING} for row in result
-    ]
+    return [{k: v for k, v in row._mapping.items() if k not in _BOOKKEEPING} for row in result]
 
 
 async def _replace(

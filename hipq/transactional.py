@@ -412,7 +412,9 @@ def _correlation_key(
 
 def _key_in_use(index: int, many: bool) -> EnqueueError:
     return EnqueueError(
-        _where(index, many, "correlation_key"), "correlation_key is already used by an open job", conflict=True
+        _where(index, many, "correlation_key"),
+        "correlation_key is already used by an open job",
+        conflict=True,
     )
 
 

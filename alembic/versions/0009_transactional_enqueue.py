@@ -238,7 +238,7 @@ BEGIN
           'job type ' || jt.name || ' builds its key per attempt (' || jt.correlation_key || ')');
       END IF;
       v_key := job ->> 'correlation_key';
-    ELSIF jt.key_parts IS NOT NULL AND NOT jt.key_at_dispatch THEN
+    ELSIF jsonb_typeof(jt.key_parts) = 'array' AND NOT jt.key_at_dispatch THEN
       v_key := hipq_render_key(jt.key_parts,
         jsonb_build_object('payload', v_payload, 'labels', v_labels, 'type', jt.name), p || 'payload');
     END IF;

@@ -248,6 +248,9 @@ parked_messages = Table(
 # its correlation key template, and the queues with their capacity. hipq keeps the
 # config in YAML, not in the database, so a starting process writes these rows
 # (hipq.store.job_types_mirror); the last process to start defines them.
+# None is SQL NULL here, not JSON null (SQL tests "IS NULL").
+NullableJson = JSON(none_as_null=True).with_variant(JSONB(none_as_null=True), "postgresql")
+
 job_types_mirror = Table(
     "hipq_job_types",
     metadata,
@@ -259,7 +262,7 @@ job_types_mirror = Table(
     Column("retry", Json, nullable=False),
     # The template's text, and its parts for SQL: [{"text": ...} | {"path": [...], "name": ...}].
     Column("correlation_key", Text, nullable=True),
-    Column("key_parts", Json, nullable=True),
+    Column("key_parts", NullableJson, nullable=True),
     # The key needs the job's id or attempt: the queue's loop builds it at claim.
     Column("key_at_dispatch", Boolean, nullable=False),
     Column("written_by", String(200), nullable=False),

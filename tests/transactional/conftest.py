@@ -34,9 +34,8 @@ QUEUES: dict[str, Any] = {"default": {}, "mail": {"concurrency": 3}}
 
 
 def service_settings(database_url: str, **overrides: Any) -> Any:
-    return make_settings(
-        database_url, job_types=JOB_TYPES, queues=QUEUES, log_level="warning", **overrides
-    )
+    fields: dict[str, Any] = {"job_types": JOB_TYPES, "queues": QUEUES, "log_level": "warning"}
+    return make_settings(database_url, **{**fields, **overrides})
 
 
 CASES = [pytest.param(("sqlite", k), id=f"sqlite-{k}") for k in SQLITE_KINDS] + [

@@ -157,7 +157,10 @@ def _add_sync(run: _SyncRunner, jobs: list[Mapping[str, Any]], many: bool) -> li
     for i, row in enumerate(resolve(jobs, types, queues, datetime.now(UTC), many)):
         if row["correlation_key"] is not None and run(_KEY_IN_USE, {"key": row["correlation_key"]}):
             raise _key_in_use(i, many)
-        ids.append(run(_INSERT, _sqlite_row(row))[0][0])
+        try:
+            ids.append(run(_INSERT, _sqlite_row(row))[0][0])
+        except Exception as exc:
+            raise _sqlite_conflict(exc, i, many) or exc from exc
     return ids
 
 
@@ -175,7 +178,10 @@ async def _add_async(run: _AsyncRunner, jobs: list[Mapping[str, Any]], many: boo
         key = row["correlation_key"]
         if key is not None and await run(_KEY_IN_USE, {"key": key}):
             raise _key_in_use(i, many)
-        ids.append((await run(_INSERT, _sqlite_row(row)))[0][0])
+        try:
+            ids.append((await run(_INSERT, _sqlite_row(row)))[0][0])
+        except Exception as exc:
+            raise _sqlite_conflict(exc, i, many) or exc from exc
     return ids
 
 
@@ -213,6 +219,10 @@ def _refusal(exc: BaseException) -> EnqueueError | None:
             detail = getattr(err, "detail", None) or getattr(diag, "message_detail", None)
             if field and detail:
                 return EnqueueError(field, detail, conflict=_REFUSED[state])
+        if state == "23505" and "correlation_key" in str(err):
+            # Another transaction took the key between the function's check and its
+            # insert: the unique index decided (which job of a list is not known).
+            return _key_in_use(None, False)
         pending += [getattr(err, "orig", None), err.__cause__]
     return None
 
@@ -410,12 +420,20 @@ def _correlation_key(
     return key
 
 
-def _key_in_use(index: int, many: bool) -> EnqueueError:
+def _key_in_use(index: int | None, many: bool) -> EnqueueError:
     return EnqueueError(
-        _where(index, many, "correlation_key"),
+        "correlation_key" if index is None else _where(index, many, "correlation_key"),
         "correlation_key is already used by an open job",
         conflict=True,
     )
+
+
+def _sqlite_conflict(exc: Exception, index: int, many: bool) -> EnqueueError | None:
+    """A key taken by another writer between the check and the insert (the unique index)."""
+    text = str(exc)
+    if "UNIQUE constraint failed" in text and "correlation_key" in text:
+        return _key_in_use(index, many)
+    return None
 
 
 def _sqlite_row(row: Mapping[str, Any]) -> dict[str, Any]:

@@ -4,6 +4,7 @@ different config replaces it (last start wins) and says what it replaced."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from datetime import UTC, datetime
 
@@ -78,3 +79,19 @@ async def test_the_last_process_to_start_defines_what_sql_accepts(
     finally:
         await engine.dispose()
     assert job_id > 0
+
+
+async def test_processes_starting_together_with_one_config_agree(database_url: str) -> None:
+    plain = MirroredJobType("plain", "default", 100, 1, 86400.0, {"strategy": "exponential"})
+    queues = [MirroredQueue("default", None)]
+    stores = [Store.from_url(database_url) for _ in range(4)]
+    try:
+        changes = await asyncio.gather(
+            *(s.job_types_mirror_write([plain], queues, f"p{i}", NOW) for i, s in enumerate(stores))
+        )
+        # One of them wrote the rows; the others found them as they would have written them.
+        assert sorted(bool(c.job_types) for c in changes) == [False, False, False, True]
+        assert await stores[0].job_types_mirror_read() == ({"plain": plain}, {"default": queues[0]})
+    finally:
+        for s in stores:
+            await s.close()

@@ -22,7 +22,7 @@ from sqlalchemy.dialects.postgresql import JSONB
 from alembic import op
 from hipq.store.schema import UTCDateTime
 
-revision = "0009"
+revision = "0007"
 down_revision = "0006"
 branch_labels = None
 depends_on = None

@@ -1,6 +1,6 @@
 """adding jobs inside the application's own transaction
 
-Revision ID: 0009
+Revision ID: 0007
 Revises: 0006
 Create Date: 2026-11-23
 

@@ -19,6 +19,7 @@ from hipq import migrations
 from hipq.activity import Activity
 from hipq.config import Settings
 from hipq.faults import unavailable
+from hipq.job_types_publisher import JobTypesPublisher
 from hipq.loop import QueueLoop
 from hipq.stopping import drain
 from hipq.store import Store
@@ -173,6 +174,7 @@ class Service:
         activities: list[Activity] = [
             self.guard,  # SQLite: the file lock, before anything touches the file
             StoreActivity(self.store, self.settings.migrate_on_start, self.settings.database_wait),
+            JobTypesPublisher(self.settings, self.job_types, self.store, self.owner, self.clock),
             *(TransportActivity(t) for t in distinct.values()),
             self.responses,
             self.job_writer,

@@ -242,3 +242,38 @@ parked_messages = Table(
     Column("received_at", UTCDateTime, nullable=False),
     Index("ix_hipq_parked_received", "received_at"),
 )
+
+# What adding a job inside an application's own transaction needs from the config
+# (hipq.transactional, the SQL function hipq_add_job): each job type's defaults and
+# its correlation key template, and the queues with their capacity. hipq keeps the
+# config in YAML, not in the database, so a starting process writes these rows
+# (hipq.store.job_types_mirror); the last process to start defines them.
+# None is SQL NULL here, not JSON null (SQL tests "IS NULL").
+NullableJson = JSON(none_as_null=True).with_variant(JSONB(none_as_null=True), "postgresql")
+
+job_types_mirror = Table(
+    "hipq_job_types",
+    metadata,
+    Column("name", String(200), primary_key=True),
+    Column("queue", String(200), nullable=False),
+    Column("priority", Integer, nullable=False),
+    Column("weight", Integer, nullable=False),
+    Column("timeout_seconds", Float, nullable=False),
+    Column("retry", Json, nullable=False),
+    # The template's text, and its parts for SQL: [{"text": ...} | {"path": [...], "name": ...}].
+    Column("correlation_key", Text, nullable=True),
+    Column("key_parts", NullableJson, nullable=True),
+    # The key needs the job's id or attempt: the queue's loop builds it at claim.
+    Column("key_at_dispatch", Boolean, nullable=False),
+    Column("written_by", String(200), nullable=False),
+    Column("written_at", UTCDateTime, nullable=False),
+)
+
+queues_mirror = Table(
+    "hipq_queue_capacities",
+    metadata,
+    Column("name", String(200), primary_key=True),
+    Column("concurrency", Integer, nullable=True),  # capacity units; NULL is unlimited
+    Column("written_by", String(200), nullable=False),
+    Column("written_at", UTCDateTime, nullable=False),
+)

@@ -17,6 +17,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from hipq import migrations
 from hipq.store.dialects import Dialect, create_engine, dialect_for
 from hipq.store.inbox import InboxTable
+from hipq.store.job_types_mirror import JobTypesMirror
 from hipq.store.jobs import JobTable
 from hipq.store.operator_reads import OperatorReads
 from hipq.store.process_guard import ProcessGuard
@@ -24,7 +25,7 @@ from hipq.store.queues import QueueTable
 from hipq.store.schema import metadata
 
 
-class Store(JobTable, InboxTable, QueueTable, OperatorReads):
+class Store(JobTable, InboxTable, QueueTable, JobTypesMirror, OperatorReads):
     def __init__(self, engine: AsyncEngine, dialect: Dialect | None = None) -> None:
         super().__init__(engine, dialect or dialect_for(engine.url.render_as_string()))
 

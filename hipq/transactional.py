@@ -1,0 +1,220 @@
+"""Adding jobs inside the application's own database transaction.
+
+An application that writes its own rows to the database hipq uses can add a job in
+the same transaction: the job exists if and only if the transaction commits, and
+the queue's owner is woken at the commit (PostgreSQL NOTIFY). ::
+
+    with engine.begin() as conn:                      # the application's transaction
+        conn.execute(orders.insert().values(id=17))
+        add_job(conn, "send_receipt", {"order_id": 17})
+
+A job added so is resolved and checked as a POST to ``/v1/jobs`` is: the job type's
+defaults (queue, priority, weight, timeout, retry), the correlation key built from
+its template, the same refusals. On PostgreSQL the SQL function ``hipq_add_jobs``
+does it (an application may also call ``hipq_add_job(...)`` in SQL directly); on
+SQLite, which has no SQL functions, this module does it against the job types the
+serving hipq process mirrored into the database (``hipq_job_types``).
+
+A refused job raises :class:`EnqueueError` (``field`` and ``message`` as the API
+names them). On PostgreSQL the transaction is then aborted, as after any SQL error:
+roll it back. On SQLite nothing was written by the call; letting the error leave
+the ``with`` block rolls back the application's other writes too.
+
+Accepted connections: SQLAlchemy ``Connection``/``Session`` and their asyncio
+forms, ``psycopg`` connections (sync and async), ``asyncpg`` connections, and
+``sqlite3`` connections. Use :func:`add_job`/:func:`add_jobs` with the sync ones,
+:func:`add_job_async`/:func:`add_jobs_async` with the async ones.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from hipq.app_connections import AsyncRunner, SyncRunner, async_runner, sync_runner
+from hipq.mirrored_intake import (
+    FIELDS,
+    NAIVE,
+    EnqueueError,
+    field_name,
+    key_in_use,
+    mirror_from_rows,
+    resolve,
+    sqlite_conflict,
+    sqlite_row,
+)
+
+__all__ = ["FIELDS", "EnqueueError", "add_job", "add_job_async", "add_jobs", "add_jobs_async"]
+
+# The SQL function's refusals: SQLSTATE HQ422 (bad input), HQ409 (a key in use).
+_REFUSED = {"HQ422": False, "HQ409": True}
+
+
+def add_job(
+    conn: Any,
+    job_type: str,
+    payload: Mapping[str, Any] | None = None,
+    *,
+    queue: str | None = None,
+    run_at: datetime | None = None,
+    priority: int | None = None,
+    weight: int | None = None,
+    labels: Mapping[str, str] | None = None,
+    timeout_seconds: float | None = None,
+    max_attempts: int | None = None,
+    critical: bool | None = None,
+    correlation_key: str | None = None,
+) -> int:
+    """Add one job in ``conn``'s transaction; its id. Unset fields take the job type's."""
+    job = _job_of(locals())
+    return _add_sync(sync_runner(conn), [job], many=False)[0]
+
+
+def add_jobs(conn: Any, jobs: Sequence[Mapping[str, Any]]) -> list[int]:
+    """Add several jobs (dicts of :data:`FIELDS`) in ``conn``'s transaction, all or
+    none; their ids in order."""
+    return _add_sync(sync_runner(conn), list(jobs), many=True)
+
+
+async def add_job_async(
+    conn: Any,
+    job_type: str,
+    payload: Mapping[str, Any] | None = None,
+    *,
+    queue: str | None = None,
+    run_at: datetime | None = None,
+    priority: int | None = None,
+    weight: int | None = None,
+    labels: Mapping[str, str] | None = None,
+    timeout_seconds: float | None = None,
+    max_attempts: int | None = None,
+    critical: bool | None = None,
+    correlation_key: str | None = None,
+) -> int:
+    """:func:`add_job` for an asyncio connection or session."""
+    job = _job_of(locals())
+    return (await _add_async(await async_runner(conn), [job], many=False))[0]
+
+
+async def add_jobs_async(conn: Any, jobs: Sequence[Mapping[str, Any]]) -> list[int]:
+    """:func:`add_jobs` for an asyncio connection or session."""
+    return await _add_async(await async_runner(conn), list(jobs), many=True)
+
+
+def _job_of(args: Mapping[str, Any]) -> dict[str, Any]:
+    named = {k: v for k, v in args.items() if k not in ("conn", "job_type") and v is not None}
+    return {"type": args["job_type"], **named}
+
+
+# The statements, in SQLAlchemy's :name style (each runner converts it).
+_PG_ADD = "SELECT hipq_insert_jobs(CAST(:jobs AS jsonb), {many})"
+_READ_TYPES = (
+    "SELECT name, queue, priority, weight, timeout_seconds, retry, correlation_key,"
+    " key_parts, key_at_dispatch FROM hipq_job_types"
+)
+_READ_QUEUES = "SELECT name, concurrency FROM hipq_queue_capacities"
+_KEY_IN_USE = (
+    "SELECT 1 FROM hipq_jobs WHERE correlation_key = :key"
+    " AND state IN ('scheduled', 'running', 'awaiting')"
+)
+_ROW_COLUMNS = (
+    "queue type state payload labels windows retry run_at priority weight timeout_seconds "
+    "critical correlation_key job_key attempt created_at updated_at cancel_requested"
+).split()
+_INSERT = (
+    f"INSERT INTO hipq_jobs ({', '.join(_ROW_COLUMNS)})"
+    f" VALUES ({', '.join(':' + c for c in _ROW_COLUMNS)}) RETURNING id"
+)
+
+
+def _add_sync(run: SyncRunner, jobs: list[Mapping[str, Any]], many: bool) -> list[int]:
+    if run.dialect == "postgresql":
+        try:
+            rows = run(_PG_ADD.format(many=str(many).lower()), {"jobs": _json_jobs(jobs, many)})
+        except Exception as exc:
+            refused = _refusal(exc)
+            if refused is None:
+                raise
+            raise refused from exc
+        return list(rows[0][0])
+    types, queues = mirror_from_rows(run(_READ_TYPES, {}), run(_READ_QUEUES, {}))
+    ids = []
+    for i, row in enumerate(resolve(jobs, types, queues, datetime.now(UTC), many)):
+        if row["correlation_key"] is not None and run(_KEY_IN_USE, {"key": row["correlation_key"]}):
+            raise key_in_use(i, many)
+        try:
+            ids.append(run(_INSERT, sqlite_row(row))[0][0])
+        except Exception as exc:
+            taken = sqlite_conflict(exc, i, many)
+            if taken is None:
+                raise
+            raise taken from exc
+    return ids
+
+
+async def _add_async(run: AsyncRunner, jobs: list[Mapping[str, Any]], many: bool) -> list[int]:
+    if run.dialect == "postgresql":
+        try:
+            sql = _PG_ADD.format(many=str(many).lower())
+            rows = await run(sql, {"jobs": _json_jobs(jobs, many)})
+        except Exception as exc:
+            refused = _refusal(exc)
+            if refused is None:
+                raise
+            raise refused from exc
+        return list(rows[0][0])
+    types, queues = mirror_from_rows(await run(_READ_TYPES, {}), await run(_READ_QUEUES, {}))
+    ids = []
+    for i, row in enumerate(resolve(jobs, types, queues, datetime.now(UTC), many)):
+        key = row["correlation_key"]
+        if key is not None and await run(_KEY_IN_USE, {"key": key}):
+            raise key_in_use(i, many)
+        try:
+            ids.append((await run(_INSERT, sqlite_row(row)))[0][0])
+        except Exception as exc:
+            taken = sqlite_conflict(exc, i, many)
+            if taken is None:
+                raise
+            raise taken from exc
+    return ids
+
+
+def _json_jobs(jobs: list[Mapping[str, Any]], many: bool) -> str:
+    """The jobs as the SQL function's JSON; an instant must carry its offset."""
+    for i, job in enumerate(jobs):
+        run_at = job.get("run_at") if isinstance(job, Mapping) else None
+        if isinstance(run_at, datetime) and run_at.tzinfo is None:
+            raise EnqueueError(field_name(i, many, "run_at"), NAIVE)
+
+    def instant(value: Any) -> str:
+        if isinstance(value, datetime):
+            return value.isoformat()
+        raise TypeError(f"{type(value).__name__} is not JSON serializable")
+
+    return json.dumps([dict(j) if isinstance(j, Mapping) else j for j in jobs], default=instant)
+
+
+def _refusal(exc: BaseException) -> EnqueueError | None:
+    """The SQL function's refusal in whichever driver's error carries it."""
+    seen: set[int] = set()
+    pending: list[BaseException | None] = [exc]
+    while pending:
+        err = pending.pop()
+        if err is None or id(err) in seen:
+            continue
+        seen.add(id(err))
+        state = getattr(err, "sqlstate", None) or getattr(err, "pgcode", None)
+        if state in _REFUSED:
+            diag = getattr(err, "diag", None)  # psycopg
+            field = getattr(err, "column_name", None) or getattr(diag, "column_name", None)
+            detail = getattr(err, "detail", None) or getattr(diag, "message_detail", None)
+            if field and detail:
+                return EnqueueError(field, detail, conflict=_REFUSED[state])
+        if state == "23505" and "correlation_key" in str(err):
+            # Another transaction took the key between the function's check and its
+            # insert: the unique index decided (which job of a list is not known).
+            return key_in_use(None, False)
+        pending += [getattr(err, "orig", None), err.__cause__]
+    return None

@@ -21,6 +21,7 @@ from urllib.parse import urlparse
 
 import pytest
 import yaml
+from playwright.sync_api import expect
 
 from tests.api.conftest import Api, open_api
 from tests.dashboard.dashboard_handlers import FLAGS_ENV
@@ -34,6 +35,8 @@ HANDLERS = "tests.dashboard.dashboard_handlers"
 # Waits in the browser: generous, since the machine may be loaded; a passing test
 # never waits this long.
 UI_TIMEOUT_MS = 20_000
+# expect() has its own default (5 s), shorter than a page's live refresh plus a slow tick.
+expect.set_options(timeout=UI_TIMEOUT_MS)
 
 
 class _Accepting(BaseHTTPRequestHandler):

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 from hipq.chain import ChainConfigError, build_stages
 from hipq.config import Settings
 from hipq.events import Events
+from hipq.lifecycle_log import LifecycleLog
 from hipq.intake import Intake
 from hipq.job_types import JobTypeError, JobTypes
 from hipq.job_writer import JobWriter
@@ -101,6 +102,7 @@ class _Wiring:
         self.settings, self.clock, self.run_loops = settings, clock, run_loops
         self.owner = owner or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self.events = Events()
+        LifecycleLog(self.events)
         self.retry = RetryStrategies()
         try:
             self.job_types = JobTypes.compile(settings, self.retry)

@@ -64,6 +64,12 @@ def serve(
     from hipq.lifecycle_log import configure_logging
 
     configure_logging(settings.log_level, settings.logging.format)
+    from hipq import tracing
+
+    try:
+        tracing.configure_from_env()  # the hipq[otel] extra, set up by OTEL_* variables
+    except Exception as exc:
+        fail(f"OpenTelemetry: {exc}")
     # While serving, SIGTERM and SIGINT are hipq.stop_signals'. Before that (the service
     # starting), SIGTERM's default action would kill the process without any cleanup: as
     # KeyboardInterrupt it unwinds. (Outside the main thread signals cannot be set.)

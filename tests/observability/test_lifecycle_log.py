@@ -84,13 +84,15 @@ async def test_a_failing_job_is_logged_retried_then_given_up_without_its_payload
         ("job_retried", 2),
         ("job_given_up", 3),
     ]
-    for name, f in settled:
+    for _name, f in settled:
         assert (f["job_id"], f["queue"], f["type"]) == (job.id, "default", "record")
     assert settled[0][1]["reason"] == "RuntimeError: attempt 1 fails"
     assert settled[0][1]["run_at"] == job.run_at.replace(second=10)  # the fixed 10s delay
     assert settled[2][1]["state"] == "failed"
     assert "max_attempts" in settled[2][1]["reason"] or "attempts" in settled[2][1]["reason"]
-    levels = [r.levelname for r in lines.records if r.name == "hipq.lifecycle" and "job" in r.getMessage()]
+    levels = [
+        r.levelname for r in lines.records if r.name == "hipq.lifecycle" and "job" in r.getMessage()
+    ]
     assert levels == ["WARNING", "WARNING", "ERROR"]
     for formatter in (ConsoleFormatter(), JsonFormatter()):
         text = "\n".join(formatter.format(r) for r in lines.records)
@@ -139,7 +141,7 @@ async def test_a_throttler_fault_is_logged_with_its_queue_and_reason(
     await add(service, type="ok")
     assert await loop.acquire()
     await loop.run_once()
-    [(name, f)] = [(n, f) for n, f in lifecycle(lines) if n == "throttler_fault"]
+    [f] = [f for n, f in lifecycle(lines) if n == "throttler_fault"]
     assert f["queue"] == "default" and f["throttler"] == "plugin"
     assert "plugin bug" in f["reason"]
     [record] = [r for r in lines.records if r.getMessage() == "throttler_fault"]

@@ -3,6 +3,7 @@ database for work or takes any queue's lease (a real `hipq serve` subprocess).""
 
 from __future__ import annotations
 
+import asyncio
 import socket
 import subprocess
 from pathlib import Path
@@ -44,7 +45,8 @@ async def test_a_port_in_use_ends_serve_with_one_line_and_takes_no_lease(
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        result = subprocess.run(
+        result = await asyncio.to_thread(
+            subprocess.run,
             [HIPQ, "serve", "--config", str(config), "--port", str(port)],
             capture_output=True,
             text=True,

@@ -50,6 +50,9 @@ _RESPONSES: dict[str, tuple[str, int]] = {
 
 Line = tuple[int, str, dict[str, Any]]
 
+# Events that are counted, never logged: skipped before any work.
+_UNLOGGED = frozenset({"jobs_admitted", "jobs_sent", "responses_stored", "throttled"})
+
 
 def describe(name: str, f: Mapping[str, Any]) -> Line | None:
     """The log line (level, event, fields) of a core event, or None if it is not logged."""
@@ -103,6 +106,11 @@ class LifecycleLog:
         events.subscribe(self.on_event)
 
     def on_event(self, name: str, fields: dict[str, Any]) -> None:
+        if name in _UNLOGGED or (
+            # The hot path: a completion is a DEBUG line, off by default.
+            fields.get("verdict") == "completed" and not self.logger.isEnabledFor(logging.DEBUG)
+        ):
+            return
         line = describe(name, fields)
         if line is None:
             return

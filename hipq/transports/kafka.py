@@ -130,7 +130,7 @@ class KafkaTransport:
         headers = [(cfg.header, key)] if cfg.header else []
         context: dict[str, str] = {}
         tracing.inject(context)  # the attempt's traceparent, with tracing on
-        headers += [(name, value.encode()) for name, value in context.items()]
+        headers += [(name, text.encode()) for name, text in context.items()]
         producer = self._producer
         if producer is None or not self._healthy:
             return _error(

@@ -81,21 +81,20 @@ ASKING = (
 
 
 def configure_from_env() -> bool:
-    """At ``hipq serve``: with the extra installed, an ``OTEL_*`` variable of ``ASKING``
-    set and ``OTEL_SDK_DISABLED`` not true, set up the SDK from the ``OTEL_*`` variables
-    and trace. A tracer provider already set (``opentelemetry-instrument hipq serve``)
-    is used as it is."""
-    if os.environ.get("OTEL_SDK_DISABLED", "").strip().lower() == "true":
-        return False
-    if not any(os.environ.get(name) for name in ASKING) or not installed():
+    """At ``hipq serve``, with the extra installed and ``OTEL_SDK_DISABLED`` not true:
+    trace through the tracer provider already set (``opentelemetry-instrument hipq
+    serve``), or else, when an ``OTEL_*`` variable of ``ASKING`` is set, through one
+    set up here from the ``OTEL_*`` variables."""
+    if os.environ.get("OTEL_SDK_DISABLED", "").strip().lower() == "true" or not installed():
         return False
     from opentelemetry import trace
     from opentelemetry.sdk.resources import Resource
     from opentelemetry.sdk.trace import TracerProvider as SdkProvider
     from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
-    current = trace.get_tracer_provider()
-    if not isinstance(current, SdkProvider):
+    if not isinstance(trace.get_tracer_provider(), SdkProvider):
+        if not any(os.environ.get(name) for name in ASKING):
+            return False
         names = os.environ.get("OTEL_TRACES_EXPORTER") or "otlp"
         exporters = [n.strip() for n in names.split(",") if n.strip() and n.strip() != "none"]
         if not exporters:

@@ -211,8 +211,8 @@ def test_without_the_extra_hipq_serves_and_imports_no_sdk() -> None:
     assert out.strip() == "[]", out
 
 
-def _env_provider(**env: Any) -> str:
-    code = (
+def _env_provider(preset: str = "", **env: Any) -> str:
+    code = preset + (
         "from hipq import tracing; from opentelemetry import trace;"
         "print(tracing.configure_from_env(), tracing.enabled(),"
         " type(trace.get_tracer_provider()).__name__)"
@@ -230,6 +230,12 @@ def test_the_sdk_is_set_up_from_the_standard_otel_variables() -> None:
     assert _env_provider(OTEL_TRACES_EXPORTER="none") == "False False ProxyTracerProvider"
     # Nothing asks for traces: an installed extra sends nothing anywhere.
     assert _env_provider() == "False False ProxyTracerProvider"
+    # A provider set up before (as opentelemetry-instrument does) is used as it is.
+    preset = (
+        "from opentelemetry import trace; from opentelemetry.sdk.trace import TracerProvider;"
+        "trace.set_tracer_provider(TracerProvider());"
+    )
+    assert _env_provider(preset=preset) == "True True TracerProvider"
 
 
 # -- Kafka: the request message carries the attempt, a response message links back --------

@@ -196,6 +196,11 @@ class JobRetention(_Strict):
     cancelled: Seconds | None = Field(None, gt=0)
 
 
+class LoggingConfig(_Strict):
+    # console: "time LEVEL logger: event key=value ..."; json: one JSON object per line.
+    format: Literal["console", "json"] = "console"
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(
         env_prefix="HIPQ_", env_nested_delimiter="__", extra="forbid", case_sensitive=False
@@ -205,6 +210,7 @@ class Settings(BaseSettings):
     # Apply pending migrations at `hipq serve`; off: serve refuses a schema that is behind.
     migrate_on_start: bool = False
     log_level: Literal["debug", "info", "warning", "error"] = "info"
+    logging: LoggingConfig = Field(default_factory=LoggingConfig)
     # A queue's loop is owned by one process through a lease; another takes over
     # when it has not been renewed for this long.
     lease_ttl: Seconds = 15.0

@@ -8,6 +8,7 @@ from typing import Annotated, Any
 import orjson
 from fastapi import APIRouter, Header, Path, Query, Request, Response
 
+from hipq import tracing
 from hipq.api.json_body import JSONBodyRoute, off_loop
 from hipq.api.models import (
     MAX_ID,
@@ -86,9 +87,10 @@ async def _insert(
     # Resolving walks every payload (the NUL check): a big body's, off the event loop.
     new, idempotency = await off_loop(await _body_size(request), resolve)
     # The store wakes the queues' loops once the jobs are committed.
-    if grouped:  # shares a transaction with the other requests waiting (group commit)
-        return await service.job_writer.insert(new, idempotency)
-    return await service.store.job_insert_many(new, now, idempotency)
+    with tracing.enqueue_span(request.headers, new) as traced:
+        if grouped:  # shares a transaction with the other requests waiting (group commit)
+            return await service.job_writer.insert(list(traced), idempotency)
+        return await service.store.job_insert_many(list(traced), now, idempotency)
 
 
 @router.post("", status_code=201, response_model=JobOut, responses=_ERRORS, summary="Create a job")

@@ -1,0 +1,280 @@
+"""Who may call which route: bearer tokens with scopes (see hipq/tokens.py).
+
+Each route declares its scope with ``dependencies=[Depends(require("read"))]``: that puts
+the bearer scheme, the scope and the 401/403 into the OpenAPI schema. The check itself is
+the ``Authentication`` middleware's, before a body is read or validated: a caller without
+a token learns nothing from a 413 or a 422. A route under /v1 that declares no scope needs
+admin (deny by default). Without any token configured, hipq is open, as on loopback.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import orjson
+from fastapi import FastAPI, Request, Security
+from fastapi.responses import JSONResponse
+from fastapi.routing import RouteContext, iter_route_contexts
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from starlette.routing import BaseRoute, Match
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from hipq.api.errors import error_body
+from hipq.api.models import ErrorOut
+from hipq.config import Settings
+from hipq.intake import LIST_JOB_TYPES
+from hipq.jobs import NewJob
+from hipq.tokens import ANONYMOUS, Principal, Tokens
+
+# Where the middleware leaves the caller for the routes (None: no valid token).
+PRINCIPAL_KEY = "hipq.principal"
+
+bearer = HTTPBearer(
+    auto_error=False,
+    scheme_name="bearer",
+    description="A token from `hipq tokens new`, sent as `Authorization: Bearer <token>`.",
+)
+
+# The 401 and 403 every scoped route may answer, in hipq's error shape.
+ERRORS: dict[int | str, dict[str, Any]] = {
+    401: {"model": ErrorOut, "description": "No token, or a token that is not valid"},
+    403: {"model": ErrorOut, "description": "A valid token without the route's scope"},
+}
+
+
+class Requires:
+    """A route's scope, as a FastAPI dependency (checked by ``Authentication``)."""
+
+    def __init__(self, scope: str) -> None:
+        self.scope = scope
+
+    async def __call__(
+        self,
+        request: Request,
+        _credentials: HTTPAuthorizationCredentials | None = Security(bearer),
+    ) -> None:
+        # The middleware refused the request already if it had to; this only guards
+        # against an app built without it.
+        if PRINCIPAL_KEY not in request.scope:
+            raise RuntimeError("the Authentication middleware is not installed")
+
+    def allows(self, principal: Principal, scope: Scope, settings: Settings) -> bool:
+        # A token restricted to queues or job types may only submit (each job is then
+        # checked by ``check_tenancy``): reads and operator routes see every queue.
+        if principal.restricted and self.scope != "submit":
+            return False
+        return principal.has(self.scope)
+
+    def describe(self) -> str:
+        return f"**Scope:** `{self.scope}` (or `admin`)."
+
+
+class CallbackAccess(Requires):
+    """The callback route: a token with the callbacks scope, or, for a job type that
+    accepts signatures (``callback_auth``), no token and the route checks the signature."""
+
+    def __init__(self) -> None:
+        super().__init__("callbacks")
+
+    def allows(self, principal: Principal, scope: Scope, settings: Settings) -> bool:
+        if principal.authenticated and principal.has("callbacks") and not principal.restricted:
+            return True
+        return signature_accepted(scope, settings)
+
+    def describe(self) -> str:
+        return (
+            "**Scope:** `callbacks` (or `admin`), or, for a job type whose `callback_auth` "
+            "is `signature` or `either`, a valid Standard Webhooks signature instead."
+        )
+
+
+def signature_accepted(scope: Scope, settings: Settings) -> bool:
+    """Whether the request's ``?type=`` names a job type that accepts a signature."""
+    from urllib.parse import parse_qs
+
+    query = parse_qs(scope.get("query_string", b"").decode("latin-1"))
+    names = query.get("type", [])
+    job_type = settings.job_types.get(names[-1]) if names else None
+    return job_type is not None and job_type.callback_accepts in ("signature", "either")
+
+
+def require(scope: str) -> Requires:
+    return Requires(scope)
+
+
+def token_proves_callback(request: Request, accepts: str) -> bool:
+    """A callback whose token stands in for a signature (the job type accepts one)."""
+    principal = request.scope.get(PRINCIPAL_KEY)
+    return (
+        principal is not None
+        and principal.authenticated
+        and principal.has("callbacks")
+        and accepts in ("token", "either")
+    )
+
+
+class Forbidden(Exception):
+    """A valid token that may not do this (answered 403 in hipq's error shape)."""
+
+    def __init__(self, field: str | None, message: str) -> None:
+        super().__init__(message)
+        self.field, self.message = field, message
+
+
+def check_tenancy(request: Request, jobs: Sequence[NewJob], prefix: str = "") -> None:
+    """Refuse jobs outside the queues and job types the caller's token is restricted to."""
+    principal = principal_of(request)
+    if principal is None or not principal.restricted:
+        return
+    for i, job in enumerate(jobs):
+        where = f"{prefix}{i}]." if prefix else ""
+        if principal.queues is not None and job.queue not in principal.queues:
+            raise Forbidden(
+                f"{where}queue", f"token {principal.name!r} may not submit to queue {job.queue!r}"
+            )
+        if principal.types is not None and job.type not in principal.types:
+            raise Forbidden(
+                f"{where}type", f"token {principal.name!r} may not submit jobs of type {job.type!r}"
+            )
+
+
+def install(app: FastAPI) -> None:
+    @app.exception_handler(Forbidden)
+    async def _forbidden(_r: Request, exc: Forbidden) -> JSONResponse:
+        return JSONResponse(error_body("forbidden", [(exc.field, exc.message)]), 403)
+
+
+def principal_of(request: Request) -> Principal | None:
+    return request.scope.get(PRINCIPAL_KEY)
+
+
+def route_requirement(route: BaseRoute | RouteContext) -> Requires | None:
+    """The scope a route declares, if any (router-level dependencies included)."""
+    for dependency in getattr(route, "dependencies", None) or []:
+        if isinstance(dependency.dependency, Requires):
+            return dependency.dependency
+    return None
+
+
+_ADMIN = Requires("admin")
+
+
+def requirement_of(route: BaseRoute | RouteContext) -> Requires | None:
+    """What a caller needs for ``route``: its declared scope; admin for an undeclared
+    route under /v1 (deny by default); None for an open route."""
+    found = route_requirement(route)
+    if found is None and (getattr(route, "path", None) or "").startswith("/v1/"):
+        return _ADMIN
+    return found
+
+
+def routes(app: FastAPI) -> list[RouteContext]:
+    """Every route of ``app`` as served, those of included routers too, with their full
+    paths (FastAPI includes routers lazily: ``app.routes`` holds the routers)."""
+    return list(iter_route_contexts(app.routes))
+
+
+def document(app: FastAPI) -> None:
+    """Each scoped operation's OpenAPI description names its scope; an undeclared /v1
+    route says it needs admin, which is what it gets."""
+    build = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is not None:
+            return app.openapi_schema
+        schema = build()
+        for route in routes(app):
+            requirement = requirement_of(route)
+            item = schema.get("paths", {}).get(route.path_format or "")
+            if requirement is None or item is None:
+                continue
+            for method in route.methods or ():
+                operation = item.get(method.lower())
+                if operation is not None:
+                    text = operation.get("description", "")
+                    operation["description"] = f"{text}\n\n{requirement.describe()}".strip()
+        return schema
+
+    app.openapi = openapi  # type: ignore[method-assign]
+
+
+def _refusal(status: int, message: str) -> tuple[int, bytes, list[tuple[bytes, bytes]]]:
+    code = "unauthorized" if status == 401 else "forbidden"
+    body = orjson.dumps(error_body(code, [(None, message)]))
+    headers = [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(body))]
+    if status == 401:
+        headers.append((b"www-authenticate", b'Bearer realm="hipq"'))
+    return status, body, headers
+
+
+class Authentication:
+    """Finds the route a request goes to and refuses it (401/403) unless the caller's
+    token carries the route's scope; leaves the caller in the scope for the routes."""
+
+    def __init__(self, app: ASGIApp, api: FastAPI, tokens: Tokens, settings: Settings) -> None:
+        self.app, self.api, self.tokens, self.settings = app, api, tokens, settings
+
+    def _requirement(self, scope: Scope) -> Requires | None:
+        for route in routes(self.api):
+            match, _child = route.matches(scope)
+            if match == Match.FULL:
+                return requirement_of(route)
+        return None  # a 404 or 405: nothing to protect
+
+    def _presented(self, scope: Scope) -> str | None:
+        for name, value in scope.get("headers") or []:
+            if name == b"authorization":
+                kind, _, token = value.decode("latin-1").partition(" ")
+                return token.strip() if kind.lower() == "bearer" else ""
+        return None
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        if not self.tokens:
+            principal: Principal | None = ANONYMOUS
+        else:
+            presented = self._presented(scope)
+            principal = self.tokens.check(presented) if presented else None
+            requirement = self._requirement(scope)
+            if requirement is not None:
+                refusal = None
+                if principal is None and not (
+                    isinstance(requirement, CallbackAccess)
+                    and requirement.allows(ANONYMOUS_NONE, scope, self.settings)
+                ):
+                    refusal = _refusal(
+                        401,
+                        "a valid bearer token is required (Authorization: Bearer <token>)"
+                        if presented is None
+                        else "the bearer token is not valid",
+                    )
+                elif principal is not None and not requirement.allows(
+                    principal, scope, self.settings
+                ):
+                    refusal = _refusal(403, _lacking(principal, requirement))
+                if refusal is not None:
+                    status, body, headers = refusal
+                    await send(
+                        {"type": "http.response.start", "status": status, "headers": headers}
+                    )
+                    await send({"type": "http.response.body", "body": body})
+                    return
+        scope[PRINCIPAL_KEY] = principal
+        listing = LIST_JOB_TYPES.set(principal is not None and principal.has("read"))
+        try:
+            await self.app(scope, receive, send)
+        finally:
+            LIST_JOB_TYPES.reset(listing)
+
+
+def _lacking(principal: Principal, requirement: Requires) -> str:
+    if principal.restricted and principal.has(requirement.scope):
+        return f"token {principal.name!r} is restricted to queues or job types: it may only submit"
+    return f"token {principal.name!r} lacks the {requirement.scope!r} scope"
+
+
+# A caller without a token, for the one route that may accept one (a signed callback).
+ANONYMOUS_NONE = Principal("(no token)", frozenset(), authenticated=False)

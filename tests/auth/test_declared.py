@@ -17,7 +17,9 @@ def _v1_routes(api: Api) -> list[RouteContext]:
 async def test_every_v1_route_declares_a_scope(sqlite_authed: Api) -> None:
     routes = _v1_routes(sqlite_authed)
     assert len(routes) >= 15
-    undeclared = [f"{sorted(r.methods or ())} {r.path}" for r in routes if route_requirement(r) is None]
+    undeclared = [
+        f"{sorted(r.methods or ())} {r.path}" for r in routes if route_requirement(r) is None
+    ]
     assert not undeclared, f"routes without a declared scope: {undeclared}"
 
 

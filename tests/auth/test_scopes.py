@@ -64,7 +64,9 @@ def _refused(response: Any, status: int, code: str) -> None:
 
 async def test_each_route_needs_its_scope(authed: Api, tokens: Tokens) -> None:
     calls = await _calls(authed, tokens)
-    covered = {(c.method, c.path.split("/")[2] if c.path.startswith("/v1") else c.path) for c in calls}
+    covered = {
+        (c.method, c.path.split("/")[2] if c.path.startswith("/v1") else c.path) for c in calls
+    }
     assert len(covered) > 5
     for call in calls:
         missing = await _send(authed, call, {})
@@ -72,7 +74,9 @@ async def test_each_route_needs_its_scope(authed: Api, tokens: Tokens) -> None:
         assert missing.headers["www-authenticate"].startswith("Bearer")
         bad = await _send(authed, call, {"Authorization": "Bearer hipq_not-a-configured-token"})
         _refused(bad, 401, "unauthorized")
-        _refused(await _send(authed, call, {"Authorization": "Basic dXNlcjpwdw=="}), 401, "unauthorized")
+        _refused(
+            await _send(authed, call, {"Authorization": "Basic dXNlcjpwdw=="}), 401, "unauthorized"
+        )
         for other in SCOPES:
             if other not in (call.scope, "admin"):
                 wrong = await _send(authed, call, tokens.header(other))
@@ -98,7 +102,9 @@ async def test_health_stays_open_and_readyz_hides_the_host_without_read(
     anonymous = await authed.client.get("/readyz")
     assert anonymous.status_code == 200
     assert "owner" not in anonymous.json()
-    assert "owner" not in (await authed.client.get("/readyz", headers=tokens.header("submit"))).json()
+    assert (
+        "owner" not in (await authed.client.get("/readyz", headers=tokens.header("submit"))).json()
+    )
     reader = (await authed.client.get("/readyz", headers=tokens.header("read"))).json()
     assert reader["owner"] == authed.service.owner
 
@@ -112,7 +118,9 @@ async def test_unknown_type_lists_the_configured_ones_only_to_readers(
     assert submitter.status_code == 422
     assert submitter.json()["message"] == "type: unknown job type 'nope'"
     assert "typed" not in submitter.text
-    admin = await authed.client.post("/v1/jobs", json={"type": "nope"}, headers=tokens.header("admin"))
+    admin = await authed.client.post(
+        "/v1/jobs", json={"type": "nope"}, headers=tokens.header("admin")
+    )
     assert "known: " in admin.json()["message"] and "typed" in admin.json()["message"]
 
 
@@ -128,7 +136,9 @@ async def test_rotation_old_and_new_token_both_valid(authed: Api, tokens: Tokens
     # The tokens file holds a token per scope: two with read (read and admin) are
     # valid at once, as an old and a new one during a rotation.
     for scope in ("read", "admin"):
-        assert (await authed.client.get("/v1/jobs", headers=tokens.header(scope))).status_code == 200
+        assert (
+            await authed.client.get("/v1/jobs", headers=tokens.header(scope))
+        ).status_code == 200
 
 
 async def test_no_token_is_refused_before_the_body_is_read(authed: Api) -> None:
@@ -139,4 +149,3 @@ async def test_no_token_is_refused_before_the_body_is_read(authed: Api) -> None:
     _refused(invalid, 401, "unauthorized")
     huge = await authed.client.post("/v1/jobs", content=b"x" * (9 * 1024 * 1024))
     _refused(huge, 401, "unauthorized")
-

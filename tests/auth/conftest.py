@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -9,12 +10,8 @@ from pathlib import Path
 import pytest
 
 from hipq.tokens import SCOPES, config_line, new_token
-from tests.api.conftest import (  # noqa: F401 - api and sqlite_url are fixtures
-    Api,
-    api,
-    open_api,
-    sqlite_url,
-)
+from tests.api.conftest import Api, open_api
+from tests.api.conftest import api as api  # a fixture: the API without tokens
 
 SIGNED_SECRET = "whsec_" + "c2lnbmluZy1zZWNyZXQtZm9yLXRlc3Rz"  # base64 of 24 bytes
 
@@ -70,8 +67,14 @@ async def authed(database_url: str, tokens: Tokens) -> AsyncIterator[Api]:
 
 
 @pytest.fixture
-async def sqlite_authed(sqlite_url: str, tokens: Tokens) -> AsyncIterator[Api]:
+async def sqlite_authed(
+    tmp_path: Path, sqlite_template: Path, tokens: Tokens
+) -> AsyncIterator[Api]:
+    """On SQLite only, for what never depends on the engine (the schema, the routes)."""
+    shutil.copy(sqlite_template, tmp_path / "hipq.db")
     async with open_api(
-        sqlite_url, auth={"tokens_file": str(tokens.file)}, job_types=CALLBACK_TYPES
+        f"sqlite+aiosqlite:///{tmp_path / 'hipq.db'}",
+        auth={"tokens_file": str(tokens.file)},
+        job_types=CALLBACK_TYPES,
     ) as opened:
         yield opened

@@ -9,7 +9,9 @@ admin (deny by default). Without any token configured, hipq is open, as on loopb
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
@@ -208,18 +210,55 @@ def _refusal(status: int, message: str) -> tuple[int, bytes, list[tuple[bytes, b
     return status, body, headers
 
 
+@dataclass(frozen=True)
+class _Matcher:
+    """A route's path pattern and methods, read once: a request is matched the way
+    the router will (the first route whose path and method fit)."""
+
+    route: RouteContext
+    pattern: re.Pattern[str] | None
+    methods: frozenset[str] | None
+    requirement: Requires | None
+
+    @classmethod
+    def of(cls, route: RouteContext) -> _Matcher:
+        pattern = getattr(route, "path_regex", None)
+        methods = route.methods
+        return cls(route, pattern, frozenset(methods) if methods else None, requirement_of(route))
+
+    def matches(self, scope: Scope, path: str) -> bool:
+        if self.pattern is None:  # not a plain route (a mount): ask it
+            return self.route.matches(scope)[0] == Match.FULL
+        if self.methods is not None and scope["method"] not in self.methods:
+            return False
+        return self.pattern.match(path) is not None
+
+
 class Authentication:
     """Finds the route a request goes to and refuses it (401/403) unless the caller's
     token carries the route's scope; leaves the caller in the scope for the routes."""
 
     def __init__(self, app: ASGIApp, api: FastAPI, tokens: Tokens, settings: Settings) -> None:
         self.app, self.api, self.tokens, self.settings = app, api, tokens, settings
+        self._routes_cache: list[_Matcher] = []
+        self._routes_of = -1
+
+    def _routes(self) -> list[_Matcher]:
+        # Flattening the included routers costs far more than a request's matching:
+        # done again only when a route is added to the app itself.
+        if self._routes_of != len(self.api.routes):
+            self._routes_cache = [_Matcher.of(r) for r in routes(self.api)]
+            self._routes_of = len(self.api.routes)
+        return self._routes_cache
 
     def _requirement(self, scope: Scope) -> Requires | None:
-        for route in routes(self.api):
-            match, _child = route.matches(scope)
-            if match == Match.FULL:
-                return requirement_of(route)
+        path = scope["path"]
+        root = scope.get("root_path", "")
+        if root and path.startswith(root):
+            path = path[len(root) :]
+        for matcher in self._routes():
+            if matcher.matches(scope, path):
+                return matcher.requirement
         return None  # a 404 or 405: nothing to protect
 
     def _presented(self, scope: Scope) -> str | None:

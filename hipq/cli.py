@@ -65,6 +65,7 @@ def serve(
         settings.server.port = port
     try:
         tokens = load_tokens(settings.auth.tokens_file)
+        tokens.check_restrictions(settings.queues, settings.job_types)
     except TokenConfigError as exc:
         fail(str(exc))
     exposed = exposure_problem(settings.server.host, tokens, settings.auth.behind_gateway)
@@ -211,6 +212,8 @@ def _base_url(url: str | None, config: str | None) -> str:
 
 def call(method: str, url: str, path: str, **kwargs: Any) -> Any:
     token = os.environ.get("HIPQ_TOKEN")
+    if token and not token.isascii():
+        fail("HIPQ_TOKEN holds characters no token has (see `hipq tokens new`)")
     if token:
         kwargs["headers"] = {**kwargs.get("headers", {}), "Authorization": f"Bearer {token}"}
     try:

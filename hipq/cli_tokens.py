@@ -16,7 +16,9 @@ tokens_app = typer.Typer(
 @tokens_app.command("new")
 def tokens_new(
     name: Annotated[str, typer.Option(help="who holds the token (shown in 403s, never secret)")],
-    scope: Annotated[list[str], typer.Option(help=f"repeat for several: {', '.join(SCOPES)}")] = [],  # noqa: B006 - typer's way of a repeatable option
+    scope: Annotated[
+        list[str], typer.Option(help=f"repeat for several: {', '.join(SCOPES)} (default: admin)")
+    ] = [],  # noqa: B006 - typer's way of a repeatable option
     queue: Annotated[
         list[str], typer.Option(help="restrict the token to this queue (repeat for several)")
     ] = [],  # noqa: B006

@@ -107,6 +107,19 @@ class Tokens:
     def names(self) -> list[str]:
         return [e.principal.name for e in self._entries]
 
+    def check_restrictions(self, queues: Iterable[str], types: Iterable[str]) -> None:
+        """Refuse a restriction naming a queue or job type the config does not have
+        (a typo would lock the tenant out, silently)."""
+        known = {"queue": set(queues), "type": set(types)}
+        for entry in self._entries:
+            p = entry.principal
+            for kind, names in (("queue", p.queues), ("type", p.types)):
+                unknown = sorted((names or set()) - known[kind])
+                if unknown:
+                    raise TokenConfigError(
+                        f"token {p.name!r}: unknown {kind} {unknown[0]!r} in its restriction"
+                    )
+
     def check(self, presented: str) -> Principal | None:
         """The principal of ``presented``, or None. Every configured digest is compared,
         each with ``hmac.compare_digest``, whichever matches: the time taken tells

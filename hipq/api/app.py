@@ -68,6 +68,7 @@ def create_app(
     ``tokens``: who may call it (default: those of ``HIPQ_TOKENS`` and ``auth.tokens_file``)."""
     if tokens is None:
         tokens = load_tokens(service.settings.auth.tokens_file)
+        tokens.check_restrictions(service.settings.queues, service.settings.job_types)
 
     @asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
@@ -91,10 +92,10 @@ def create_app(
     app.add_middleware(RequestBudget, service=service)
     # Outermost: a caller without the scope is refused before anything reads the body.
     app.add_middleware(auth.Authentication, api=app, tokens=tokens, settings=service.settings)
-    app.include_router(jobs.router, responses=auth.ERRORS)
-    app.include_router(queues.router, responses=auth.ERRORS)
-    app.include_router(callbacks.router, responses=auth.ERRORS)
-    app.include_router(responses.router, responses=auth.ERRORS)
+    app.include_router(jobs.router)
+    app.include_router(queues.router)
+    app.include_router(callbacks.router)
+    app.include_router(responses.router)
 
     @app.get("/healthz", tags=["ops"], summary="The process is alive")
     async def healthz() -> dict[str, str]:
@@ -136,7 +137,6 @@ def create_app(
         tags=["ops"],
         summary="Prometheus metrics",
         dependencies=metrics_scope,
-        responses={} if service.settings.auth.metrics_open else auth.ERRORS,
     )
     async def metrics() -> Response:
         return Response(generate_latest(app.state.metrics.registry), media_type=CONTENT_TYPE_LATEST)

@@ -32,17 +32,8 @@ from hipq.tokens import ANONYMOUS, Principal, Tokens
 # Where the middleware leaves the caller for the routes (None: no valid token).
 PRINCIPAL_KEY = "hipq.principal"
 
-bearer = HTTPBearer(
-    auto_error=False,
-    scheme_name="bearer",
-    description="A token from `hipq tokens new`, sent as `Authorization: Bearer <token>`.",
-)
-
-# The 401 and 403 every scoped route may answer, in hipq's error shape.
-ERRORS: dict[int | str, dict[str, Any]] = {
-    401: {"model": ErrorOut, "description": "No token, or a token that is not valid"},
-    403: {"model": ErrorOut, "description": "A valid token without the route's scope"},
-}
+BEARER_DESCRIPTION = "A token from `hipq tokens new`, sent as `Authorization: Bearer <token>`."
+bearer = HTTPBearer(auto_error=False, scheme_name="bearer", description=BEARER_DESCRIPTION)
 
 
 class Requires:
@@ -178,8 +169,9 @@ def routes(app: FastAPI) -> list[RouteContext]:
 
 
 def document(app: FastAPI) -> None:
-    """Each scoped operation's OpenAPI description names its scope; an undeclared /v1
-    route says it needs admin, which is what it gets."""
+    """The OpenAPI schema says what the middleware does: each operation that needs a
+    token carries the bearer scheme, its scope in the description and its 401 and 403
+    in hipq's error shape (an undeclared /v1 route: admin), whichever router it is in."""
     build = app.openapi
 
     def openapi() -> dict[str, Any]:
@@ -194,11 +186,37 @@ def document(app: FastAPI) -> None:
             for method in route.methods or ():
                 operation = item.get(method.lower())
                 if operation is not None:
-                    text = operation.get("description", "")
-                    operation["description"] = f"{text}\n\n{requirement.describe()}".strip()
+                    _declare(operation, requirement)
+        components = schema.setdefault("components", {})
+        schemas = components.setdefault("schemas", {})
+        if "ErrorOut" not in schemas:  # no route declared another error in this shape
+            error = ErrorOut.model_json_schema(ref_template="#/components/schemas/{model}")
+            schemas.update(error.pop("$defs", {}))
+            schemas["ErrorOut"] = error
+        components.setdefault("securitySchemes", {})["bearer"] = {
+            "type": "http",
+            "scheme": "bearer",
+            "description": BEARER_DESCRIPTION,
+        }
         return schema
 
     app.openapi = openapi  # type: ignore[method-assign]
+
+
+def _declare(operation: dict[str, Any], requirement: Requires) -> None:
+    text = operation.get("description", "")
+    if requirement.describe() not in text:
+        operation["description"] = f"{text}\n\n{requirement.describe()}".strip()
+    if {"bearer": []} not in operation.setdefault("security", []):
+        operation["security"].append({"bearer": []})
+    error = {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorOut"}}}
+    for status, said in ((401, "No token, or a token that is not valid"), (403, _FORBIDDEN)):
+        operation.setdefault("responses", {}).setdefault(
+            str(status), {"description": said, "content": error}
+        )
+
+
+_FORBIDDEN = "A valid token without the route's scope"
 
 
 def _refusal(status: int, message: str) -> tuple[int, bytes, list[tuple[bytes, bytes]]]:

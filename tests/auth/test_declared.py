@@ -64,3 +64,9 @@ async def test_an_undeclared_v1_route_needs_admin(sqlite_authed: Api, tokens: To
     assert (await client.get("/v1/undeclared", headers=tokens.header("admin"))).json() == {
         "reached": "yes"
     }
+    # ... and the schema says so, though the route declared nothing.
+    app.openapi_schema = None
+    operation = (await client.get("/openapi.json")).json()["paths"]["/v1/undeclared"]["get"]
+    assert "**Scope:** `admin`" in operation["description"]
+    assert operation["security"] == [{"bearer": []}]
+    assert {"401", "403"} <= set(operation["responses"])

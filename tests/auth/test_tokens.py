@@ -60,6 +60,16 @@ def test_restrictions() -> None:
     assert principal.restricted
 
 
+def test_a_restriction_must_name_a_configured_queue_or_type() -> None:
+    line = config_line("acme", ["submit"], new_token(), queues=["acme"], types=["charge"])
+    loaded = load_tokens(None, {ENV_VAR: line})
+    loaded.check_restrictions(["acme", "default"], ["charge"])
+    with pytest.raises(TokenConfigError, match="token 'acme': unknown queue 'acme' in its"):
+        loaded.check_restrictions(["default"], ["charge"])
+    with pytest.raises(TokenConfigError, match="token 'acme': unknown type 'charge' in its"):
+        loaded.check_restrictions(["acme"], ["refund"])
+
+
 @pytest.mark.parametrize(
     ("line", "message"),
     [

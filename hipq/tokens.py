@@ -53,6 +53,11 @@ class Principal:
     def restricted(self) -> bool:
         return self.queues is not None or self.types is not None
 
+    @property
+    def reads_all(self) -> bool:
+        """May see what spans every tenant: the job types, the host's name."""
+        return self.has("read") and not self.restricted
+
 
 # The caller of a hipq without tokens: everything is allowed, as before tokens existed.
 ANONYMOUS = Principal("anonymous", frozenset(SCOPES), authenticated=False)

@@ -117,7 +117,7 @@ def create_app(
                 problems["database"] = f"requests are failing ({failing})"
         status = service.status()
         principal = auth.principal_of(request)
-        if principal is None or not principal.has("read"):
+        if principal is None or not principal.reads_all:
             del status["owner"]  # the host name and pid: only for a caller with read
         if status["listener"] is False:
             problems["listen"] = (

@@ -13,6 +13,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import parse_qs
 
 import orjson
 from fastapi import FastAPI, Request, Security
@@ -59,6 +60,9 @@ class Requires:
             return False
         return principal.has(self.scope)
 
+    def allows_without_token(self, scope: Scope, settings: Settings) -> bool:
+        return False
+
     def describe(self) -> str:
         return f"**Scope:** `{self.scope}` (or `admin`)."
 
@@ -71,8 +75,11 @@ class CallbackAccess(Requires):
         super().__init__("callbacks")
 
     def allows(self, principal: Principal, scope: Scope, settings: Settings) -> bool:
-        if principal.authenticated and principal.has("callbacks") and not principal.restricted:
+        if principal.has("callbacks") and not principal.restricted:
             return True
+        return signature_accepted(scope, settings)
+
+    def allows_without_token(self, scope: Scope, settings: Settings) -> bool:
         return signature_accepted(scope, settings)
 
     def describe(self) -> str:
@@ -84,8 +91,6 @@ class CallbackAccess(Requires):
 
 def signature_accepted(scope: Scope, settings: Settings) -> bool:
     """Whether the request's ``?type=`` names a job type that accepts a signature."""
-    from urllib.parse import parse_qs
-
     query = parse_qs(scope.get("query_string", b"").decode("latin-1"))
     names = query.get("type", [])
     job_type = settings.job_types.get(names[-1]) if names else None
@@ -103,6 +108,7 @@ def token_proves_callback(request: Request, accepts: str) -> bool:
         principal is not None
         and principal.authenticated
         and principal.has("callbacks")
+        and not principal.restricted
         and accepts in ("token", "either")
     )
 
@@ -219,13 +225,10 @@ def _declare(operation: dict[str, Any], requirement: Requires) -> None:
 _FORBIDDEN = "A valid token without the route's scope"
 
 
-def _refusal(status: int, message: str) -> tuple[int, bytes, list[tuple[bytes, bytes]]]:
-    code = "unauthorized" if status == 401 else "forbidden"
-    body = orjson.dumps(error_body(code, [(None, message)]))
-    headers = [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(body))]
-    if status == 401:
-        headers.append((b"www-authenticate", b'Bearer realm="hipq"'))
-    return status, body, headers
+def _body(status: int, message: str) -> bytes:
+    return orjson.dumps(
+        error_body("unauthorized" if status == 401 else "forbidden", [(None, message)])
+    )
 
 
 @dataclass(frozen=True)
@@ -286,41 +289,45 @@ class Authentication:
                 return token.strip() if kind.lower() == "bearer" else ""
         return None
 
+    def _refusal(self, scope: Scope) -> tuple[Principal | None, bytes | None]:
+        """The caller, and the 401 or 403 body if the route refuses it."""
+        presented = self._presented(scope)
+        principal = self.tokens.check(presented) if presented else None
+        requirement = self._requirement(scope)
+        if requirement is None:
+            return principal, None
+        if principal is None:
+            if requirement.allows_without_token(scope, self.settings):
+                return None, None
+            if presented is None:
+                return None, _body(
+                    401, "a valid bearer token is required (Authorization: Bearer <token>)"
+                )
+            return None, _body(401, "the bearer token is not valid")
+        if not requirement.allows(principal, scope, self.settings):
+            return principal, _body(403, _lacking(principal, requirement))
+        return principal, None
+
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        if not self.tokens:
-            principal: Principal | None = ANONYMOUS
-        else:
-            presented = self._presented(scope)
-            principal = self.tokens.check(presented) if presented else None
-            requirement = self._requirement(scope)
-            if requirement is not None:
-                refusal = None
-                if principal is None and not (
-                    isinstance(requirement, CallbackAccess)
-                    and requirement.allows(ANONYMOUS_NONE, scope, self.settings)
-                ):
-                    refusal = _refusal(
-                        401,
-                        "a valid bearer token is required (Authorization: Bearer <token>)"
-                        if presented is None
-                        else "the bearer token is not valid",
-                    )
-                elif principal is not None and not requirement.allows(
-                    principal, scope, self.settings
-                ):
-                    refusal = _refusal(403, _lacking(principal, requirement))
-                if refusal is not None:
-                    status, body, headers = refusal
-                    await send(
-                        {"type": "http.response.start", "status": status, "headers": headers}
-                    )
-                    await send({"type": "http.response.body", "body": body})
-                    return
+        principal: Principal | None = ANONYMOUS
+        if self.tokens:
+            principal, refusal = self._refusal(scope)
+            if refusal is not None:
+                status = 401 if principal is None else 403
+                headers = [
+                    (b"content-type", b"application/json"),
+                    (b"content-length", b"%d" % len(refusal)),
+                ]
+                if status == 401:
+                    headers.append((b"www-authenticate", b'Bearer realm="hipq"'))
+                await send({"type": "http.response.start", "status": status, "headers": headers})
+                await send({"type": "http.response.body", "body": refusal})
+                return
         scope[PRINCIPAL_KEY] = principal
-        listing = LIST_JOB_TYPES.set(principal is not None and principal.has("read"))
+        listing = LIST_JOB_TYPES.set(principal is not None and principal.reads_all)
         try:
             await self.app(scope, receive, send)
         finally:
@@ -331,7 +338,3 @@ def _lacking(principal: Principal, requirement: Requires) -> str:
     if principal.restricted and principal.has(requirement.scope):
         return f"token {principal.name!r} is restricted to queues or job types: it may only submit"
     return f"token {principal.name!r} lacks the {requirement.scope!r} scope"
-
-
-# A caller without a token, for the one route that may accept one (a signed callback).
-ANONYMOUS_NONE = Principal("(no token)", frozenset(), authenticated=False)

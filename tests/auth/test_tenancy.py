@@ -53,3 +53,12 @@ async def test_a_tenant_cannot_read_or_operate(authed: Api, tokens: Tokens) -> N
         refused = await authed.client.request(method, path, headers=_tenant(tokens))
         assert refused.status_code == 403, path
         assert "restricted" in refused.json()["message"]
+
+
+async def test_a_tenant_sees_neither_other_job_types_nor_the_host(
+    authed: Api, tokens: Tokens
+) -> None:
+    unknown = await authed.client.post("/v1/jobs", json={"type": "x"}, headers=_tenant(tokens))
+    assert unknown.json()["message"] == "type: unknown job type 'x'"
+    ready = await authed.client.get("/readyz", headers=_tenant(tokens))
+    assert "owner" not in ready.json()

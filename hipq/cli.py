@@ -16,7 +16,9 @@ from typing import Annotated, Any, NoReturn
 import httpx
 import typer
 
+from hipq.cli_tokens import tokens_app
 from hipq.config import ConfigError, Settings, load_settings
+from hipq.tokens import TokenConfigError, Tokens, exposure_problem, load_tokens
 
 app = typer.Typer(
     help="hipq: durable, throttled jobs against external systems.",
@@ -27,6 +29,7 @@ jobs_app = typer.Typer(
     help="Add, inspect, cancel and retry jobs (through the REST API).", no_args_is_help=True
 )
 app.add_typer(jobs_app, name="jobs")
+app.add_typer(tokens_app, name="tokens")
 
 ConfigOpt = Annotated[
     str | None, typer.Option("--config", "-c", envvar="HIPQ_CONFIG", help="YAML config file")
@@ -61,6 +64,14 @@ def serve(
         settings.server.host = host
     if port is not None:
         settings.server.port = port
+    try:
+        tokens = load_tokens(settings.auth.tokens_file)
+        tokens.check_restrictions(settings.queues, settings.job_types)
+    except TokenConfigError as exc:
+        fail(str(exc))
+    exposed = exposure_problem(settings.server.host, tokens, settings.auth.behind_gateway)
+    if exposed:
+        fail(exposed)
     from hipq.lifecycle_log import configure_logging
 
     configure_logging(settings.log_level, settings.logging.format)
@@ -76,12 +87,12 @@ def serve(
     with contextlib.suppress(ValueError):
         signal.signal(signal.SIGTERM, signal.default_int_handler)
     try:
-        asyncio.run(_serve(settings))
+        asyncio.run(_serve(settings, tokens))
     except KeyboardInterrupt:
         pass
 
 
-async def _serve(settings: Settings) -> None:
+async def _serve(settings: Settings, tokens: Tokens) -> None:
     import uvicorn
 
     from hipq.api.app import create_app
@@ -99,7 +110,7 @@ async def _serve(settings: Settings) -> None:
     listener = _listen(settings.server.host, settings.server.port)
     server = Server(
         uvicorn.Config(
-            create_app(service, manage_service=False),
+            create_app(service, manage_service=False, tokens=tokens),
             host=settings.server.host,
             port=settings.server.port,
             log_level=settings.log_level,
@@ -219,6 +230,11 @@ def _base_url(url: str | None, config: str | None) -> str:
 
 
 def call(method: str, url: str, path: str, **kwargs: Any) -> Any:
+    token = os.environ.get("HIPQ_TOKEN")
+    if token and not token.isascii():
+        fail("HIPQ_TOKEN holds characters no token has (see `hipq tokens new`)")
+    if token:
+        kwargs["headers"] = {**kwargs.get("headers", {}), "Authorization": f"Bearer {token}"}
     try:
         response = httpx.request(method, url + path, timeout=30, **kwargs)
     except httpx.HTTPError as exc:

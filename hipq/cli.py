@@ -9,13 +9,16 @@ import json
 import logging
 import os
 import signal
+import socket
 import sys
 from typing import Annotated, Any, NoReturn
 
 import httpx
 import typer
 
+from hipq.cli_tokens import tokens_app
 from hipq.config import ConfigError, Settings, load_settings
+from hipq.tokens import TokenConfigError, Tokens, exposure_problem, load_tokens
 
 app = typer.Typer(
     help="hipq: durable, throttled jobs against external systems.",
@@ -26,6 +29,7 @@ jobs_app = typer.Typer(
     help="Add, inspect, cancel and retry jobs (through the REST API).", no_args_is_help=True
 )
 app.add_typer(jobs_app, name="jobs")
+app.add_typer(tokens_app, name="tokens")
 
 ConfigOpt = Annotated[
     str | None, typer.Option("--config", "-c", envvar="HIPQ_CONFIG", help="YAML config file")
@@ -60,24 +64,35 @@ def serve(
         settings.server.host = host
     if port is not None:
         settings.server.port = port
-    logging.basicConfig(
-        level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
-    # Alembic announces each of its plugins at import, at INFO: seven lines on every
-    # start, ahead of a config error's one line.
-    logging.getLogger("alembic.runtime.plugins").setLevel(logging.WARNING)
+    try:
+        tokens = load_tokens(settings.auth.tokens_file)
+        tokens.check_restrictions(settings.queues, settings.job_types)
+    except TokenConfigError as exc:
+        fail(str(exc))
+    exposed = exposure_problem(settings.server.host, tokens, settings.auth.behind_gateway)
+    if exposed:
+        fail(exposed)
+    from hipq.lifecycle_log import configure_logging
+
+    configure_logging(settings.log_level, settings.logging.format)
+    from hipq import tracing
+
+    try:
+        tracing.configure_from_env()  # the hipq[otel] extra, set up by OTEL_* variables
+    except Exception as exc:
+        fail(f"OpenTelemetry: {exc}")
     # While serving, SIGTERM and SIGINT are hipq.stop_signals'. Before that (the service
     # starting), SIGTERM's default action would kill the process without any cleanup: as
     # KeyboardInterrupt it unwinds. (Outside the main thread signals cannot be set.)
     with contextlib.suppress(ValueError):
         signal.signal(signal.SIGTERM, signal.default_int_handler)
     try:
-        asyncio.run(_serve(settings))
+        asyncio.run(_serve(settings, tokens))
     except KeyboardInterrupt:
         pass
 
 
-async def _serve(settings: Settings) -> None:
+async def _serve(settings: Settings, tokens: Tokens) -> None:
     import uvicorn
 
     from hipq.api.app import create_app
@@ -90,12 +105,16 @@ async def _serve(settings: Settings) -> None:
         service = build_service(settings)
     except (ServiceError, StoreSetupError, ConfigError) as exc:
         fail(str(exc))
+    # The port first: one taken ends serve here, before the database is opened or any
+    # queue's lease is taken, and before uvicorn announces an application start.
+    listener = _listen(settings.server.host, settings.server.port)
     server = Server(
         uvicorn.Config(
-            create_app(service, manage_service=False),
+            create_app(service, manage_service=False, tokens=tokens),
             host=settings.server.host,
             port=settings.server.port,
             log_level=settings.log_level,
+            log_config=None,  # its lines go through hipq's handler and format
             access_log=False,
             # Requests under way at a stop get the same grace as the jobs in flight.
             timeout_graceful_shutdown=max(1, round(settings.shutdown_grace)),
@@ -109,7 +128,7 @@ async def _serve(settings: Settings) -> None:
     server_log = logging.getLogger("uvicorn.error")
     level = server_log.level
     server_log.setLevel(logging.WARNING)
-    serving = asyncio.ensure_future(server.serve())
+    serving = asyncio.ensure_future(server.serve(sockets=[listener]))
     try:
         if not await _start_while_serving(service, server, serving):
             return  # stopped (a signal) before the service was up
@@ -144,6 +163,17 @@ async def _serve(settings: Settings) -> None:
             await asyncio.shield(stopping)
         except asyncio.CancelledError:
             await stopping
+
+
+def _listen(host: str, port: int) -> socket.socket:
+    """The server's listening socket, bound now; a port in use fails with one line."""
+    try:
+        family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
+        # SO_REUSEADDR (create_server's default on POSIX), as uvicorn binds: a port in
+        # TIME_WAIT after a restart is free, one another process listens on is not.
+        return socket.create_server((host, port), family=family)
+    except OSError as exc:
+        fail(f"cannot listen on {host}:{port}: {os.strerror(exc.errno) if exc.errno else exc}")
 
 
 async def _start_while_serving(service: Any, server: Any, serving: asyncio.Future[Any]) -> bool:
@@ -200,6 +230,11 @@ def _base_url(url: str | None, config: str | None) -> str:
 
 
 def call(method: str, url: str, path: str, **kwargs: Any) -> Any:
+    token = os.environ.get("HIPQ_TOKEN")
+    if token and not token.isascii():
+        fail("HIPQ_TOKEN holds characters no token has (see `hipq tokens new`)")
+    if token:
+        kwargs["headers"] = {**kwargs.get("headers", {}), "Authorization": f"Bearer {token}"}
     try:
         response = httpx.request(method, url + path, timeout=30, **kwargs)
     except httpx.HTTPError as exc:

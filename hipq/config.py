@@ -144,6 +144,18 @@ class CallbackSignature(_Strict):
         return secret
 
 
+class AuthConfig(_Strict):
+    # A file of token lines (see hipq/tokens.py and docs/security.md); tokens also come
+    # from HIPQ_TOKENS. Never the tokens themselves in this YAML file.
+    tokens_file: str | None = None
+    # An authenticating gateway sits in front: `hipq serve` may listen beyond loopback
+    # without tokens of its own.
+    behind_gateway: bool = False
+    # /metrics without a token (e.g. a scraper on a private network); otherwise it
+    # needs the read scope once tokens are configured.
+    metrics_open: bool = False
+
+
 class JobTypeConfig(_Strict):
     queue: str = "default"
     priority: int = 100
@@ -159,6 +171,23 @@ class JobTypeConfig(_Strict):
     late_responses: Literal["ignore", "accept"] = "ignore"
     # Standard Webhooks signatures on POST /v1/callbacks/{key}?type=<this type>.
     callback_signature: CallbackSignature | None = None
+    # How a callback for this type (`?type=`) proves itself once tokens are configured:
+    # a Standard Webhooks signature, a token with the callbacks scope, or either.
+    # Default: signature when callback_signature is set, else token.
+    callback_auth: Literal["signature", "token", "either"] | None = None
+
+    @model_validator(mode="after")
+    def _signature_for_callback_auth(self) -> JobTypeConfig:
+        if self.callback_auth in ("signature", "either") and self.callback_signature is None:
+            raise ValueError(f"callback_auth {self.callback_auth!r} needs callback_signature")
+        return self
+
+    @property
+    def callback_accepts(self) -> str:
+        """signature, token or either: callback_auth or its default."""
+        if self.callback_auth is not None:
+            return self.callback_auth
+        return "token" if self.callback_signature is None else "signature"
 
 
 class KafkaResponseSource(_Strict):
@@ -196,6 +225,11 @@ class JobRetention(_Strict):
     cancelled: Seconds | None = Field(None, gt=0)
 
 
+class LoggingConfig(_Strict):
+    # console: "time LEVEL logger: event key=value ..."; json: one JSON object per line.
+    format: Literal["console", "json"] = "console"
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(
         env_prefix="HIPQ_", env_nested_delimiter="__", extra="forbid", case_sensitive=False
@@ -205,6 +239,7 @@ class Settings(BaseSettings):
     # Apply pending migrations at `hipq serve`; off: serve refuses a schema that is behind.
     migrate_on_start: bool = False
     log_level: Literal["debug", "info", "warning", "error"] = "info"
+    logging: LoggingConfig = Field(default_factory=LoggingConfig)
     # A queue's loop is owned by one process through a lease; another takes over
     # when it has not been renewed for this long.
     lease_ttl: Seconds = 15.0
@@ -224,6 +259,7 @@ class Settings(BaseSettings):
     kafka: KafkaConfig = Field(default_factory=KafkaConfig)
     responses: ResponsesConfig = Field(default_factory=ResponsesConfig)
     job_retention: JobRetention = Field(default_factory=JobRetention)
+    auth: AuthConfig = Field(default_factory=AuthConfig)
 
     @classmethod
     def settings_customise_sources(

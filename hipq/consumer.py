@@ -154,6 +154,14 @@ class ResponseConsumer:
             emit_stored(self._events, stored)
             for source, count in Counter(p.source for p in parked).items():
                 self._events.emit("responses_parked", source=source, count=count)
+            for p in parked:  # its key and value stay out of events (and so of logs)
+                self._events.emit(
+                    "response_parked",
+                    source=p.source,
+                    reason=p.reason,
+                    partition=p.partition,
+                    offset=p.offset,
+                )
             # A partition revoked by a rebalance meanwhile is re-read by its next owner
             # from the last commit: its copies become duplicates in the inbox, never losses.
             assigned = consumer.assignment()

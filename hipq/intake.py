@@ -8,6 +8,7 @@ opening. Errors name the field, as the API reports them.
 
 from __future__ import annotations
 
+from contextvars import ContextVar
 from datetime import datetime
 from typing import Any
 
@@ -40,6 +41,11 @@ class IntakeError(ValueError):
         return cls("windows", str(exc))
 
 
+# Whether an unknown job type's error lists the configured ones: the API sets it per
+# request (only a caller with the read scope sees the list).
+LIST_JOB_TYPES: ContextVar[bool] = ContextVar("list_job_types", default=True)
+
+
 class Intake:
     def __init__(self, settings: Settings, types: JobTypes, retry: RetryStrategies) -> None:
         self.settings, self.types, self.retry = settings, types, retry
@@ -47,6 +53,8 @@ class Intake:
     def job_type(self, name: Any) -> JobTypeInfo:
         info = self.types.lookup(name)
         if info is None:
+            if not LIST_JOB_TYPES.get():
+                raise IntakeError("type", f"unknown job type {name!r}")
             known = ", ".join(sorted(self.types)) or "none configured"
             raise IntakeError("type", f"unknown job type {name!r} (known: {known})")
         return info

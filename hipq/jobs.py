@@ -46,6 +46,7 @@ class Job(NamedTuple):
     last_error: str | None = None
     waiting_reason: str | None = None
     cancel_requested: bool = False
+    trace_context: str | None = None  # the enqueue's traceparent (hipq.tracing)
 
     def defensive_copy(self) -> Job:
         """A deep copy that a plugin may inspect or mutate without touching the loop's view."""
@@ -76,6 +77,7 @@ class NewJob:
     correlation_key: str | None = None
     job_key: str | None = None
     job_key_mode: str = "replace"
+    trace_context: str | None = None  # the enqueue's traceparent (hipq.tracing)
 
 
 @dataclass(frozen=True, slots=True)

@@ -244,20 +244,13 @@ class QueueLoop:
         for job in ended:
             self._transport_of(job).abandon(job.id)
         for s in settled:
-            self.events.emit(
-                "job_settled",
-                queue=self.name,
-                job_id=s.job_id,
-                state=s.state.value,
-                attempt=s.attempt,
-                error=s.last_error,
-            )
+            self.events.emit("job_settled", queue=self.name, **s.event_fields())
         if claimed or reports.sent:
             # A response stored before its job was running or awaiting (early) can
             # match now.
             self._check_responses = True
         if claimed:
-            self.events.emit("jobs_admitted", queue=self.name, count=len(claimed))
+            self.events.emit("jobs_admitted", queue=self.name, count=len(claimed), jobs=claimed)
 
     def _transport_of(self, job: Job) -> Transport:
         return self.transports.get(job.type) or _UNKNOWN_TYPE

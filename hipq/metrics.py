@@ -10,6 +10,11 @@ from hipq.events import Events
 
 # From a job's claim to the tick that matches its response: seconds to a day.
 RESPONSE_WAIT_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600, 21600, 86400)
+# From a job's run_at to its claim: milliseconds on an idle queue, hours behind a
+# throttler or a full queue.
+QUEUE_DELAY_BUCKETS = (
+    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600, 21600, 86400
+)  # fmt: skip
 
 
 class Metrics:
@@ -80,14 +85,35 @@ class Metrics:
             buckets=RESPONSE_WAIT_BUCKETS,
             registry=r,
         )
+        self.queue_delay = Histogram(
+            "hipq_queue_delay_seconds",
+            "Time from a job's run_at (when it became due) to its claim by the queue's loop",
+            ["queue"],
+            buckets=QUEUE_DELAY_BUCKETS,
+            registry=r,
+        )
+        self.attempts = Counter(
+            "hipq_attempts_total",
+            "Attempt outcomes by job type and verdict (completed, retried, failed, given_up,"
+            " cancelled) and the failed attempt's error kind (timeout, http, ...)",
+            ["queue", "type", "verdict", "error_kind"],
+            registry=r,
+        )
         events.subscribe(self.on_event)
 
     def on_event(self, name: str, f: dict[str, Any]) -> None:
         queue = f.get("queue", "")
         if name == "jobs_admitted":
             self.admitted.labels(queue).inc(f["count"])
+            delay = self.queue_delay.labels(queue)
+            for job in f.get("jobs", ()):
+                if job.claimed_at is not None:
+                    delay.observe(max(0.0, (job.claimed_at - job.run_at).total_seconds()))
         elif name == "job_settled":
             self.settled.labels(queue, f["state"]).inc()
+            if f.get("verdict"):  # an attempt's outcome (not a late response's)
+                kind = f.get("error_kind") or ""
+                self.attempts.labels(queue, f.get("type") or "", f["verdict"], kind).inc()
         elif name == "throttled":
             for throttler, count in f["held_by"].items():
                 self.throttled.labels(queue, throttler).inc(count)

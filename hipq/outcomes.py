@@ -37,6 +37,25 @@ class Settlement:
     result: Any
     last_error: str | None
     record: Attempt | None
+    type: str = ""  # the job's type, for observers of the settlement
+    # What the settlement means to an operator: completed | retried | failed (not
+    # retryable) | given_up (the strategy stopped) | cancelled; and the failed
+    # attempt's error kind (``AttemptError.kind``: timeout, http_status, ...).
+    verdict: str = ""
+    error_kind: str | None = None
+
+    def event_fields(self) -> dict[str, Any]:
+        """The ``job_settled`` event's fields (no payload, result or response)."""
+        return {
+            "job_id": self.job_id,
+            "type": self.type,
+            "state": self.state.value,
+            "attempt": self.attempt,
+            "verdict": self.verdict,
+            "error": self.last_error,
+            "error_kind": self.error_kind,
+            "run_at": self.run_at if self.state == State.SCHEDULED else None,
+        }
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,6 +84,7 @@ def settle(job: Job, outcome: Outcome, strategy: RetryStrategy, now: datetime) -
     if isinstance(outcome, Cancelled):
         return _final(job, State.CANCELLED, now, "cancelled", error=outcome.reason)
     error = outcome.error
+    kind = error.kind
     if not error.retryable:
         # PermanentError, a refused request...: no strategy may retry it, even a plugin
         # that ignores ``error.retryable``.
@@ -75,6 +95,8 @@ def settle(job: Job, outcome: Outcome, strategy: RetryStrategy, now: datetime) -
             "failed",
             error=f"not retryable: {error.message}",
             response=outcome.response,
+            verdict="failed",
+            kind=kind,
         )
     try:
         decision = _checked(strategy.decide(job.defensive_copy(), error, now))
@@ -85,7 +107,14 @@ def settle(job: Job, outcome: Outcome, strategy: RetryStrategy, now: datetime) -
         error = AttemptError(f"{error.message} (retry strategy failed: {exc})", error.kind)
     if isinstance(decision, GiveUp):
         return _final(
-            job, State.FAILED, now, "failed", error=decision.reason, response=outcome.response
+            job,
+            State.FAILED,
+            now,
+            "failed",
+            error=decision.reason,
+            response=outcome.response,
+            verdict="given_up",
+            kind=kind,
         )
     check_transition(job.state, State.SCHEDULED)
     payload = decision.payload if decision.payload is not None else job.payload
@@ -99,6 +128,9 @@ def settle(job: Job, outcome: Outcome, strategy: RetryStrategy, now: datetime) -
         result=None,
         last_error=error.message,
         record=_record(job, now, "retried", error.message, outcome.response),
+        type=job.type,
+        verdict="retried",
+        error_kind=kind,
     )
 
 
@@ -128,6 +160,8 @@ def _final(
     result: Any = None,
     error: str | None = None,
     response: Any = None,
+    verdict: str | None = None,
+    kind: str | None = None,
 ) -> Settlement:
     check_transition(job.state, state)
     return Settlement(
@@ -140,6 +174,9 @@ def _final(
         result=result,
         last_error=error,
         record=_record(job, now, label, error, result if response is None else response),
+        type=job.type,
+        verdict=verdict or label,
+        error_kind=kind,
     )
 
 

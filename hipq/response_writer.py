@@ -16,6 +16,7 @@ from datetime import datetime
 
 from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
 
+from hipq import tracing
 from hipq.events import Events
 from hipq.group_commit import GroupCommit
 from hipq.store import NewResponse, Store
@@ -63,6 +64,7 @@ class ResponseWriter(GroupCommit[NewResponse, int]):
 
 def emit_stored(events: Events, stored: list[NewResponse]) -> None:
     """Tell observers which responses reached the inbox, by source."""
+    tracing.responses_received(stored)
     for source, count in Counter(response.source for response in stored).items():
         events.emit("responses_stored", source=source, count=count)
 

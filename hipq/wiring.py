@@ -15,12 +15,14 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
+from hipq import tracing
 from hipq.chain import ChainConfigError, build_stages
 from hipq.config import Settings
 from hipq.events import Events
 from hipq.intake import Intake
 from hipq.job_types import JobTypeError, JobTypes
 from hipq.job_writer import JobWriter
+from hipq.lifecycle_log import LifecycleLog
 from hipq.loop import QueueLoop
 from hipq.plugins import RetryStrategies
 from hipq.response_writer import ResponseWriter
@@ -101,6 +103,7 @@ class _Wiring:
         self.settings, self.clock, self.run_loops = settings, clock, run_loops
         self.owner = owner or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self.events = Events()
+        LifecycleLog(self.events)
         self.retry = RetryStrategies()
         try:
             self.job_types = JobTypes.compile(settings, self.retry)
@@ -111,7 +114,7 @@ class _Wiring:
 
     def parts(self) -> Parts:
         settings = self.settings
-        self.transports = self._transports()
+        self.transports = tracing.traced(self._transports())
         self.loops = {name: self._loop(name) for name in settings.queues}
         self.wakeups = Wakeups(self.loops)
         self.store.listeners.append(self.wakeups.deliver)

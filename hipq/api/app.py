@@ -6,17 +6,18 @@ import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
-from fastapi import FastAPI, Request
+from fastapi import Depends, FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from hipq import __version__, dashboard
-from hipq.api import callbacks, errors, jobs, queues, responses
+from hipq.api import auth, callbacks, errors, jobs, queues, responses
 from hipq.faults import FaultReporter, unavailable
 from hipq.metrics import Metrics
 from hipq.service import Service
 from hipq.store.dialects import time_budget
+from hipq.tokens import Tokens, load_tokens
 
 log = logging.getLogger("hipq.api")
 
@@ -31,6 +32,10 @@ DESCRIPTION = """Durable, throttled jobs against external systems.
 
 Errors are JSON: `{"error": code, "field": ..., "message": ..., "errors": [...]}`.
 A 503 (`database_unavailable`, `starting`) carries `Retry-After` and stored nothing.
+
+Once tokens are configured, each route under /v1 needs a bearer token with the scope its
+description names (401 without a valid token, 403 without the scope); `/healthz` and
+`/readyz` stay open. Without tokens (on loopback only) hipq is open.
 """
 
 
@@ -56,8 +61,14 @@ class RequestBudget:
             await self.app(scope, receive, send)
 
 
-def create_app(service: Service, *, manage_service: bool = True) -> FastAPI:
-    """The API; with ``manage_service`` the app's lifespan starts and stops ``service``."""
+def create_app(
+    service: Service, *, manage_service: bool = True, tokens: Tokens | None = None
+) -> FastAPI:
+    """The API; with ``manage_service`` the app's lifespan starts and stops ``service``.
+    ``tokens``: who may call it (default: those of ``HIPQ_TOKENS`` and ``auth.tokens_file``)."""
+    if tokens is None:
+        tokens = load_tokens(service.settings.auth.tokens_file)
+        tokens.check_restrictions(service.settings.queues, service.settings.job_types)
 
     @asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
@@ -83,14 +94,17 @@ def create_app(service: Service, *, manage_service: bool = True) -> FastAPI:
     faults = FaultReporter(log, "API")
     app.state.database_faults = faults
     errors.install(app, faults)
+    auth.install(app)
     app.add_middleware(errors.BodyLimit, max_bytes=service.settings.server.max_body_bytes)
     app.add_middleware(errors.FaultRecovery, faults=faults)
     app.add_middleware(RequestBudget, service=service)
+    # Outermost: a caller without the scope is refused before anything reads the body.
+    app.add_middleware(auth.Authentication, api=app, tokens=tokens, settings=service.settings)
     app.include_router(jobs.router)
     app.include_router(queues.router)
     app.include_router(callbacks.router)
     app.include_router(responses.router)
-    dashboard.install(app)
+    dashboard.install(app, tokens)
 
     @app.get("/healthz", tags=["ops"], summary="The process is alive")
     async def healthz() -> dict[str, str]:
@@ -111,6 +125,9 @@ def create_app(service: Service, *, manage_service: bool = True) -> FastAPI:
             if failing is not None:
                 problems["database"] = f"requests are failing ({failing})"
         status = service.status()
+        principal = auth.principal_of(request)
+        if principal is None or not principal.reads_all:
+            del status["owner"]  # the host name and pid: only for a caller with read
         if status["listener"] is False:
             problems["listen"] = (
                 "PostgreSQL LISTEN connection is down (wake-ups fall back to ticks)"
@@ -122,8 +139,16 @@ def create_app(service: Service, *, manage_service: bool = True) -> FastAPI:
         body = {"status": "ready" if not problems else "not ready", "problems": problems, **status}
         return JSONResponse(body, 200 if not problems else 503)
 
-    @app.get("/metrics", tags=["ops"], summary="Prometheus metrics")
+    metrics_scope = [] if service.settings.auth.metrics_open else [Depends(auth.require("read"))]
+
+    @app.get(
+        "/metrics",
+        tags=["ops"],
+        summary="Prometheus metrics",
+        dependencies=metrics_scope,
+    )
     async def metrics() -> Response:
         return Response(generate_latest(app.state.metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
+    auth.document(app)
     return app

@@ -5,10 +5,11 @@ from __future__ import annotations
 import json
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Query, Request
+from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel
 
+from hipq.api.auth import CallbackAccess, token_proves_callback
 from hipq.api.errors import InvalidParameter, error_body
 from hipq.api.json_body import loads, off_loop
 from hipq.api.models import ErrorOut
@@ -44,6 +45,7 @@ class CallbackAccepted(BaseModel):
 
 @router.post(
     "/v1/callbacks/{key:path}",
+    dependencies=[Depends(CallbackAccess())],
     status_code=202,
     response_model=CallbackAccepted,
     responses={401: {"model": ErrorOut}, 413: {"model": ErrorOut}, 422: {"model": ErrorOut}},
@@ -70,7 +72,9 @@ async def deliver_callback(
         if info is None:
             raise InvalidParameter("type", f"unknown job type {type!r}")
         signature = info.config.callback_signature
-        if signature is not None:
+        if signature is not None and not token_proves_callback(
+            request, info.config.callback_accepts
+        ):
             try:
                 verify(
                     signature.secret,

@@ -6,8 +6,10 @@ import hashlib
 from typing import Annotated, Any
 
 import orjson
-from fastapi import APIRouter, Header, Path, Query, Request, Response
+from fastapi import APIRouter, Depends, Header, Path, Query, Request, Response
 
+from hipq import tracing
+from hipq.api.auth import check_tenancy, require
 from hipq.api.json_body import JSONBodyRoute, off_loop
 from hipq.api.models import (
     MAX_ID,
@@ -85,13 +87,22 @@ async def _insert(
 
     # Resolving walks every payload (the NUL check): a big body's, off the event loop.
     new, idempotency = await off_loop(await _body_size(request), resolve)
+    check_tenancy(request, new, prefix)
     # The store wakes the queues' loops once the jobs are committed.
-    if grouped:  # shares a transaction with the other requests waiting (group commit)
-        return await service.job_writer.insert(new, idempotency)
-    return await service.store.job_insert_many(new, now, idempotency)
+    with tracing.enqueue_span(request.headers, new) as traced:
+        if grouped:  # shares a transaction with the other requests waiting (group commit)
+            return await service.job_writer.insert(list(traced), idempotency)
+        return await service.store.job_insert_many(list(traced), now, idempotency)
 
 
-@router.post("", status_code=201, response_model=JobOut, responses=_ERRORS, summary="Create a job")
+@router.post(
+    "",
+    dependencies=[Depends(require("submit"))],
+    status_code=201,
+    response_model=JobOut,
+    responses=_ERRORS,
+    summary="Create a job",
+)
 async def create_job(
     job: JobIn, request: Request, response: Response, idempotency_key: IdempotencyKey = None
 ) -> JobOut:
@@ -104,6 +115,7 @@ async def create_job(
 
 @router.post(
     "/batch",
+    dependencies=[Depends(require("submit"))],
     status_code=201,
     response_model=JobBatchOut,
     responses=_ERRORS,
@@ -132,14 +144,26 @@ async def create_jobs(
     )
 
 
-@router.get("/{job_id}", response_model=JobOut, responses=_ERRORS, summary="A job and its attempts")
+@router.get(
+    "/{job_id}",
+    dependencies=[Depends(require("read"))],
+    response_model=JobOut,
+    responses=_ERRORS,
+    summary="A job and its attempts",
+)
 async def get_job(job_id: JobId, request: Request) -> JobOut:
     store = _service(request).store
     job = await store.job_get(job_id)
     return JobOut.of(job, await store.job_attempts(job_id))
 
 
-@router.get("", response_model=JobListOut, responses=_ERRORS, summary="List jobs, newest first")
+@router.get(
+    "",
+    dependencies=[Depends(require("read"))],
+    response_model=JobListOut,
+    responses=_ERRORS,
+    summary="List jobs, newest first",
+)
 async def list_jobs(
     request: Request,
     queue: str | None = None,
@@ -176,6 +200,7 @@ async def list_jobs(
 
 @router.post(
     "/{job_id}/cancel",
+    dependencies=[Depends(require("operate"))],
     response_model=JobOut,
     responses=_ERRORS,
     summary="Cancel a job (a running one is cancelled by its queue's loop)",
@@ -190,6 +215,7 @@ async def cancel_job(job_id: JobId, request: Request, response: Response) -> Job
 
 @router.patch(
     "/{job_id}",
+    dependencies=[Depends(require("operate"))],
     response_model=JobOut,
     responses=_ERRORS,
     summary="Change a scheduled job (run_at, priority, payload, weight, labels, ...)",
@@ -215,6 +241,7 @@ async def patch_job(job_id: JobId, patch: JobPatch, request: Request) -> JobOut:
 
 @router.post(
     "/{job_id}/retry",
+    dependencies=[Depends(require("operate"))],
     response_model=JobOut,
     responses=_ERRORS,
     summary="Run a failed or cancelled job again (a new attempt)",

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Depends, Request
 
+from hipq.api.auth import require
 from hipq.api.errors import StrictJSONRoute
 from hipq.api.models import ErrorOut, QueueListOut, QueueOut
 from hipq.service import Service
@@ -41,7 +42,12 @@ async def queue_out(service: Service, name: str) -> QueueOut:
     )
 
 
-@router.get("", response_model=QueueListOut, summary="All queues with live counts")
+@router.get(
+    "",
+    dependencies=[Depends(require("read"))],
+    response_model=QueueListOut,
+    summary="All queues with live counts",
+)
 async def list_queues(request: Request) -> QueueListOut:
     service: Service = request.app.state.service
     return QueueListOut(
@@ -49,13 +55,20 @@ async def list_queues(request: Request) -> QueueListOut:
     )
 
 
-@router.get("/{name}", response_model=QueueOut, responses=_ERRORS, summary="One queue")
+@router.get(
+    "/{name}",
+    dependencies=[Depends(require("read"))],
+    response_model=QueueOut,
+    responses=_ERRORS,
+    summary="One queue",
+)
 async def get_queue(name: str, request: Request) -> QueueOut:
     return await queue_out(request.app.state.service, name)
 
 
 @router.post(
     "/{name}/pause",
+    dependencies=[Depends(require("operate"))],
     response_model=QueueOut,
     responses=_ERRORS,
     summary="Stop admitting jobs (in-flight jobs still finish)",
@@ -67,7 +80,13 @@ async def pause_queue(name: str, request: Request) -> QueueOut:
     return await queue_out(service, name)
 
 
-@router.post("/{name}/resume", response_model=QueueOut, responses=_ERRORS, summary="Admit again")
+@router.post(
+    "/{name}/resume",
+    dependencies=[Depends(require("operate"))],
+    response_model=QueueOut,
+    responses=_ERRORS,
+    summary="Admit again",
+)
 async def resume_queue(name: str, request: Request) -> QueueOut:
     service: Service = request.app.state.service
     await queue_out(service, name)

@@ -5,9 +5,10 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Path, Query, Request
+from fastapi import APIRouter, Depends, Path, Query, Request
 from pydantic import BaseModel, Field
 
+from hipq.api.auth import require
 from hipq.api.errors import InvalidParameter
 from hipq.api.json_body import JSONBodyRoute
 from hipq.api.models import MAX_ID, ErrorOut
@@ -69,7 +70,12 @@ class ParkedOut(BaseModel):
     received_at: datetime
 
 
-@router.get("", response_model=ResponseListOut, summary="List inbox responses, newest first")
+@router.get(
+    "",
+    dependencies=[Depends(require("read"))],
+    response_model=ResponseListOut,
+    summary="List inbox responses, newest first",
+)
 async def list_responses(
     request: Request,
     status: Annotated[list[Status] | None, Query(description="repeat for several")] = None,
@@ -96,6 +102,7 @@ async def list_responses(
 
 @router.get(
     "/parked",
+    dependencies=[Depends(require("read"))],
     response_model=list[ParkedOut],
     summary="Kafka messages that could not become responses, with the reason",
 )
@@ -106,7 +113,12 @@ async def list_parked(
     return [ParkedOut(**p) for p in await service.store.parked_list(after, limit)]
 
 
-@router.get("/{response_id}", response_model=ResponseOut, responses={404: {"model": ErrorOut}})
+@router.get(
+    "/{response_id}",
+    dependencies=[Depends(require("read"))],
+    response_model=ResponseOut,
+    responses={404: {"model": ErrorOut}},
+)
 async def get_response(response_id: ResponseId, request: Request) -> ResponseOut:
     service: Service = request.app.state.service
     return ResponseOut.of(await service.store.response_get(response_id))
@@ -114,6 +126,7 @@ async def get_response(response_id: ResponseId, request: Request) -> ResponseOut
 
 @router.post(
     "/{response_id}/match",
+    dependencies=[Depends(require("operate"))],
     response_model=ResponseOut,
     responses={404: {"model": ErrorOut}, 409: {"model": ErrorOut}},
     summary="Match a response to an in-flight job by hand (settled at the next tick)",

@@ -13,18 +13,24 @@ from pathlib import Path
 from fastapi import FastAPI
 from fastapi.staticfiles import StaticFiles
 
+from hipq.dashboard.access import PageCookie, session_router
 from hipq.dashboard.docs import install_docs
-from hipq.dashboard.pages import PREFIX, root_router, router
+from hipq.dashboard.pages import PREFIX, open_router, router
+from hipq.tokens import Tokens
 
 STATIC = Path(__file__).parent / "static"
 
 __all__ = ["install"]
 
 
-def install(app: FastAPI) -> None:
+def install(app: FastAPI, tokens: Tokens) -> None:
     """Add the dashboard's pages, its static files and the offline /docs to ``app``
-    (created with ``docs_url=None``)."""
+    (created with ``docs_url=None``), after the API's ``Authentication`` middleware:
+    the sign-in cookie must become a bearer header before that middleware looks."""
     app.mount(PREFIX + "/static", StaticFiles(directory=STATIC), name="dashboard-static")
     install_docs(app)
     app.include_router(router)
-    app.include_router(root_router)
+    app.include_router(open_router)
+    app.include_router(session_router(PREFIX))
+    if tokens:
+        app.add_middleware(PageCookie, tokens=tokens, prefix=PREFIX)

@@ -17,7 +17,9 @@ from fastapi.responses import HTMLResponse, RedirectResponse
 from fastapi.templating import Jinja2Templates
 
 from hipq import __version__
+from hipq.api import auth
 from hipq.api.models import MAX_ID
+from hipq.dashboard import access
 from hipq.dashboard.filters import STATES, FilterError, page_link, parse_job_filter
 from hipq.dashboard.overview import queue_views
 from hipq.lifecycle import State
@@ -38,7 +40,9 @@ CONTENT_SECURITY_POLICY = (
 )
 
 templates = Jinja2Templates(directory=Path(__file__).parent / "templates")
-router = APIRouter(prefix=PREFIX, include_in_schema=False)
+router = APIRouter(prefix=PREFIX, include_in_schema=False, dependencies=access.page_access())
+# Open to anyone: the sign-in page, and / (a redirect).
+open_router = APIRouter(include_in_schema=False)
 
 
 def _when(value: datetime | None) -> str:
@@ -61,7 +65,14 @@ def _service(request: Request) -> Service:
 def _page(request: Request, name: str, http_status: int = 200, **context: Any) -> HTMLResponse:
     root = request.scope.get("root_path", "")
     here = request.url.path + (f"?{request.url.query}" if request.url.query else "")
-    context.update(root=root, base=root + PREFIX, page=name.removesuffix(".html"), here=here)
+    principal = auth.principal_of(request)
+    context.update(
+        root=root,
+        base=root + PREFIX,
+        page=name.removesuffix(".html"),
+        here=here,
+        signed_in=principal.name if principal is not None and principal.authenticated else None,
+    )
     response = templates.TemplateResponse(request, name, context, status_code=http_status)
     response.headers["Content-Security-Policy"] = CONTENT_SECURITY_POLICY
     response.headers["X-Content-Type-Options"] = "nosniff"
@@ -175,9 +186,17 @@ def _is_id(text: str) -> bool:
     return text.isascii() and text.isdigit() and 1 <= int(text) <= MAX_ID
 
 
-root_router = APIRouter(include_in_schema=False)
-
-
-@root_router.get("/")
+@open_router.get("/")
 async def root(request: Request) -> RedirectResponse:
     return RedirectResponse(request.scope.get("root_path", "") + PREFIX)
+
+
+@open_router.get(PREFIX + "/login", response_class=HTMLResponse)
+async def login_page(request: Request) -> HTMLResponse:
+    base = request.scope.get("root_path", "") + PREFIX
+    wanted = request.query_params.get("next") or base
+    # Only back into the dashboard: a link to /dashboard/login?next=https://... must not
+    # send a person who signs in elsewhere.
+    if not (wanted == base or wanted.startswith(base + "/") or wanted.startswith(base + "?")):
+        wanted = base
+    return _page(request, "login.html", next=wanted)

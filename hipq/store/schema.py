@@ -71,6 +71,8 @@ OPEN_STATES_SQL = "state IN ('scheduled', 'running', 'awaiting')"
 KEY_MAX_LENGTH = 500
 # A response's fingerprint: a SHA-256 in hex.
 FINGERPRINT_LENGTH = 64
+# A W3C traceparent is 55 characters; room for a later version's.
+TRACE_CONTEXT_LENGTH = 128
 
 jobs = Table(
     "hipq_jobs",
@@ -100,6 +102,9 @@ jobs = Table(
     Column("last_error", Text, nullable=True),
     Column("waiting_reason", Text, nullable=True),
     Column("cancel_requested", Boolean, nullable=False),
+    # The W3C traceparent of the span that enqueued the job (with tracing on; else NULL):
+    # each attempt's span links to it.
+    Column("trace_context", String(TRACE_CONTEXT_LENGTH), nullable=True),
     # The loop's due-jobs scan, one index per queue order, over scheduled jobs only.
     Index(
         "ix_hipq_jobs_due_time",

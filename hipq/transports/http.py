@@ -26,6 +26,7 @@ from urllib.parse import quote
 import httpx
 import orjson
 
+from hipq import tracing
 from hipq.config import HttpTransport as HttpConfig
 from hipq.job_types import JobTypeInfo
 from hipq.jobs import Job
@@ -197,6 +198,7 @@ class HttpTransport:
         for name, value in headers.items():
             if "\r" in value or "\n" in value:
                 raise RenderError(f"header {name} would contain a line break")
+        tracing.inject(headers)  # the attempt's traceparent, with tracing on
         callback = self.callback_url(job) if cfg.callback else None
         if callback is not None and cfg.callback_header:
             headers[cfg.callback_header] = callback

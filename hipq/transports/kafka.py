@@ -28,6 +28,7 @@ from aiokafka.errors import (  # type: ignore[import-untyped]
     MessageSizeTooLargeError,
 )
 
+from hipq import tracing
 from hipq.config import KafkaConfig
 from hipq.config import KafkaTransport as KafkaTransportConfig
 from hipq.job_types import JobTypeInfo
@@ -126,7 +127,10 @@ class KafkaTransport:
             return _error(f"request template: {exc}", retryable=False)
         value = orjson.dumps(body)
         key = job.correlation_key.encode()
-        headers = [(cfg.header, key)] if cfg.header else None
+        headers = [(cfg.header, key)] if cfg.header else []
+        context: dict[str, str] = {}
+        tracing.inject(context)  # the attempt's traceparent, with tracing on
+        headers += [(name, text.encode()) for name, text in context.items()]
         producer = self._producer
         if producer is None or not self._healthy:
             return _error(
@@ -136,7 +140,7 @@ class KafkaTransport:
         try:
             async with asyncio.timeout(self._send_timeout):
                 await producer.send_and_wait(
-                    cfg.topic, value=value, key=key if cfg.key else None, headers=headers
+                    cfg.topic, value=value, key=key if cfg.key else None, headers=headers or None
                 )
         except TimeoutError:
             self._suspect()

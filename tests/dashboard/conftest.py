@@ -167,18 +167,37 @@ def served_database(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[
 
 
 @pytest.fixture
+def dashboard_tokens() -> dict[str, str]:
+    """Token name -> "scopes secret" for the server (none: hipq is open); a module
+    that tests sign-in overrides this fixture."""
+    return {}
+
+
+@pytest.fixture
 def dashboard(
-    served_database: str, external: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    served_database: str,
+    external: str,
+    dashboard_tokens: dict[str, str],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> Iterator[Dashboard]:
     database_url = served_database
     flags = tmp_path / "flags"
     flags.mkdir()
     monkeypatch.setenv(FLAGS_ENV, str(flags))
+    settings = dashboard_config(database_url, external)
+    if dashboard_tokens:
+        tokens_file = tmp_path / "tokens"
+        tokens_file.write_text("".join(f"{n} {v}\n" for n, v in dashboard_tokens.items()))
+        settings["auth"] = {"tokens_file": str(tokens_file)}
     config = tmp_path / "hipq.yaml"
-    config.write_text(yaml.safe_dump(dashboard_config(database_url, external)))
+    config.write_text(yaml.safe_dump(settings))
     servers = Servers(tmp_path)
     try:
         server = servers.start("dashboard", config)
+        if "admin" in dashboard_tokens:  # the test's own API calls
+            secret = dashboard_tokens["admin"].split()[-1]
+            server.client.headers["Authorization"] = f"Bearer {secret}"
         yield Dashboard(
             server, flags, "sqlite" if database_url.startswith("sqlite") else "postgres"
         )

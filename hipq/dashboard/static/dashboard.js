@@ -51,8 +51,38 @@ async function callApi(method, path, body) {
   let data = null;
   try { data = await response.json(); } catch (err) { data = null; }
   if (response.ok) return { ok: true, data };
+  if (response.status === 401) signIn();
   const detail = data && (data.message || data.error) ? (data.message || data.error) : response.statusText;
   return { ok: false, message: response.status + " " + detail };
+}
+
+function signIn() {
+  // The tab has no valid token (a new tab, or the token was rotated): ask for one.
+  sessionStorage.removeItem(TOKEN_KEY);
+  const here = window.location.pathname + window.location.search;
+  window.location.assign(document.body.dataset.login + "?next=" + encodeURIComponent(here));
+}
+
+async function startSession(form) {
+  const token = form.elements.token.value.trim();
+  const response = await fetch(form.dataset.session, {
+    method: "POST",
+    headers: { Authorization: "Bearer " + token },
+  });
+  if (response.status !== 204) {
+    let message = response.status + " " + response.statusText;
+    try { message = (await response.json()).message || message; } catch (err) { /* not JSON */ }
+    flash(message, "error");
+    return;
+  }
+  sessionStorage.setItem(TOKEN_KEY, token);
+  window.location.assign(form.dataset.next);
+}
+
+async function endSession(button) {
+  sessionStorage.removeItem(TOKEN_KEY);
+  await fetch(button.dataset.login.replace(/\/login$/, "/session"), { method: "DELETE" });
+  window.location.assign(button.dataset.login);
 }
 
 function refresh() {
@@ -119,6 +149,11 @@ async function act(el, body) {
 }
 
 document.addEventListener("click", (event) => {
+  if (event.target.id === "sign-out") {
+    event.preventDefault();
+    endSession(event.target);
+    return;
+  }
   const el = event.target.closest("button[data-action]");
   if (!el) return;
   event.preventDefault();
@@ -126,6 +161,11 @@ document.addEventListener("click", (event) => {
 });
 
 document.addEventListener("submit", (event) => {
+  if (event.target.id === "sign-in") {
+    event.preventDefault();
+    startSession(event.target);
+    return;
+  }
   const form = event.target.closest("form[data-action]");
   if (!form) return;
   event.preventDefault();

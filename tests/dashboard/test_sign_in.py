@@ -44,6 +44,7 @@ def test_pages_need_a_token_with_read_and_actions_their_routes_scope(
 ) -> None:
     page.goto(f"{dashboard.url}/dashboard/failed")
     expect(page.get_by_role("heading", name="Sign in")).to_be_visible()
+    dashboard.screenshot(page, "sign-in")
     page.get_by_label("token").fill("hipq_not-a-token-at-all-000000")
     page.get_by_role("button", name="Sign in").click()
     expect(page.locator("#flash")).to_have_text("the bearer token is not valid")
@@ -55,7 +56,6 @@ def test_pages_need_a_token_with_read_and_actions_their_routes_scope(
     page.get_by_role("button", name="Sign in").click()
     expect(page).to_have_url(f"{dashboard.url}/dashboard/failed")
     expect(page.locator(".who")).to_contain_text("viewer")
-    dashboard.screenshot(page, "signed-in")
 
     # Read, not operate: the API refuses the pause and the page says why.
     page.goto(f"{dashboard.url}/dashboard")

@@ -8,17 +8,28 @@ const ROOT = document.body.dataset.root || "";
 const TOKEN_KEY = "hipq-token";
 const BULK_PARALLEL = 8;
 
+let pressing = false;  // a mouse button or finger is down: a click is under way
+
 function live() {
-  // No refresh while the operator types into a form on the refreshed part.
+  // No refresh while the operator types into a form on the refreshed part, or while a
+  // click is under way (a swap between press and release would lose it).
   const toggle = document.getElementById("live-toggle");
-  const active = document.activeElement;
-  return (!toggle || toggle.checked) && !(active && active.closest && active.closest("#live form"));
+  if (toggle && !toggle.checked) return false;
+  return !pressing && !document.querySelector("#live form:focus-within");
 }
 
-// The periodic refresh (hx-trigger="every 5s") skips its turn unless live(); a
-// trigger filter would need eval, which the pages' Content-Security-Policy forbids.
+document.addEventListener("pointerdown", () => { pressing = true; }, true);
+document.addEventListener("pointerup", () => { setTimeout(() => { pressing = false; }, 0); }, true);
+document.addEventListener("pointercancel", () => { pressing = false; }, true);
+
+// The periodic refresh (hx-trigger="every 5s") skips its turn unless live(), and a
+// refresh that comes back while the operator started something is not swapped in. (A
+// trigger filter would need eval, which the pages' Content-Security-Policy forbids.)
 document.addEventListener("htmx:confirm", (event) => {
   if (event.detail.elt.id === "live" && !live()) event.preventDefault();
+});
+document.addEventListener("htmx:beforeSwap", (event) => {
+  if (event.detail.elt.id === "live" && !live()) event.detail.shouldSwap = false;
 });
 
 function authHeaders() {

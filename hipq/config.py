@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 from typing import Annotated, Any, Literal
+from urllib.parse import urlsplit
 
 import yaml
 from pydantic import (
@@ -103,6 +104,29 @@ class HttpTransport(_Strict):
     # 4xx statuses that fail the job at once (other 4xx, 5xx and 429 are retried).
     non_retryable_statuses: list[int] = Field(default_factory=list)
     max_response_bytes: int = Field(1024 * 1024, ge=1)
+    # Host names the url may name ("api.example.com", or "*.example.com" for its
+    # subdomains); null: any. A config change cannot send this type's credentials
+    # to a new host without also changing this list.
+    allowed_hosts: list[str] | None = None
+
+    @model_validator(mode="after")
+    def _allowed_destination(self) -> HttpTransport:
+        if self.allowed_hosts is None:
+            return self
+        # The scheme and host are written out before the first placeholder (rendering).
+        host = urlsplit(self.url.split("{", 1)[0]).hostname or ""
+        if not any(_host_allowed(host, pattern) for pattern in self.allowed_hosts):
+            raise ValueError(
+                f"the url's host {host!r} is not in allowed_hosts ({', '.join(self.allowed_hosts)})"
+            )
+        return self
+
+
+def _host_allowed(host: str, pattern: str) -> bool:
+    host, pattern = host.lower().rstrip("."), pattern.lower().rstrip(".")
+    if pattern.startswith("*."):
+        return host.endswith(pattern[1:]) and len(host) > len(pattern) - 1
+    return host == pattern
 
 
 class KafkaTransport(_Strict):

@@ -21,6 +21,7 @@ import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from http.cookiejar import CookieJar, DefaultCookiePolicy
 from urllib.parse import quote
 
 import httpx
@@ -119,7 +120,14 @@ class HttpTransport:
     async def start(self) -> None:
         if self._client is None:
             pool = PooledTransport(MAX_CONNECTIONS, MAX_IDLE_CONNECTIONS)
-            self._client = httpx.AsyncClient(follow_redirects=False, transport=pool, timeout=30.0)
+            # A jar that keeps nothing: a Set-Cookie of one job's response must not
+            # ride along on the next request, of this job type or another.
+            self._client = httpx.AsyncClient(
+                follow_redirects=False,
+                transport=pool,
+                timeout=30.0,
+                cookies=CookieJar(DefaultCookiePolicy(allowed_domains=[])),
+            )
 
     async def stop(self) -> None:
         await self._tasks.cancel_all()

@@ -7,7 +7,10 @@ literal braces).
 
 * URL and header templates render as text. Values put into a URL are
   percent-encoded, and the scheme and host must be written out in the template:
-  where a request goes is the operator's decision, never a job payload's.
+  where a request goes is the operator's decision, never a job payload's. A
+  value that is ``.`` or ``..`` is refused: percent-encoding leaves dots alone,
+  and a client or server would collapse such a segment, climbing out of the
+  path the template names.
 * The body template is JSON (a mapping, list or scalar from the config). A string
   that is exactly one placeholder (``"{payload.items}"``) keeps the value's JSON
   type, including ``null``; any other string renders as text. Object keys are
@@ -114,8 +117,14 @@ def compile_url(text: Any, where: str) -> TextTemplate:
     return TextTemplate(template.text, template.parts, _quote_all)
 
 
+# Values that would be a dot segment (RFC 3986, 5.2.4) if they make up a path segment.
+_DOT_SEGMENTS = frozenset({".", ".."})
+
+
 def _quote_all(value: str) -> str:
     # safe="": a value cannot add path segments, a query or a fragment.
+    if value in _DOT_SEGMENTS:
+        raise RenderError(f"{value!r} would be a dot segment in the URL")
     return quote(value, safe="")
 
 

@@ -97,6 +97,8 @@ async def _serve(settings: Settings) -> None:
             port=settings.server.port,
             log_level=settings.log_level,
             access_log=False,
+            # Beyond this many connections at once the server answers 503 at once.
+            limit_concurrency=settings.server.max_connections,
             # Requests under way at a stop get the same grace as the jobs in flight.
             timeout_graceful_shutdown=max(1, round(settings.shutdown_grace)),
         )

@@ -13,6 +13,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from hipq import __version__
 from hipq.api import callbacks, errors, jobs, queues, responses
+from hipq.api.request_guards import RequestGuards
 from hipq.faults import FaultReporter, unavailable
 from hipq.metrics import Metrics
 from hipq.service import Service
@@ -78,6 +79,7 @@ def create_app(service: Service, *, manage_service: bool = True) -> FastAPI:
     app.add_middleware(errors.BodyLimit, max_bytes=service.settings.server.max_body_bytes)
     app.add_middleware(errors.FaultRecovery, faults=faults)
     app.add_middleware(RequestBudget, service=service)
+    app.add_middleware(RequestGuards, server=service.settings.server)  # outermost: first to refuse
     app.include_router(jobs.router)
     app.include_router(queues.router)
     app.include_router(callbacks.router)

@@ -15,6 +15,7 @@ from typing import Annotated, Any, NoReturn
 import httpx
 import typer
 
+from hipq import cli_healthcheck
 from hipq.config import ConfigError, Settings, load_settings
 
 app = typer.Typer(
@@ -26,6 +27,7 @@ jobs_app = typer.Typer(
     help="Add, inspect, cancel and retry jobs (through the REST API).", no_args_is_help=True
 )
 app.add_typer(jobs_app, name="jobs")
+app.add_typer(cli_healthcheck.app, name="healthcheck")
 
 ConfigOpt = Annotated[
     str | None, typer.Option("--config", "-c", envvar="HIPQ_CONFIG", help="YAML config file")
@@ -81,6 +83,7 @@ async def _serve(settings: Settings) -> None:
     import uvicorn
 
     from hipq.api.app import create_app
+    from hipq.api.slow_clients import header_timeout_protocol
     from hipq.service import ServiceError
     from hipq.stop_signals import Server, StopSignals
     from hipq.store import StoreSetupError
@@ -99,6 +102,7 @@ async def _serve(settings: Settings) -> None:
             access_log=False,
             # Beyond this many connections at once the server answers 503 at once.
             limit_concurrency=settings.server.max_connections,
+            http=header_timeout_protocol(settings.server.header_read_timeout),
             # Requests under way at a stop get the same grace as the jobs in flight.
             timeout_graceful_shutdown=max(1, round(settings.shutdown_grace)),
         )

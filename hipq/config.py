@@ -47,13 +47,16 @@ class ServerConfig(_Strict):
     # the JSON decoder holds the event loop about 4 ms per MiB: 8 MiB fits a small machine.
     max_body_bytes: int = Field(8 * 1024 * 1024, ge=1024)
     max_batch_jobs: int = Field(10_000, ge=1, le=100_000)
-    # Host names (the Host header) the API answers to; null: localhost, 127.0.0.1 and
-    # ::1. The host of public_url is always added; "*" answers to any (behind a proxy
-    # that checks it). Anything else gets 421: a DNS-rebinding page cannot reach the API.
-    allowed_hosts: list[str] | None = None
+    # Host names (the Host header) the API answers to besides localhost, 127.0.0.1,
+    # ::1 and the host of public_url; "*" answers to any (behind a proxy that checks
+    # it). Anything else gets 421: a DNS-rebinding page cannot reach the API.
+    allowed_hosts: list[str] = Field(default_factory=list)
     # Origins (scheme://host[:port]) whose pages may send state-changing requests;
     # pages of an allowed host always may. Others get 403.
     allowed_origins: list[str] = Field(default_factory=list)
+    # A connection whose request headers are not complete this long after it opened
+    # (or after the request's first byte) is closed.
+    header_read_timeout: Seconds = Field(10.0, gt=0)
     # A request body that stops arriving for this long is cut off with 408.
     body_read_timeout: Seconds = Field(30.0, gt=0)
     # Connections (and requests) at once; further ones get 503 from the server.

@@ -28,9 +28,10 @@ _CODES = {421: "misdirected_request", 403: "forbidden", 415: "unsupported_media_
 
 
 def allowed_hosts(server: ServerConfig) -> frozenset[str]:
-    """Host names the API answers to: ``server.allowed_hosts``, else loopback names,
-    plus the host of ``public_url`` (external systems call back there)."""
-    names = set(server.allowed_hosts if server.allowed_hosts is not None else _LOOPBACK)
+    """Host names the API answers to: loopback names (a rebinding page cannot send
+    them), ``server.allowed_hosts``, and the host of ``public_url`` (external systems
+    call back there)."""
+    names = {*_LOOPBACK, *server.allowed_hosts}
     if server.public_url:
         names.add(urlsplit(server.public_url).hostname or "")
     return frozenset(n.lower() for n in names if n)

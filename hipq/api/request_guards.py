@@ -103,7 +103,11 @@ class RequestGuards:
             return None
         kind = headers.get("content-type", "").split(";", 1)[0].strip().lower()
         if kind and not (kind == "application/json" or kind.endswith("+json")):
-            return 415, "content-type", "state-changing requests take only application/json"
+            return (
+                415,
+                "content-type",
+                "state-changing requests take JSON: send content-type: application/json",
+            )
         return None
 
     def _origin_allowed(self, origin: str) -> bool:

@@ -13,9 +13,8 @@ from pydantic import BaseModel, Field
 from hipq.api.errors import InvalidParameter, error_body
 from hipq.api.json_body import loads, off_loop
 from hipq.api.models import ErrorOut
-from hipq.job_types import JobTypeInfo
+from hipq.job_types import JobTypeInfo, JobTypes
 from hipq.outcome_rules import ANY_RESPONSE
-from hipq.job_types import JobTypes
 from hipq.response_intake import WEBHOOK_ID, check_body, check_callback_key, new_response
 from hipq.service import Service
 from hipq.signatures import SignatureError, verify
@@ -77,8 +76,9 @@ def _unauthorized(reason: str) -> JSONResponse:
         "requires signatures, a bad or missing Standard Webhooks signature is a 401 before any "
         "lookup; a replay of a signed message (same `webhook-id` within the tolerance) is a 200 "
         "with status `duplicate`, not stored again. When every job type that takes callbacks "
-        "requires signatures, a callback without such a `?type=` is a 401. A key over 500 characters, or a key or JSON body holding \\u0000 (which "
-        "PostgreSQL cannot store), is a 422."
+        "requires signatures, a callback without such a `?type=` is a 401. A key over 500 "
+        "characters, or a key or JSON body holding \\u0000 (which PostgreSQL cannot store), "
+        "is a 422."
     ),
 )
 async def deliver_callback(

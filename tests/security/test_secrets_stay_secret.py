@@ -105,6 +105,18 @@ def _env() -> dict[str, str]:
     return env
 
 
+def _spawn(config: Path, port: int, log_path: Path) -> subprocess.Popen[bytes]:
+    with open(log_path, "wb") as log:
+        return subprocess.Popen(
+            [str(HIPQ), "serve", "--config", str(config), "--port", str(port)],
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=_env(),
+            cwd=config.parent,
+        )
+
+
 @pytest.fixture
 async def external() -> AsyncIterator[tuple[External, int]]:
     ext = External()
@@ -120,15 +132,7 @@ async def test_no_configured_secret_in_any_response_or_log_line(
     config = _config(tmp_path / "hipq.yaml", database_url, ext_port)
     log_path = tmp_path / "hipq.log"
     port = free_port()
-    with open(log_path, "wb") as log:
-        process = subprocess.Popen(
-            [str(HIPQ), "serve", "--config", str(config), "--port", str(port)],
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            env=_env(),
-            cwd=tmp_path,
-        )
+    process = _spawn(config, port, log_path)
     answers: list[httpx.Response] = []
     try:
         async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=30) as api:

@@ -21,8 +21,9 @@ from hipq.config import ServerConfig
 __all__ = ["RequestGuards", "allowed_hosts"]
 
 _STATE_CHANGING = frozenset({"POST", "PUT", "PATCH", "DELETE"})
-# External systems post callbacks with whatever content type they use.
-_ANY_BODY_PREFIXES = ("/v1/callbacks/",)
+# Probes (a container orchestrator's) address the process by its IP: they are
+# answered whatever the Host, and give nothing a rebinding page could use.
+_PROBES = frozenset({"/healthz", "/readyz"})
 _LOOPBACK = ("localhost", "127.0.0.1", "::1")
 _CODES = {421: "misdirected_request", 403: "forbidden", 415: "unsupported_media_type"}
 
@@ -92,14 +93,16 @@ class RequestGuards:
 
     def _refusal(self, scope: Scope, headers: dict[str, str]) -> tuple[int, str, str] | None:
         host = _host_name(headers.get("host", ""))
-        if not self.any_host and host not in self.hosts:
+        if not self.any_host and host not in self.hosts and scope["path"] not in _PROBES:
             return 421, "host", "this host name is not served here (see server.allowed_hosts)"
         if scope["method"] not in _STATE_CHANGING:
             return None
         origin = headers.get("origin")
         if origin is not None and not self._origin_allowed(origin):
             return 403, "origin", "requests from another site are refused"
-        if scope["path"].startswith(_ANY_BODY_PREFIXES):
+        # The API takes JSON; external systems post callbacks in whatever type they use
+        # (and pages served outside /v1/ bring their own CSRF defence).
+        if not scope["path"].startswith("/v1/") or scope["path"].startswith("/v1/callbacks/"):
             return None
         kind = headers.get("content-type", "").split(";", 1)[0].strip().lower()
         if kind and not (kind == "application/json" or kind.endswith("+json")):

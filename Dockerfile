@@ -20,12 +20,12 @@ COPY --from=build /opt/hipq /opt/hipq
 COPY deploy/container-config.yaml /etc/hipq/config.yaml
 RUN useradd --system --uid 10001 --home-dir /var/lib/hipq --shell /usr/sbin/nologin hipq \
     && mkdir -p /var/lib/hipq && chown hipq:hipq /var/lib/hipq
+# One container on its own SQLite file migrates at start; with several processes
+# on PostgreSQL set HIPQ_MIGRATE_ON_START=false and run `hipq migrate` once instead.
 ENV PATH=/opt/hipq/bin:$PATH \
     PYTHONUNBUFFERED=1 \
     HIPQ_CONFIG=/etc/hipq/config.yaml \
     HIPQ_SERVER__HOST=0.0.0.0 \
-    # One container on its own SQLite file migrates at start; with several
-    # processes on PostgreSQL set it false and run `hipq migrate` once instead.
     HIPQ_MIGRATE_ON_START=true
 USER hipq
 WORKDIR /var/lib/hipq

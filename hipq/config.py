@@ -122,6 +122,9 @@ class HttpTransport(_Strict):
     # subdomains); null: any. A config change cannot send this type's credentials
     # to a new host without also changing this list.
     allowed_hosts: list[str] | None = None
+    # Keep cookies the destination sets and send them back on this job type's later
+    # requests (its own jar, shared with no other type). Off: no cookie is kept.
+    keep_cookies: bool = False
 
     @model_validator(mode="after")
     def _allowed_destination(self) -> HttpTransport:

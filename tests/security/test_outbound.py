@@ -46,6 +46,17 @@ async def test_a_cookie_set_for_one_job_is_not_sent_with_the_next(
     assert [s.headers.get("cookie") for s in peer.seen] == [None, None, None]
 
 
+async def test_a_job_type_that_keeps_cookies_keeps_them_to_itself(
+    peer: Peer, transports: Any
+) -> None:
+    keeper = info("keeper", url=f"{peer.base}/set-cookie", callback=False, keep_cookies=True)
+    other = info("other", url=f"{peer.base}/ok")
+    t = await transports(keeper, other)
+    for j in (job("keeper"), job("keeper", id=8), job("other", id=9)):
+        await (await send(t, j)).one()
+    assert [s.headers.get("cookie") for s in peer.seen] == [None, "session=from-job-1", None]
+
+
 @pytest.fixture
 async def proxy(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[Peer]:
     p = Peer()

@@ -39,8 +39,12 @@ def allowed_hosts(server: ServerConfig) -> frozenset[str]:
 
 
 def _host_name(value: str) -> str:
-    """``example.com:8000`` -> ``example.com``; ``[::1]:8000`` -> ``::1``."""
-    return (urlsplit("//" + value).hostname or "").lower() if value else ""
+    """``example.com:8000`` -> ``example.com``; ``[::1]:8000`` -> ``::1``; "" if
+    it is no host name at all (``[::1``)."""
+    try:
+        return (urlsplit("//" + value).hostname or "").lower() if value else ""
+    except ValueError:
+        return ""
 
 
 class _BodyTimeout(Exception):
@@ -117,8 +121,8 @@ class RequestGuards:
         if origin.rstrip("/").lower() in self.origins:
             return True
         # A page served by the API's own host is not another site.
-        parts = urlsplit(origin)
-        return parts.scheme in ("http", "https") and (parts.hostname or "") in self.hosts
+        scheme, _, rest = origin.partition("://")
+        return scheme.lower() in ("http", "https") and _host_name(rest) in self.hosts
 
 
 async def _answer(send: Send, status: int, code: str, field: str | None, message: str) -> None:

@@ -33,13 +33,24 @@ async def test_a_form_body_without_an_origin_is_refused_as_not_json(api: Api) ->
     assert (await api.job(posted["id"]))["state"] == "scheduled"
 
 
+@pytest.mark.parametrize(
+    "origin", ["null", "http://[::1", "file://localhost", "http://evil.example"]
+)
+async def test_odd_origins_are_refused(api: Api, origin: str) -> None:
+    answer = await api.client.post("/v1/queues/default/pause", json={}, headers={"origin": origin})
+    assert answer.status_code == 403, answer.text
+    assert (await api.client.get("/v1/queues/default")).json()["paused"] is False
+
+
 async def test_a_same_origin_json_request_works(api: Api) -> None:
     headers = {"origin": "http://localhost"}
     answer = await api.client.post("/v1/queues/default/pause", json={}, headers=headers)
     assert answer.status_code == 200, answer.text
 
 
-@pytest.mark.parametrize("host", ["evil.example", "rebind.attacker.test:8000", "localhost.evil"])
+@pytest.mark.parametrize(
+    "host", ["evil.example", "rebind.attacker.test:8000", "localhost.evil", "[::1", ""]
+)
 async def test_a_host_header_outside_the_allow_list_is_refused(api: Api, host: str) -> None:
     answer = await api.client.get("/v1/queues", headers={"host": host})
     assert answer.status_code == 421, answer.text

@@ -298,6 +298,16 @@ def _one_line(exc: ValidationError) -> str:
     return f"{where}: {msg}" if where else msg
 
 
+def _yaml_problem(exc: yaml.YAMLError) -> str:
+    """What is wrong and where, without the excerpt of the file PyYAML adds: the
+    offending line may hold a secret."""
+    problem = getattr(exc, "problem", None) or type(exc).__name__
+    mark = getattr(exc, "problem_mark", None)
+    where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark is not None else ""
+    context = getattr(exc, "context", None)
+    return f"{context + ': ' if context else ''}{problem}{where}"
+
+
 def load_settings(path: str | os.PathLike[str] | None = None, **overrides: Any) -> Settings:
     """Settings from a YAML file (``path`` or ``HIPQ_CONFIG``), with env overrides."""
     path = path or os.environ.get("HIPQ_CONFIG")
@@ -308,9 +318,7 @@ def load_settings(path: str | os.PathLike[str] | None = None, **overrides: Any) 
         except OSError as exc:
             raise ConfigError(f"cannot read config {path}: {exc.strerror}") from None
         except yaml.YAMLError as exc:
-            raise ConfigError(
-                f"config {path} is not valid YAML: {exc}".replace("\n", " ")
-            ) from None
+            raise ConfigError(f"config {path} is not valid YAML: {_yaml_problem(exc)}") from None
         if not isinstance(data, dict):
             raise ConfigError(f"config {path} must be a mapping of keys")
     data.update(overrides)

@@ -111,10 +111,23 @@ def compile_url(text: Any, where: str) -> TextTemplate:
         fixed += "/"  # no placeholder: the URL may end right after the host
     if not _FIXED_ORIGIN.match(fixed):
         raise RequestTemplateError(
-            f"{where}: {template.text!r} must start with http:// or https:// and a host"
-            " written out (placeholders may only follow in the path or query)"
+            f"{where}: {_without_secrets(template.text)!r} must start with http:// or https://"
+            " and a host written out (placeholders may only follow in the path or query)"
         )
     return TextTemplate(template.text, template.parts, _quote_all)
+
+
+def _without_secrets(url: str) -> str:
+    """``url`` for an error message: a password or token in its userinfo or query is
+    the config's secret, not something to print."""
+    scheme, sep, rest = url.partition("://")
+    if not sep:
+        return url.split("?", 1)[0]
+    authority, slash, path = rest.partition("/")
+    if "@" in authority:
+        authority = "***@" + authority.rsplit("@", 1)[1]
+    shown = f"{scheme}://{authority}{slash}{path}"
+    return shown.split("?", 1)[0] + ("?***" if "?" in shown else "")
 
 
 # Values that would be a dot segment (RFC 3986, 5.2.4) if they make up a path segment.

@@ -16,6 +16,7 @@ from typing import Annotated, Any, NoReturn
 import httpx
 import typer
 
+from hipq import cli_healthcheck
 from hipq.cli_tokens import tokens_app
 from hipq.config import ConfigError, Settings, load_settings
 from hipq.tokens import TokenConfigError, Tokens, exposure_problem, load_tokens
@@ -30,6 +31,7 @@ jobs_app = typer.Typer(
 )
 app.add_typer(jobs_app, name="jobs")
 app.add_typer(tokens_app, name="tokens")
+app.add_typer(cli_healthcheck.app, name="healthcheck")
 
 ConfigOpt = Annotated[
     str | None, typer.Option("--config", "-c", envvar="HIPQ_CONFIG", help="YAML config file")
@@ -96,6 +98,7 @@ async def _serve(settings: Settings, tokens: Tokens) -> None:
     import uvicorn
 
     from hipq.api.app import create_app
+    from hipq.api.slow_clients import header_timeout_protocol
     from hipq.service import ServiceError
     from hipq.stop_signals import Server, StopSignals
     from hipq.store import StoreSetupError
@@ -116,6 +119,9 @@ async def _serve(settings: Settings, tokens: Tokens) -> None:
             log_level=settings.log_level,
             log_config=None,  # its lines go through hipq's handler and format
             access_log=False,
+            # Beyond this many connections at once the server answers 503 at once.
+            limit_concurrency=settings.server.max_connections,
+            http=header_timeout_protocol(settings.server.header_read_timeout),
             # Requests under way at a stop get the same grace as the jobs in flight.
             timeout_graceful_shutdown=max(1, round(settings.shutdown_grace)),
         )

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 from typing import Annotated, Any, Literal
+from urllib.parse import urlsplit
 
 import yaml
 from pydantic import (
@@ -46,6 +47,20 @@ class ServerConfig(_Strict):
     # the JSON decoder holds the event loop about 4 ms per MiB: 8 MiB fits a small machine.
     max_body_bytes: int = Field(8 * 1024 * 1024, ge=1024)
     max_batch_jobs: int = Field(10_000, ge=1, le=100_000)
+    # Host names (the Host header) the API answers to besides localhost, 127.0.0.1,
+    # ::1 and the host of public_url; "*" answers to any (behind a proxy that checks
+    # it). Anything else gets 421: a DNS-rebinding page cannot reach the API.
+    allowed_hosts: list[str] = Field(default_factory=list)
+    # Origins (scheme://host[:port]) whose pages may send state-changing requests;
+    # pages of an allowed host always may. Others get 403.
+    allowed_origins: list[str] = Field(default_factory=list)
+    # A connection whose request headers are not complete this long after it opened
+    # (or after the request's first byte) is closed.
+    header_read_timeout: Seconds = Field(10.0, gt=0)
+    # A request body that stops arriving for this long is cut off with 408.
+    body_read_timeout: Seconds = Field(30.0, gt=0)
+    # Connections (and requests) at once; further ones get 503 from the server.
+    max_connections: int = Field(1000, ge=1)
 
     def base_url(self) -> str:
         return (self.public_url or f"http://{self.host}:{self.port}").rstrip("/")
@@ -103,6 +118,32 @@ class HttpTransport(_Strict):
     # 4xx statuses that fail the job at once (other 4xx, 5xx and 429 are retried).
     non_retryable_statuses: list[int] = Field(default_factory=list)
     max_response_bytes: int = Field(1024 * 1024, ge=1)
+    # Host names the url may name ("api.example.com", or "*.example.com" for its
+    # subdomains); null: any. A config change cannot send this type's credentials
+    # to a new host without also changing this list.
+    allowed_hosts: list[str] | None = None
+    # Keep cookies the destination sets and send them back on this job type's later
+    # requests (its own jar, shared with no other type). Off: no cookie is kept.
+    keep_cookies: bool = False
+
+    @model_validator(mode="after")
+    def _allowed_destination(self) -> HttpTransport:
+        if self.allowed_hosts is None:
+            return self
+        # The scheme and host are written out before the first placeholder (rendering).
+        host = urlsplit(self.url.split("{", 1)[0]).hostname or ""
+        if not any(_host_allowed(host, pattern) for pattern in self.allowed_hosts):
+            raise ValueError(
+                f"the url's host {host!r} is not in allowed_hosts ({', '.join(self.allowed_hosts)})"
+            )
+        return self
+
+
+def _host_allowed(host: str, pattern: str) -> bool:
+    host, pattern = host.lower().rstrip("."), pattern.lower().rstrip(".")
+    if pattern.startswith("*."):
+        return host.endswith(pattern[1:]) and len(host) > len(pattern) - 1
+    return host == pattern
 
 
 class KafkaTransport(_Strict):
@@ -293,6 +334,16 @@ def _one_line(exc: ValidationError) -> str:
     return f"{where}: {msg}" if where else msg
 
 
+def _yaml_problem(exc: yaml.YAMLError) -> str:
+    """What is wrong and where, without the excerpt of the file PyYAML adds: the
+    offending line may hold a secret."""
+    problem = getattr(exc, "problem", None) or type(exc).__name__
+    mark = getattr(exc, "problem_mark", None)
+    where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark is not None else ""
+    context = getattr(exc, "context", None)
+    return f"{context + ': ' if context else ''}{problem}{where}"
+
+
 def load_settings(path: str | os.PathLike[str] | None = None, **overrides: Any) -> Settings:
     """Settings from a YAML file (``path`` or ``HIPQ_CONFIG``), with env overrides."""
     path = path or os.environ.get("HIPQ_CONFIG")
@@ -303,9 +354,7 @@ def load_settings(path: str | os.PathLike[str] | None = None, **overrides: Any) 
         except OSError as exc:
             raise ConfigError(f"cannot read config {path}: {exc.strerror}") from None
         except yaml.YAMLError as exc:
-            raise ConfigError(
-                f"config {path} is not valid YAML: {exc}".replace("\n", " ")
-            ) from None
+            raise ConfigError(f"config {path} is not valid YAML: {_yaml_problem(exc)}") from None
         if not isinstance(data, dict):
             raise ConfigError(f"config {path} must be a mapping of keys")
     data.update(overrides)

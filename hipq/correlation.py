@@ -46,7 +46,9 @@ class Correlation:
         if not self.active:
             return {}
         if self.late_types:
-            accepted = await batch.response_accept_late(self.late_types, self.clock())
+            accepted = await batch.response_accept_late(
+                self.late_types, self.clock(), signed_types=self.signed_types
+            )
             for job_id in accepted:
                 fields = {"job_id": job_id, "state": "completed", "attempt": None, "error": None}
                 committed.append(("job_settled", {"queue": self.queue, **fields}))

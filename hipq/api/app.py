@@ -13,6 +13,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from hipq import __version__, dashboard
 from hipq.api import auth, callbacks, errors, jobs, queues, responses
+from hipq.api.request_guards import RequestGuards
 from hipq.faults import FaultReporter, unavailable
 from hipq.metrics import Metrics
 from hipq.service import Service
@@ -98,6 +99,8 @@ def create_app(
     app.add_middleware(errors.BodyLimit, max_bytes=service.settings.server.max_body_bytes)
     app.add_middleware(errors.FaultRecovery, faults=faults)
     app.add_middleware(RequestBudget, service=service)
+    # A foreign Host or Origin, a non-JSON or stalled body: refused before any route.
+    app.add_middleware(RequestGuards, server=service.settings.server)
     # Outermost: a caller without the scope is refused before anything reads the body.
     app.add_middleware(auth.Authentication, api=app, tokens=tokens, settings=service.settings)
     app.include_router(jobs.router)

@@ -3,19 +3,20 @@
 from __future__ import annotations
 
 import json
+from datetime import timedelta
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import JSONResponse
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from hipq.api.auth import CallbackAccess, token_proves_callback
 from hipq.api.errors import InvalidParameter, error_body
 from hipq.api.json_body import loads, off_loop
 from hipq.api.models import ErrorOut
-from hipq.job_types import JobTypeInfo
+from hipq.job_types import JobTypeInfo, JobTypes
 from hipq.outcome_rules import ANY_RESPONSE
-from hipq.response_intake import check_body, check_callback_key, new_response
+from hipq.response_intake import WEBHOOK_ID, check_body, check_callback_key, new_response
 from hipq.service import Service
 from hipq.signatures import SignatureError, verify
 
@@ -39,8 +40,23 @@ def _parsed_body(raw: bytes) -> Any:
 
 
 class CallbackAccepted(BaseModel):
-    status: str = "accepted"
+    status: str = Field(
+        default="accepted",
+        description="accepted (stored now), or duplicate (a replayed signed message, "
+        "stored before under response_id)",
+    )
     response_id: int
+
+
+def _only_signed(job_types: JobTypes) -> bool:
+    """Every job type that takes callbacks requires signatures: an unsigned callback
+    could never settle anything, so it is refused instead of kept for the TTL."""
+    external = [t for t in job_types.values() if t.external]
+    return bool(external) and all(t.signed for t in external)
+
+
+def _unauthorized(reason: str) -> JSONResponse:
+    return JSONResponse(error_body("unauthorized", [("webhook-signature", reason)]), 401)
 
 
 @router.post(
@@ -48,15 +64,23 @@ class CallbackAccepted(BaseModel):
     dependencies=[Depends(CallbackAccess())],
     status_code=202,
     response_model=CallbackAccepted,
-    responses={401: {"model": ErrorOut}, 413: {"model": ErrorOut}, 422: {"model": ErrorOut}},
+    responses={
+        200: {"model": CallbackAccepted, "description": "a replay, answered without storing it"},
+        401: {"model": ErrorOut},
+        413: {"model": ErrorOut},
+        422: {"model": ErrorOut},
+    },
     summary="Deliver the correlated response of a job (stored durably before the 202)",
     description=(
         "hipq puts this URL, with the job's correlation key and `?type=`, in each request it "
         "sends. Answers 202 once the response is stored, also for a duplicate or an unknown key "
         "(kept until the TTL, see GET /v1/responses). With `?type=` naming a job type that "
         "requires signatures, a bad or missing Standard Webhooks signature is a 401 before any "
-        "lookup. A key over 500 characters, or a key or JSON body holding \\u0000 (which "
-        "PostgreSQL cannot store), is a 422."
+        "lookup; a replay of a signed message (same `webhook-id` within the tolerance) is a 200 "
+        "with status `duplicate`, not stored again. When every job type that takes callbacks "
+        "requires signatures, a callback without such a `?type=` is a 401. A key over 500 "
+        "characters, or a key or JSON body holding \\u0000 (which PostgreSQL cannot store), "
+        "is a 422."
     ),
 )
 async def deliver_callback(
@@ -67,6 +91,7 @@ async def deliver_callback(
     service: Service = request.app.state.service
     raw = await request.body()
     info: JobTypeInfo | None = None
+    replay_seed: str | None = None
     if type is not None:
         info = service.job_types.lookup(type)
         if info is None:
@@ -84,9 +109,13 @@ async def deliver_callback(
                     int(signature.tolerance),
                 )
             except SignatureError as exc:
-                return JSONResponse(
-                    error_body("unauthorized", [("webhook-signature", exc.reason)]), 401
-                )
+                return _unauthorized(exc.reason)
+            replay_seed = request.headers[WEBHOOK_ID]
+    if replay_seed is None and _only_signed(service.job_types):
+        return _unauthorized(
+            "every job type here requires signed callbacks: add ?type= naming one and a "
+            "Standard Webhooks signature"
+        )
     check_callback_key(key)
     body = await off_loop(len(raw), lambda: _parsed_body(raw))
     headers = {k: v for k, v in request.headers.items() if k not in _DROPPED_HEADERS}
@@ -94,5 +123,15 @@ async def deliver_callback(
     response = new_response(
         key, body, source="webhook", rule=rule, headers=headers, kept_headers=headers, job_type=type
     )
+    if replay_seed is not None and info is not None and info.config.callback_signature:
+        # Standard Webhooks: remember message ids for the tolerance window, so that a
+        # captured request replayed within it is not stored (and counted) again.
+        # Older replays already fail the timestamp check.
+        window = timedelta(seconds=int(info.config.callback_signature.tolerance))
+        seen = await service.store.response_delivered(
+            key, info.name, response.fingerprint or "", service.clock() - window
+        )
+        if seen is not None:
+            return JSONResponse(CallbackAccepted(status="duplicate", response_id=seen).model_dump())
     response_id = await service.responses.write(response)
     return CallbackAccepted(response_id=response_id)

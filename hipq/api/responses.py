@@ -54,6 +54,13 @@ class MatchIn(BaseModel):
     job_id: int = Field(
         ge=1, le=MAX_ID, description="a running or awaiting job this response settles"
     )
+    accept_unsigned: bool = Field(
+        default=False,
+        description=(
+            "settle a job whose type requires signed callbacks with a response that was not "
+            "signed for that type (refused with 409 unless true)"
+        ),
+    )
 
 
 ResponseId = Annotated[int, Path(ge=1, le=MAX_ID, description="the response's id")]
@@ -130,8 +137,18 @@ async def get_response(response_id: ResponseId, request: Request) -> ResponseOut
     response_model=ResponseOut,
     responses={404: {"model": ErrorOut}, 409: {"model": ErrorOut}},
     summary="Match a response to an in-flight job by hand (settled at the next tick)",
+    description=(
+        "A job whose type requires signed callbacks is matched only with a response signed "
+        "for that type, unless `accept_unsigned` is true (409 naming `accept_unsigned`)."
+    ),
 )
 async def match_response(response_id: ResponseId, body: MatchIn, request: Request) -> ResponseOut:
     service: Service = request.app.state.service
-    response = await service.store.response_force_match(response_id, body.job_id, service.clock())
+    response = await service.store.response_force_match(
+        response_id,
+        body.job_id,
+        service.clock(),
+        signed_types=service.job_types.signed_types(),
+        accept_unsigned=body.accept_unsigned,
+    )
     return ResponseOut.of(response)

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import bindparam, exists, false, func, select, update
+from sqlalchemy import bindparam, exists, false, func, select, true, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from hipq.jobs import Job
@@ -257,10 +257,16 @@ class QueueBatch:
         return marked.rowcount or 0
 
     async def response_accept_late(
-        self, types: Sequence[str], now: datetime, limit: int = 1000
+        self,
+        types: Sequence[str],
+        now: datetime,
+        limit: int = 1000,
+        signed_types: Sequence[str] = (),
     ) -> list[int]:
         """Complete failed or cancelled jobs of ``types`` with their late successful
-        responses (upkeep marked them late with the job's id). Returns the job ids."""
+        responses (upkeep marked them late with the job's id). Returns the job ids.
+        A job of a type in ``signed_types`` takes only a response signed for it."""
+        signed_only = jobs.c.type.not_in(list(signed_types)) | (responses.c.job_type == jobs.c.type)
         rows = (
             await self.conn.execute(
                 select(
@@ -279,6 +285,7 @@ class QueueBatch:
                     jobs.c.queue == self.queue,
                     jobs.c.type.in_(list(types)),
                     jobs.c.state.in_(sorted(s.value for s in guards.ACCEPT_LATE.sources)),
+                    signed_only if signed_types else true(),
                 )
                 .order_by(responses.c.id)
                 .limit(limit)

@@ -82,8 +82,21 @@ class InboxTable(Transactions):
         async with self._read() as conn:
             return [Response(**r._asdict()) for r in (await conn.execute(query)).all()]
 
-    async def response_force_match(self, response_id: int, job_id: int, now: datetime) -> Response:
-        """An operator pairs an unmatched response with an in-flight job by hand."""
+    async def response_force_match(
+        self,
+        response_id: int,
+        job_id: int,
+        now: datetime,
+        signed_types: Sequence[str] = (),
+        accept_unsigned: bool = False,
+    ) -> Response:
+        """An operator pairs an unmatched response with an in-flight job by hand.
+
+        A job of a type in ``signed_types`` is settled only by a response whose
+        signature was verified for that type, unless ``accept_unsigned`` says the
+        operator vouches for it: otherwise anyone who can post an unsigned callback
+        could have a signed job completed by a careless match.
+        """
         async with self._write() as conn:
             row = (
                 await conn.execute(select(responses).where(responses.c.id == response_id))
@@ -99,6 +112,13 @@ class InboxTable(Transactions):
                     "awaiting job",
                     field="job_id",
                 )
+            if job.type in signed_types and row.job_type != job.type and not accept_unsigned:
+                raise Conflict(
+                    f"job {job_id} is of type {job.type!r}, whose callbacks must be signed, and "
+                    f"response {response_id} was not signed for it; send accept_unsigned: true "
+                    "to settle it anyway",
+                    field="accept_unsigned",
+                )
             reopened = await conn.execute(
                 update(responses)
                 .where(responses.c.id == response_id, responses.c.status == row.status)
@@ -112,6 +132,22 @@ class InboxTable(Transactions):
                 raise Conflict(f"response {response_id} changed meanwhile; try again", field="id")
             await self._notify(conn, {responses_payload()})  # look at the inbox
         return await self.response_get(response_id)
+
+    async def response_delivered(
+        self, correlation_key: str, job_type: str, fingerprint: str, since: datetime
+    ) -> int | None:
+        """The id of a response of ``job_type`` under ``correlation_key`` with
+        ``fingerprint`` (a signed sender's ``webhook-id``) received since ``since``,
+        or None: a replay within the signature tolerance is answered from it."""
+        query = select(func.min(responses.c.id)).where(
+            responses.c.correlation_key == correlation_key,
+            responses.c.fingerprint == fingerprint,
+            responses.c.job_type == job_type,
+            responses.c.received_at >= since,
+        )
+        async with self._read() as conn:
+            found: int | None = (await conn.execute(query)).scalar()
+        return found
 
     async def parked_list(
         self, after_id: int | None = None, limit: int = 100

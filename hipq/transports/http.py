@@ -21,6 +21,7 @@ import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from http.cookiejar import CookieJar, DefaultCookiePolicy
 from urllib.parse import quote
 
 import httpx
@@ -64,6 +65,8 @@ class _Route:
     headers: tuple[tuple[str, TextTemplate], ...]
     body: BodyTemplate | None
     rule: OutcomeRule
+    # keep_cookies: this job type's own jar (one per type, never shared); else None.
+    cookies: httpx.Cookies | None = None
 
 
 class _BodyTooLarge(Exception):
@@ -86,7 +89,8 @@ def _compile_route(info: JobTypeInfo) -> _Route:
         rule = rule_for(info.config.outcome)
     except OutcomeRuleError as exc:
         raise RequestTemplateError(f"job_types.{info.name}.outcome: {exc}") from None
-    return _Route(cfg, compile_url(cfg.url, f"{where}.url"), tuple(headers), body, rule)
+    jar = httpx.Cookies() if cfg.keep_cookies else None
+    return _Route(cfg, compile_url(cfg.url, f"{where}.url"), tuple(headers), body, rule, jar)
 
 
 class HttpTransport:
@@ -120,7 +124,14 @@ class HttpTransport:
     async def start(self) -> None:
         if self._client is None:
             pool = PooledTransport(MAX_CONNECTIONS, MAX_IDLE_CONNECTIONS)
-            self._client = httpx.AsyncClient(follow_redirects=False, transport=pool, timeout=30.0)
+            # A jar that keeps nothing: a Set-Cookie of one job's response must not
+            # ride along on the next request, of this job type or another.
+            self._client = httpx.AsyncClient(
+                follow_redirects=False,
+                transport=pool,
+                timeout=30.0,
+                cookies=CookieJar(DefaultCookiePolicy(allowed_domains=[])),
+            )
 
     async def stop(self) -> None:
         await self._tasks.cancel_all()
@@ -160,6 +171,8 @@ class HttpTransport:
         except (httpx.InvalidURL, httpx.UnsupportedProtocol, ValueError) as exc:
             return _failed(f"request cannot be built: {exc}", retryable=False)
         target = _shown(request.url)
+        if route.cookies is not None:
+            route.cookies.set_cookie_header(request)
         try:
             async with asyncio.timeout(cfg.timeout):
                 status, headers, content = await _exchange(client, request, cfg.max_response_bytes)
@@ -173,6 +186,8 @@ class HttpTransport:
             return _failed(f"request to {target} cannot be sent: {exc}", retryable=False)
         except httpx.HTTPError as exc:
             return _failed(f"request to {target} failed: {_describe(exc)}")
+        if route.cookies is not None:
+            route.cookies.extract_cookies(httpx.Response(status, headers=headers, request=request))
         body = parse_body(content)
         if 200 <= status < 300:
             if cfg.callback:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import ssl
 from collections import OrderedDict, deque
 from collections.abc import AsyncIterator, Iterator
@@ -42,6 +43,13 @@ _EXCEPTIONS: dict[type[Exception], type[httpx.HTTPError]] = {
     httpcore.UnsupportedProtocol: httpx.UnsupportedProtocol,
 }
 _DEFAULT_PORTS = {b"http": 80, b"https": 443}
+
+# httpx logs every request at INFO with its full URL (userinfo and query included:
+# passwords, tokens), and httpcore logs connection details at DEBUG. A job's URL is
+# the job type's secret to keep: both stay quiet below WARNING, whatever hipq's
+# own log level (the attempt's error says what went wrong, without the URL).
+for _chatty in ("httpx", "httpcore"):
+    logging.getLogger(_chatty).setLevel(logging.WARNING)
 
 Key = tuple[bytes, bytes, int]
 

@@ -7,7 +7,10 @@ literal braces).
 
 * URL and header templates render as text. Values put into a URL are
   percent-encoded, and the scheme and host must be written out in the template:
-  where a request goes is the operator's decision, never a job payload's.
+  where a request goes is the operator's decision, never a job payload's. A
+  value that is ``.`` or ``..`` is refused: percent-encoding leaves dots alone,
+  and a client or server would collapse such a segment, climbing out of the
+  path the template names.
 * The body template is JSON (a mapping, list or scalar from the config). A string
   that is exactly one placeholder (``"{payload.items}"``) keeps the value's JSON
   type, including ``null``; any other string renders as text. Object keys are
@@ -108,14 +111,33 @@ def compile_url(text: Any, where: str) -> TextTemplate:
         fixed += "/"  # no placeholder: the URL may end right after the host
     if not _FIXED_ORIGIN.match(fixed):
         raise RequestTemplateError(
-            f"{where}: {template.text!r} must start with http:// or https:// and a host"
-            " written out (placeholders may only follow in the path or query)"
+            f"{where}: {_without_secrets(template.text)!r} must start with http:// or https://"
+            " and a host written out (placeholders may only follow in the path or query)"
         )
     return TextTemplate(template.text, template.parts, _quote_all)
 
 
+def _without_secrets(url: str) -> str:
+    """``url`` for an error message: a password or token in its userinfo or query is
+    the config's secret, not something to print."""
+    scheme, sep, rest = url.partition("://")
+    if not sep:
+        return url.split("?", 1)[0]
+    authority, slash, path = rest.partition("/")
+    if "@" in authority:
+        authority = "***@" + authority.rsplit("@", 1)[1]
+    shown = f"{scheme}://{authority}{slash}{path}"
+    return shown.split("?", 1)[0] + ("?***" if "?" in shown else "")
+
+
+# Values that would be a dot segment (RFC 3986, 5.2.4) if they make up a path segment.
+_DOT_SEGMENTS = frozenset({".", ".."})
+
+
 def _quote_all(value: str) -> str:
     # safe="": a value cannot add path segments, a query or a fragment.
+    if value in _DOT_SEGMENTS:
+        raise RenderError(f"{value!r} would be a dot segment in the URL")
     return quote(value, safe="")
 
 

@@ -94,7 +94,7 @@ async def open_api(
     app = create_app(service, manage_service=False)
     transport = httpx.ASGITransport(app)
     try:
-        async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
+        async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as client:
             yield Api(service, client, clock)
     finally:
         await service.stop()

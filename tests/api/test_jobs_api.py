@@ -695,7 +695,9 @@ async def test_body_errors_say_what_is_wrong(sqlite_api: Api) -> None:
     async def post(raw: bytes, content_type: str | None = "application/json") -> str:
         headers = {"content-type": content_type} if content_type else {}
         response = await sqlite_api.client.post("/v1/jobs", content=raw, headers=headers)
-        return assert_error(response, 422, None)["message"]
+        # Another declared type is refused before the route: 415 naming the header.
+        status, field = (415, "content-type") if content_type == "text/plain" else (422, None)
+        return assert_error(response, status, field)["message"]
 
     assert "required" in await post(b"")
     assert "must be a JSON object" in await post(b"[1]")

@@ -157,7 +157,7 @@ async def test_readyz_before_the_service_started(sqlite_url: str) -> None:
     app = create_app(service, manage_service=False)
     try:
         async with httpx.AsyncClient(
-            transport=httpx.ASGITransport(app), base_url="http://test"
+            transport=httpx.ASGITransport(app), base_url="http://localhost"
         ) as client:
             response = await client.get("/readyz")
         assert response.status_code == 503

@@ -28,7 +28,7 @@ async def test_readyz_names_a_kafka_broker_that_is_down_and_jobs_are_still_accep
     await service.start()
     try:
         transport = httpx.ASGITransport(create_app(service, manage_service=False))
-        async with httpx.AsyncClient(transport=transport, base_url="http://test") as api:
+        async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as api:
             ready = await api.get("/readyz")
             assert ready.status_code == 503
             assert "kafka_producer" in ready.json()["problems"]

@@ -1,0 +1,140 @@
+"""Refusals before any route runs: a Host outside the allow-list (DNS rebinding), a
+foreign Origin or a non-JSON body on a state-changing route (a cross-site form), and
+a request body that stops arriving (a slow client holding a connection).
+
+Starlette's TrustedHostMiddleware checks the Host too, but answers in plain text;
+hipq's clients read its JSON error shape, and the Origin and content-type checks
+need the same allow-list, so the three live here together.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from urllib.parse import urlsplit
+
+import orjson
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from hipq.api.errors import error_body
+from hipq.config import ServerConfig
+
+__all__ = ["RequestGuards", "allowed_hosts"]
+
+_STATE_CHANGING = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+# Probes (a container orchestrator's) address the process by its IP: they are
+# answered whatever the Host, and give nothing a rebinding page could use.
+_PROBES = frozenset({"/healthz", "/readyz"})
+_LOOPBACK = ("localhost", "127.0.0.1", "::1")
+_CODES = {421: "misdirected_request", 403: "forbidden", 415: "unsupported_media_type"}
+
+
+def allowed_hosts(server: ServerConfig) -> frozenset[str]:
+    """Host names the API answers to: loopback names (a rebinding page cannot send
+    them), ``server.allowed_hosts``, and the host of ``public_url`` (external systems
+    call back there)."""
+    names = {*_LOOPBACK, *server.allowed_hosts}
+    if server.public_url:
+        names.add(urlsplit(server.public_url).hostname or "")
+    return frozenset(n.lower() for n in names if n)
+
+
+def _host_name(value: str) -> str:
+    """``example.com:8000`` -> ``example.com``; ``[::1]:8000`` -> ``::1``; "" if
+    it is no host name at all (``[::1``)."""
+    try:
+        return (urlsplit("//" + value).hostname or "").lower() if value else ""
+    except ValueError:
+        return ""
+
+
+class _BodyTimeout(Exception):
+    pass
+
+
+class RequestGuards:
+    def __init__(self, app: ASGIApp, server: ServerConfig) -> None:
+        self.app = app
+        self.hosts = allowed_hosts(server)
+        self.any_host = "*" in self.hosts
+        self.origins = frozenset(o.rstrip("/").lower() for o in server.allowed_origins)
+        self.body_timeout = server.body_read_timeout
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
+        refusal = self._refusal(scope, headers)
+        if refusal is not None:
+            status, field, message = refusal
+            await _answer(send, status, _CODES[status], field, message)
+            return
+        started = False
+
+        async def timed_receive() -> Message:
+            try:
+                async with asyncio.timeout(self.body_timeout):
+                    return await receive()
+            except TimeoutError:
+                raise _BodyTimeout from None
+
+        async def tracking_send(message: Message) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, timed_receive, tracking_send)
+        except _BodyTimeout:
+            if not started:
+                await _answer(
+                    send,
+                    408,
+                    "request_timeout",
+                    None,
+                    f"the request body did not arrive within {self.body_timeout:g}s",
+                )
+
+    def _refusal(self, scope: Scope, headers: dict[str, str]) -> tuple[int, str, str] | None:
+        host = _host_name(headers.get("host", ""))
+        if not self.any_host and host not in self.hosts and scope["path"] not in _PROBES:
+            return 421, "host", "this host name is not served here (see server.allowed_hosts)"
+        if scope["method"] not in _STATE_CHANGING:
+            return None
+        origin = headers.get("origin")
+        if origin is not None and not self._origin_allowed(origin):
+            return 403, "origin", "requests from another site are refused"
+        # The API takes JSON; external systems post callbacks in whatever type they use
+        # (and pages served outside /v1/ bring their own CSRF defence).
+        if not scope["path"].startswith("/v1/") or scope["path"].startswith("/v1/callbacks/"):
+            return None
+        kind = headers.get("content-type", "").split(";", 1)[0].strip().lower()
+        if kind and not (kind == "application/json" or kind.endswith("+json")):
+            return (
+                415,
+                "content-type",
+                "state-changing requests take JSON: send content-type: application/json",
+            )
+        return None
+
+    def _origin_allowed(self, origin: str) -> bool:
+        if origin.rstrip("/").lower() in self.origins:
+            return True
+        # A page served by the API's own host is not another site.
+        scheme, _, rest = origin.partition("://")
+        return scheme.lower() in ("http", "https") and _host_name(rest) in self.hosts
+
+
+async def _answer(send: Send, status: int, code: str, field: str | None, message: str) -> None:
+    body = orjson.dumps(error_body(code, [(field, message)]))
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [
+                (b"content-type", b"application/json"),
+                (b"content-length", str(len(body)).encode()),
+            ],
+        }
+    )
+    await send({"type": "http.response.body", "body": body})

@@ -1,0 +1,43 @@
+"""`hipq healthcheck`: exit 0 when the local `hipq serve` answers /readyz with 200.
+
+For a container's HEALTHCHECK: the slim image has no curl, and this reads the port
+from the same config as the server it checks.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, NoReturn
+
+import httpx
+import typer
+
+from hipq.config import ConfigError, load_settings
+
+app = typer.Typer(help="Check that the local hipq serve is ready (exit 0) or not (exit 1).")
+
+
+def _fail(message: str) -> NoReturn:
+    typer.echo(f"error: {message}", err=True)
+    raise typer.Exit(1)
+
+
+@app.callback(invoke_without_command=True)
+def healthcheck(
+    config: Annotated[
+        str | None, typer.Option("--config", "-c", envvar="HIPQ_CONFIG", help="YAML config file")
+    ] = None,
+    timeout: Annotated[float, typer.Option(help="seconds to wait for the answer")] = 5.0,
+) -> None:
+    """GET /readyz on 127.0.0.1 at server.port; exit 1 with one line unless it is 200."""
+    try:
+        settings = load_settings(config)
+    except ConfigError as exc:
+        _fail(str(exc))
+    url = f"http://127.0.0.1:{settings.server.port}/readyz"
+    try:
+        answer = httpx.get(url, timeout=timeout, headers={"host": "localhost"})
+    except httpx.HTTPError as exc:
+        _fail(f"not ready: {url}: {type(exc).__name__}")
+    if answer.status_code != 200:
+        _fail(f"not ready: {url} answered {answer.status_code}")
+    typer.echo("ready")

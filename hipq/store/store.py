@@ -20,10 +20,11 @@ from hipq.store.inbox import InboxTable
 from hipq.store.jobs import JobTable
 from hipq.store.process_guard import ProcessGuard
 from hipq.store.queues import QueueTable
+from hipq.store.schedules import ScheduleTable
 from hipq.store.schema import metadata
 
 
-class Store(JobTable, InboxTable, QueueTable):
+class Store(JobTable, InboxTable, QueueTable, ScheduleTable):
     def __init__(self, engine: AsyncEngine, dialect: Dialect | None = None) -> None:
         super().__init__(engine, dialect or dialect_for(engine.url.render_as_string()))
 

@@ -248,3 +248,28 @@ async def test_a_year_of_two_oclock_in_berlin_makes_365_jobs(database_url: str) 
     assert by_day["2026-03-29"] == "01:00"  # spring forward: 02:00 CET did not exist; once
     assert by_day["2026-10-25"] == "00:00"  # fall back: the first 02:00 (CEST) only
     assert by_day["2026-07-01"] == "00:00" and by_day["2026-12-01"] == "01:00"
+
+
+async def test_openapi_declares_every_route_with_its_errors(sqlite_api: Api) -> None:
+    spec = (await sqlite_api.client.get("/openapi.json")).json()
+    paths = spec["paths"]
+    expected = {
+        "/v1/schedules": ({"get", "post"}, {"post": {"201", "409", "422"}}),
+        "/v1/schedules/{name}": (
+            {"get", "patch", "delete"},
+            {"get": {"404"}, "patch": {"404", "409", "422"}, "delete": {"204", "404", "409"}},
+        ),
+        "/v1/schedules/{name}/pause": ({"post"}, {"post": {"404"}}),
+        "/v1/schedules/{name}/resume": ({"post"}, {"post": {"404"}}),
+        "/v1/schedules/{name}/run": ({"post"}, {"post": {"201", "404", "409", "422"}}),
+        "/v1/schedules/{name}/next": ({"get"}, {"get": {"404", "422"}}),
+        "/v1/schedules/{name}/fires": ({"get"}, {"get": {"404"}}),
+    }
+    for path, (methods, codes) in expected.items():
+        assert methods <= set(paths[path]), path
+        for method, wanted in codes.items():
+            responses = paths[path][method]["responses"]
+            assert wanted <= set(responses), (path, method, set(responses))
+            for code in wanted - {"201", "204"}:
+                ref = responses[code]["content"]["application/json"]["schema"]["$ref"]
+                assert ref.endswith("/ErrorOut")

@@ -125,39 +125,65 @@ def job_fields(schedule: Schedule, fire: datetime) -> dict[str, Any]:
 @dataclass(frozen=True)
 class Plan:
     fires: list[datetime]  # to become jobs, oldest first
-    missed: int  # past fire times dropped by catch_up (or outside the backfill)
+    missed: bool  # some due fire times were dropped (catch_up, or older than backfill)
     checked_until: datetime  # everything up to here is decided
+
+    @property
+    def changes(self) -> bool:
+        """Whether there is anything to store (an idle tick writes nothing)."""
+        return bool(self.fires) or self.missed
+
+
+# ``latest`` looks for the newest due fire time in these spans back from now, shortest
+# first, so that ``* * * * *`` with a year of backfill costs one hour of fire times.
+_LATEST_SPANS = (timedelta(hours=1), timedelta(days=1), timedelta(days=31), None)
 
 
 def plan(schedule: Schedule, checked_until: datetime, now: datetime, on_time: float) -> Plan:
     """Which fire times in (checked_until, now] become jobs.
 
     A fire time at most ``on_time`` seconds old is on time and always becomes a job.
-    Older ones were missed (hipq was down or the schedule paused): ``none`` drops
-    them, ``all`` makes a job of each within ``backfill``, ``latest`` only of the
-    newest of all due fire times (on time or within ``backfill``).
+    Older ones were missed (hipq was down): ``none`` drops them, ``all`` makes a job
+    of each within ``backfill``, ``latest`` only of the newest due fire time (on time
+    or within ``backfill``).
     """
-    late_before = now - timedelta(seconds=on_time)
-    oldest = now - timedelta(seconds=max(schedule.backfill_seconds, on_time))
+    first = schedule.cron.next_after(checked_until)
+    if first is None or first > now:
+        return Plan([], False, checked_until)
+    window = timedelta(seconds=max(schedule.backfill_seconds, on_time))
     if schedule.catch_up == "none":
-        oldest = late_before
-    start = max(checked_until, oldest - timedelta(microseconds=1))
-    due: list[datetime] = []
-    until = now
+        window = timedelta(seconds=on_time)
+    start = max(checked_until, now - window - _TICK)
+    missed = first <= start  # due fire times before the window: dropped
+    if schedule.catch_up == "latest":
+        newest = _newest(schedule.cron, start, now)
+        fires = [] if newest is None else [newest]
+        return Plan(fires, missed or newest != first, now)
+    fires, until = [], now
     for fire in schedule.cron.fire_times(start):
         if fire > now:
             break
-        due.append(fire)
-        if len(due) >= MAX_FIRES_PER_TICK and schedule.catch_up == "all":
+        fires.append(fire)
+        if len(fires) >= MAX_FIRES_PER_TICK:
             until = fire  # decided up to here; the rest next tick
             break
-    skipped_before = 1 if start > checked_until else 0  # some older ones were never looked at
-    if schedule.catch_up == "latest" and due:
-        missed = len(due) - 1 + skipped_before
-        due = due[-1:]
-    else:
-        missed = skipped_before
-    return Plan(due, missed, until)
+    return Plan(fires, missed, until)
+
+
+def _newest(cron: Cron, start: datetime, now: datetime) -> datetime | None:
+    for span in _LATEST_SPANS:
+        since = start if span is None else max(start, now - span)
+        newest = None
+        for fire in cron.fire_times(since):
+            if fire > now:
+                break
+            newest = fire
+        if newest is not None or since == start:
+            return newest
+    return None
+
+
+_TICK = timedelta(microseconds=1)
 
 
 def _check_placeholders(value: Any, where: str = "job") -> None:

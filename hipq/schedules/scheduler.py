@@ -145,6 +145,8 @@ class Scheduler:
     async def _decide(self, row: ScheduleRow, now: datetime) -> list[FireResult]:
         schedule = build_schedule(row.name, schedule_fields(row), now, "api")
         decided = plan(schedule, row.checked_until, now, self.on_time)
+        if not decided.changes:
+            return []
         fires = []
         for at in decided.fires:
             try:
@@ -158,7 +160,7 @@ class Scheduler:
         if results is None:  # another process decided these meanwhile
             return []
         if decided.missed:
-            self.events.emit("schedule_missed", schedule=row.name, count=decided.missed)
+            self.events.emit("schedule_missed", schedule=row.name)
         self._emit(row.name, results)
         return results
 

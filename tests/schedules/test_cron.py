@@ -138,3 +138,28 @@ def test_bad_schedule_fields_name_the_field(fields: dict[str, object], field: st
     with pytest.raises(ScheduleError) as caught:
         _schedule(**fields)
     assert caught.value.field == field
+
+
+def test_an_idle_tick_has_nothing_to_store() -> None:
+    schedule = _schedule(catch_up="all")
+    now = datetime(2026, 1, 1, 12, 30, tzinfo=UTC)
+    decided = plan(schedule, now - timedelta(minutes=10), now, on_time=60)  # type: ignore[arg-type]
+    assert decided.fires == [] and not decided.changes
+
+
+def test_latest_after_a_year_down_makes_one_job_for_the_newest_minute() -> None:
+    schedule = _schedule(cron="* * * * *", catch_up="latest", backfill="366d")
+    now = datetime(2026, 6, 1, 12, 30, 10, tzinfo=UTC)
+    decided = plan(schedule, now - timedelta(days=365), now, on_time=60)  # type: ignore[arg-type]
+    assert decided.fires == [datetime(2026, 6, 1, 12, 30, tzinfo=UTC)]
+    assert decided.missed and decided.checked_until == now
+
+
+def test_all_decides_at_most_a_thousand_fire_times_per_tick() -> None:
+    schedule = _schedule(cron="* * * * *", catch_up="all", backfill="2d")
+    now = datetime(2026, 6, 1, 12, 0, tzinfo=UTC)
+    decided = plan(schedule, now - timedelta(days=1), now, on_time=60)  # type: ignore[arg-type]
+    assert len(decided.fires) == 1000
+    assert decided.checked_until == decided.fires[-1] < now
+    rest = plan(schedule, decided.checked_until, now, on_time=60)  # type: ignore[arg-type]
+    assert len(rest.fires) == 24 * 60 - 1000 and rest.fires[0] > decided.fires[-1]

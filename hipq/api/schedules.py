@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from hipq.api.errors import InvalidParameter
 from hipq.api.json_body import JSONBodyRoute
 from hipq.api.models import ErrorOut, JobOut
-from hipq.schedules import ScheduleError, Scheduler
+from hipq.schedules import ScheduleError, Scheduler, build_schedule
 from hipq.schedules.scheduler import schedule_fields, to_row
 from hipq.service import Service
 from hipq.store import Conflict
@@ -126,8 +126,11 @@ def _checked(scheduler: Scheduler, name: str, fields: dict[str, Any]) -> Any:
 
 
 def _out(scheduler: Scheduler, row: ScheduleRow) -> ScheduleOut:
-    after = max(row.checked_until, scheduler.clock())
-    schedule = _checked(scheduler, row.name, schedule_fields(row)) if not row.paused else None
+    now = scheduler.clock()
+    # The stored cron and zone were checked when stored; the job template is not
+    # checked here, so a schedule whose type left the config is still shown.
+    schedule = build_schedule(row.name, schedule_fields(row), now)
+    after = max(row.checked_until, now)
     return ScheduleOut(
         name=row.name,
         source=row.source,  # type: ignore[arg-type]
@@ -138,29 +141,18 @@ def _out(scheduler: Scheduler, row: ScheduleRow) -> ScheduleOut:
         backfill_seconds=row.backfill_seconds,
         overlap=row.overlap,
         paused=row.paused,
-        next_fire_time=schedule.cron.next_after(after) if schedule else None,
+        next_fire_time=None if row.paused else schedule.cron.next_after(after),
         checked_until=row.checked_until,
         created_at=row.created_at,
         updated_at=row.updated_at,
     )
 
 
-def _safe_out(scheduler: Scheduler, row: ScheduleRow) -> ScheduleOut:
-    try:
-        return _out(scheduler, row)
-    except InvalidParameter:  # e.g. its job type left the config: shown, not fired
-        return _out(scheduler, ScheduleRow(**{**_fields(row), "paused": True}))
-
-
-def _fields(row: ScheduleRow) -> dict[str, Any]:
-    return {k: getattr(row, k) for k in ScheduleRow.__dataclass_fields__}
-
-
 @router.get("", response_model=ScheduleListOut, summary="All schedules")
 async def list_schedules(request: Request) -> ScheduleListOut:
     scheduler = _scheduler(request)
     rows = await scheduler.store.schedule_list()
-    return ScheduleListOut(schedules=[_safe_out(scheduler, r) for r in rows])
+    return ScheduleListOut(schedules=[_out(scheduler, r) for r in rows])
 
 
 @router.post(
@@ -182,7 +174,7 @@ async def create_schedule(body: ScheduleIn, request: Request) -> ScheduleOut:
 @router.get("/{name}", response_model=ScheduleOut, responses=_404, summary="One schedule")
 async def get_schedule(name: Name, request: Request) -> ScheduleOut:
     scheduler = _scheduler(request)
-    return _safe_out(scheduler, await scheduler.store.schedule_get(name))
+    return _out(scheduler, await scheduler.store.schedule_get(name))
 
 
 @router.patch(
@@ -224,7 +216,7 @@ async def delete_schedule(name: Name, request: Request) -> Response:
 async def pause_schedule(name: Name, request: Request) -> ScheduleOut:
     scheduler = _scheduler(request)
     row = await scheduler.store.schedule_set_paused(name, True, scheduler.clock())
-    return _safe_out(scheduler, row)
+    return _out(scheduler, row)
 
 
 @router.post(
@@ -236,7 +228,7 @@ async def pause_schedule(name: Name, request: Request) -> ScheduleOut:
 async def resume_schedule(name: Name, request: Request) -> ScheduleOut:
     scheduler = _scheduler(request)
     row = await scheduler.store.schedule_set_paused(name, False, scheduler.clock())
-    return _safe_out(scheduler, row)
+    return _out(scheduler, row)
 
 
 @router.post(
@@ -270,7 +262,7 @@ async def next_fire_times(
 ) -> FireTimesOut:
     scheduler = _scheduler(request)
     row = await scheduler.store.schedule_get(name)
-    schedule = _checked(scheduler, name, schedule_fields(row))
+    schedule = build_schedule(name, schedule_fields(row), scheduler.clock())
     after = max(row.checked_until, scheduler.clock())
     times = []
     for fire in schedule.cron.fire_times(after):

@@ -153,6 +153,7 @@ class Scheduler:
                 fires.append(Fire(at, self.new_job(schedule, at, now)))
             except ScheduleError as exc:
                 log.error("schedule %s at %s: %s", row.name, at.isoformat(), exc)
+                self.events.emit("schedule_failed", schedule=row.name, error=str(exc))
                 fires.append(Fire(at, None, "invalid"))
         results = await self.store.schedule_fire(
             row.name, row.checked_until, fires, decided.checked_until, now

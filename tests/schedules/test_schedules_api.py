@@ -273,3 +273,28 @@ async def test_openapi_declares_every_route_with_its_errors(sqlite_api: Api) -> 
             for code in wanted - {"201", "204"}:
                 ref = responses[code]["content"]["application/json"]["schema"]["$ref"]
                 assert ref.endswith("/ErrorOut")
+
+
+async def test_a_schedule_whose_job_type_left_the_config_is_shown_not_fired(
+    database_url: str,
+) -> None:
+    clock = FakeClock(START)
+    gone = {"gone": {"transport": {"python": {"handler": "tests.handlers:ok"}}}}
+    async with open_api(database_url, clock=clock, job_types=gone) as api:
+        await _create(api, job={"type": "gone"})
+    clock.now = START + timedelta(minutes=30, seconds=5)
+    async with open_api(database_url, clock=clock) as api:
+        failed: list[dict[str, Any]] = []
+        api.service.events.subscribe(
+            lambda n, f: failed.append(f) if n == "schedule_failed" else None
+        )
+        shown = await api.client.get("/v1/schedules/hourly")
+        assert shown.status_code == 200 and shown.json()["paused"] is False
+        await api.service.scheduler.run_once()  # type: ignore[union-attr]
+        assert await _jobs(api, "hourly") == []
+        fires = (await api.client.get("/v1/schedules/hourly/fires")).json()["fires"]
+        assert [f["outcome"] for f in fires] == ["invalid"]
+        assert [f["schedule"] for f in failed] == ["hourly"]
+        assert "job.type" in failed[0]["error"]
+        run = await api.client.post("/v1/schedules/hourly/run")
+        assert run.status_code == 422 and run.json()["field"] == "job.type"

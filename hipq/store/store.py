@@ -21,10 +21,11 @@ from hipq.store.job_types_mirror import JobTypesMirror
 from hipq.store.jobs import JobTable
 from hipq.store.process_guard import ProcessGuard
 from hipq.store.queues import QueueTable
+from hipq.store.schedules import ScheduleTable
 from hipq.store.schema import metadata
 
 
-class Store(JobTable, InboxTable, QueueTable, JobTypesMirror):
+class Store(JobTable, InboxTable, QueueTable, JobTypesMirror, ScheduleTable):
     def __init__(self, engine: AsyncEngine, dialect: Dialect | None = None) -> None:
         super().__init__(engine, dialect or dialect_for(engine.url.render_as_string()))
 

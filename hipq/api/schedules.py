@@ -149,15 +149,21 @@ def _out(scheduler: Scheduler, row: ScheduleRow) -> ScheduleOut:
     )
 
 
-@router.get(dependencies=[Depends(require("read"))], "", response_model=ScheduleListOut, summary="All schedules")
+@router.get(
+    "",
+    dependencies=[Depends(require("read"))],
+    response_model=ScheduleListOut,
+    summary="All schedules",
+)
 async def list_schedules(request: Request) -> ScheduleListOut:
     scheduler = _scheduler(request)
     rows = await scheduler.store.schedule_list()
     return ScheduleListOut(schedules=[_out(scheduler, r) for r in rows])
 
 
-@router.post(dependencies=[Depends(require("operate"))], 
+@router.post(
     "",
+    dependencies=[Depends(require("operate"))],
     status_code=201,
     response_model=ScheduleOut,
     responses={**_409, **_422},
@@ -172,14 +178,21 @@ async def create_schedule(body: ScheduleIn, request: Request) -> ScheduleOut:
     return _out(scheduler, row)
 
 
-@router.get(dependencies=[Depends(require("read"))], "/{name}", response_model=ScheduleOut, responses=_404, summary="One schedule")
+@router.get(
+    "/{name}",
+    dependencies=[Depends(require("read"))],
+    response_model=ScheduleOut,
+    responses=_404,
+    summary="One schedule",
+)
 async def get_schedule(name: Name, request: Request) -> ScheduleOut:
     scheduler = _scheduler(request)
     return _out(scheduler, await scheduler.store.schedule_get(name))
 
 
-@router.patch(dependencies=[Depends(require("operate"))], 
+@router.patch(
     "/{name}",
+    dependencies=[Depends(require("operate"))],
     response_model=ScheduleOut,
     responses={**_404, **_409, **_422},
     summary="Change a schedule made through the API (a new cron applies from now on)",
@@ -197,8 +210,9 @@ async def change_schedule(name: Name, body: SchedulePatch, request: Request) -> 
     return _out(scheduler, row)
 
 
-@router.delete(dependencies=[Depends(require("operate"))], 
+@router.delete(
     "/{name}",
+    dependencies=[Depends(require("operate"))],
     status_code=204,
     responses={**_404, **_409},
     summary="Delete a schedule made through the API (its jobs stay)",
@@ -208,8 +222,9 @@ async def delete_schedule(name: Name, request: Request) -> Response:
     return Response(status_code=204)
 
 
-@router.post(dependencies=[Depends(require("operate"))], 
+@router.post(
     "/{name}/pause",
+    dependencies=[Depends(require("operate"))],
     response_model=ScheduleOut,
     responses=_404,
     summary="Make no jobs until resumed (kept across restarts)",
@@ -220,8 +235,9 @@ async def pause_schedule(name: Name, request: Request) -> ScheduleOut:
     return _out(scheduler, row)
 
 
-@router.post(dependencies=[Depends(require("operate"))], 
+@router.post(
     "/{name}/resume",
+    dependencies=[Depends(require("operate"))],
     response_model=ScheduleOut,
     responses=_404,
     summary="Fire again from now on (what fell due while paused is not caught up)",
@@ -232,8 +248,9 @@ async def resume_schedule(name: Name, request: Request) -> ScheduleOut:
     return _out(scheduler, row)
 
 
-@router.post(dependencies=[Depends(require("operate"))], 
+@router.post(
     "/{name}/run",
+    dependencies=[Depends(require("operate"))],
     status_code=201,
     response_model=RunOut,
     responses={**_404, **_409, **_422},
@@ -250,8 +267,9 @@ async def run_schedule(name: Name, request: Request) -> RunOut:
     return RunOut(fire_time=result.at, job=JobOut.of(result.job))
 
 
-@router.get(dependencies=[Depends(require("read"))], 
+@router.get(
     "/{name}/next",
+    dependencies=[Depends(require("read"))],
     response_model=FireTimesOut,
     responses={**_404, **_422},
     summary="The next fire times (also of a paused schedule)",
@@ -273,8 +291,9 @@ async def next_fire_times(
     return FireTimesOut(name=name, fire_times=times)
 
 
-@router.get(dependencies=[Depends(require("read"))], 
+@router.get(
     "/{name}/fires",
+    dependencies=[Depends(require("read"))],
     response_model=FiresOut,
     responses=_404,
     summary="The latest decided fire times and their jobs, newest first",

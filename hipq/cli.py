@@ -492,3 +492,9 @@ def bench(
         fail("interrupted")
     except RuntimeError as exc:
         fail(str(exc))
+
+
+# Last: the module uses the client helpers above.
+from hipq.cli_schedules import app as schedules_app  # noqa: E402
+
+app.add_typer(schedules_app, name="schedules")

@@ -271,6 +271,46 @@ class LoggingConfig(_Strict):
     format: Literal["console", "json"] = "console"
 
 
+class ScheduleConfig(_Strict):
+    """A recurring job (hipq.schedules); checked in full at start."""
+
+    cron: str  # five fields: minute hour day-of-month month day-of-week
+    timezone: str = "UTC"  # IANA name, e.g. Europe/Berlin
+    # The job made at each fire time: the fields of POST /v1/jobs except run_at. Strings
+    # may hold {fire.time}, {fire.local}, {fire.date}, {fire.timestamp}, {schedule}.
+    job: dict[str, Any]
+    # Fire times missed while no hipq ran: none (dropped), latest (one job for the
+    # newest), all (one job each), within `backfill` before now.
+    catch_up: Literal["none", "latest", "all"] = "none"
+    backfill: Seconds = Field(86400.0, ge=0, le=367 * 86400)
+    # skip: no job for a fire time while the schedule's previous job is still open.
+    overlap: Literal["allow", "skip"] = "allow"
+
+    @field_validator("cron", "timezone")
+    @classmethod
+    def _fires(cls, value: str, info: Any) -> str:
+        from datetime import UTC, datetime
+
+        from hipq.schedules.cron import Cron, ScheduleError, zone
+
+        try:
+            if info.field_name == "timezone":
+                zone(value)
+            else:
+                Cron.parse(value, "UTC", datetime.now(UTC))
+        except ScheduleError as exc:
+            raise ValueError(exc.message) from None
+        return value
+
+
+class SchedulerConfig(_Strict):
+    # How often each process looks for due fire times.
+    interval: Seconds = Field(1.0, gt=0)
+    # A fire time at most this late is on time and always becomes a job; older ones
+    # were missed and follow their schedule's catch_up.
+    on_time: Seconds = Field(60.0, gt=0)
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(
         env_prefix="HIPQ_", env_nested_delimiter="__", extra="forbid", case_sensitive=False
@@ -301,6 +341,9 @@ class Settings(BaseSettings):
     responses: ResponsesConfig = Field(default_factory=ResponsesConfig)
     job_retention: JobRetention = Field(default_factory=JobRetention)
     auth: AuthConfig = Field(default_factory=AuthConfig)
+    # Recurring jobs by name; see docs/schedules.md.
+    schedules: dict[str, ScheduleConfig] = Field(default_factory=dict)
+    scheduler: SchedulerConfig = Field(default_factory=SchedulerConfig)
 
     @classmethod
     def settings_customise_sources(
@@ -320,6 +363,13 @@ class Settings(BaseSettings):
             if jt.queue not in self.queues:
                 known = ", ".join(sorted(self.queues))
                 raise ValueError(f"job_types.{name}.queue: unknown queue {jt.queue!r} ({known})")
+        for name, schedule in self.schedules.items():
+            job_type = schedule.job.get("type")
+            if job_type not in self.job_types:
+                known = ", ".join(sorted(self.job_types)) or "none configured"
+                raise ValueError(
+                    f"schedules.{name}.job.type: unknown job type {job_type!r} ({known})"
+                )
         if self.lease_ttl < 1:
             raise ValueError("lease_ttl: must be at least 1s")
         if self.api_db_timeout <= 0 or self.database_wait < 0:

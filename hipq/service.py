@@ -157,6 +157,7 @@ class Service:
         self.consumer, self.kafka_producer = parts.consumer, parts.kafka_producer
         self.wakeups = parts.wakeups
         self.job_writer = parts.job_writer
+        self.scheduler = parts.scheduler
         self.guard: ProcessGuard = self.store.process_guard(
             settings.database_url, self.wakeups.deliver
         )
@@ -180,6 +181,8 @@ class Service:
             self.job_writer,
             self.upkeep,
         ]
+        if self.scheduler is not None:
+            activities.append(self.scheduler)
         if self.consumer is not None:
             activities.append(ConsumerActivity(self.consumer))
         activities.extend(LoopActivity(loop, self.run_loops) for loop in self.loops.values())

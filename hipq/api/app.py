@@ -12,7 +12,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from hipq import __version__, dashboard
-from hipq.api import auth, callbacks, errors, jobs, queues, responses
+from hipq.api import auth, callbacks, errors, jobs, queues, responses, schedules
 from hipq.api.request_guards import RequestGuards
 from hipq.faults import FaultReporter, unavailable
 from hipq.metrics import Metrics
@@ -107,6 +107,7 @@ def create_app(
     app.include_router(queues.router)
     app.include_router(callbacks.router)
     app.include_router(responses.router)
+    app.include_router(schedules.router)
     dashboard.install(app, tokens)
 
     @app.get("/healthz", tags=["ops"], summary="The process is alive")

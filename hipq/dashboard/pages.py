@@ -18,6 +18,7 @@ from fastapi.templating import Jinja2Templates
 
 from hipq import __version__
 from hipq.api import auth
+from hipq.api import schedules as schedules_api
 from hipq.api.models import MAX_ID
 from hipq.dashboard import access
 from hipq.dashboard.filters import STATES, FilterError, page_link, parse_job_filter
@@ -31,6 +32,7 @@ PREFIX = "/dashboard"
 RESPONSE_STATUSES = ("pending", "late", "expired", "duplicate", "matched")
 RESPONSES_PAGE = 50
 FAILED_RETRY_LIMIT = 1000  # job ids one bulk retry button carries
+RECENT_FIRES = 5  # fire times shown per schedule
 
 # The pages load nothing but their own files, run no inline script and no eval: a
 # value that slipped past escaping still could not run, and a CDN could not creep in.
@@ -180,6 +182,17 @@ async def responses_page(request: Request) -> HTMLResponse:
         open_keys=open_keys,
         older=ids[-1] if len(ids) == RESPONSES_PAGE else None,
     )
+
+
+@router.get("/schedules", response_class=HTMLResponse)
+async def schedules_page(request: Request) -> HTMLResponse:
+    # The API's own reads: the same next fire times and fires as GET /v1/schedules.
+    listed = (await schedules_api.list_schedules(request)).schedules
+    fires = {
+        s.name: (await schedules_api.schedule_fires(s.name, request, RECENT_FIRES)).fires
+        for s in listed
+    }
+    return _page(request, "schedules.html", schedules=listed, fires=fires)
 
 
 def _is_id(text: str) -> bool:

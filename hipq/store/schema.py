@@ -282,3 +282,35 @@ queues_mirror = Table(
     Column("written_by", String(200), nullable=False),
     Column("written_at", UTCDateTime, nullable=False),
 )
+
+
+# Recurring jobs (hipq.schedules): one row per schedule, from the config or the API.
+schedules = Table(
+    "hipq_schedules",
+    metadata,
+    Column("name", String(200), primary_key=True),
+    Column("source", String(16), nullable=False),  # "config" or "api"
+    Column("cron", String(200), nullable=False),
+    Column("timezone", String(100), nullable=False),
+    Column("job", Json, nullable=False),  # the job template, API field names
+    Column("catch_up", String(16), nullable=False),  # none | latest | all
+    Column("backfill_seconds", Float, nullable=False),
+    Column("overlap", String(16), nullable=False),  # allow | skip
+    Column("paused", Boolean, nullable=False),
+    # Fire times up to this instant have been decided (made a job, skipped or dropped).
+    Column("checked_until", UTCDateTime, nullable=False),
+    Column("created_at", UTCDateTime, nullable=False),
+    Column("updated_at", UTCDateTime, nullable=False),
+)
+
+# One row per fire time that was decided: the unique key is the claim that makes any
+# number of processes create each fire time's job once (inserted with the job).
+schedule_fires = Table(
+    "hipq_schedule_fires",
+    metadata,
+    Column("schedule", String(200), primary_key=True),
+    Column("fire_time", UTCDateTime, primary_key=True),
+    Column("job_id", Id, nullable=True),  # null: skipped (overlap)
+    Column("outcome", String(16), nullable=False),  # created | skipped | run_now
+    Column("created_at", UTCDateTime, nullable=False),
+)

@@ -22,10 +22,11 @@ from hipq.store.jobs import JobTable
 from hipq.store.operator_reads import OperatorReads
 from hipq.store.process_guard import ProcessGuard
 from hipq.store.queues import QueueTable
+from hipq.store.schedules import ScheduleTable
 from hipq.store.schema import metadata
 
 
-class Store(JobTable, InboxTable, QueueTable, JobTypesMirror, OperatorReads):
+class Store(JobTable, InboxTable, QueueTable, JobTypesMirror, ScheduleTable, OperatorReads):
     def __init__(self, engine: AsyncEngine, dialect: Dialect | None = None) -> None:
         super().__init__(engine, dialect or dialect_for(engine.url.render_as_string()))
 

@@ -164,3 +164,24 @@ def test_docs_work_offline(dashboard: Dashboard, page: Any) -> None:
     page.goto(f"{dashboard.url}/docs")
     expect(page.locator(".swagger-ui .info .title")).to_contain_text("hipq")
     expect(page.locator(".opblock-summary-path").first).to_be_visible()
+
+
+def test_a_schedule_is_paused_run_now_and_resumed(dashboard: Dashboard, page: Any) -> None:
+    page.goto(f"{dashboard.url}/dashboard/schedules")
+    row = page.locator('tr[data-schedule="yearly-report"]')
+    expect(row.locator(".next")).to_contain_text("-01-01 02:00:00 UTC")  # 03:00 in Berlin
+    row.get_by_role("button", name="Pause").click()
+    expect(row.locator(".next")).to_have_text("paused")
+    assert dashboard.server.get("/v1/schedules/yearly-report")["paused"] is True
+
+    row.get_by_role("button", name="Run now").click()
+    expect(page.locator("#flash")).to_have_text("Schedule yearly-report made a job")
+    fire = row.locator("ul.fires li").first
+    expect(fire).to_contain_text("run_now")
+    job_id = int(fire.get_by_role("link").inner_text().removeprefix("job "))
+    dashboard.wait_state(job_id, "completed")
+    dashboard.screenshot(page, "schedules")
+
+    row.get_by_role("button", name="Resume").click()
+    expect(row.locator(".next")).to_contain_text("-01-01 02:00:00 UTC")
+    assert dashboard.server.get("/v1/schedules/yearly-report")["paused"] is False

@@ -34,7 +34,10 @@ PAGES = [
     "/dashboard/responses?status=late",
     "/dashboard/responses?status=matched",
     "/dashboard/responses?status=parked",
+    "/dashboard/schedules",
 ]
+# The schedules of the config and the API: tens of rows, read whole by GET /v1/schedules.
+_SMALL_TABLES = ("hipq_schedules",)
 _FULL_SCAN = {
     "sqlite": re.compile(r"^SCAN hipq_\w+"),
     "postgresql": re.compile(r"Seq Scan on hipq_\w+"),
@@ -68,6 +71,11 @@ async def _seed(api: Api) -> int:
     await api.post_job(type="fail", retry={"strategy": "none"})
     await api.tick()
     await api.client.post("/v1/callbacks/unknown-key", json={"status": "ok"})
+    made = await api.client.post(
+        "/v1/schedules", json={"name": "hourly", "cron": "0 * * * *", "job": {"type": "ok"}}
+    )
+    assert made.status_code == 201, made.text
+    assert (await api.client.post("/v1/schedules/hourly/run")).status_code == 201
     return (await api.post_job(type="typed", payload={"order_id": 8}))["id"]
 
 
@@ -97,6 +105,8 @@ async def test_every_dashboard_read_uses_an_index(api: Api) -> None:
         scans += [
             (statement, line)
             for line in plan
-            if full_scan.search(line) and not _rowid_walk(statement, line, plan)
+            if full_scan.search(line)
+            and not _rowid_walk(statement, line, plan)
+            and not any(t in line for t in _SMALL_TABLES)
         ]
     assert scans == []

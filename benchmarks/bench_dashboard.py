@@ -149,7 +149,7 @@ async def time_pages(url: str, asked: dict[str, str]) -> list[tuple[str, float, 
     try:
         app = create_app(service, manage_service=False)
         transport = httpx.ASGITransport(app)
-        async with httpx.AsyncClient(transport=transport, base_url="http://bench") as client:
+        async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as client:
             for page in pages:
                 times = []
                 status = 0

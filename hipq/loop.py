@@ -40,6 +40,7 @@ from hipq.reports import Reports, apply_reports, write_reports
 from hipq.retry import AttemptError
 from hipq.stopping import finish_or_cancel
 from hipq.store import LeaseLost, Store
+from hipq.store.requests import Requests, requests_pending
 from hipq.throttling import Stage
 from hipq.transports.base import Transport
 
@@ -193,10 +194,10 @@ class QueueLoop:
                 self.name, self.owner, self.token, now, self.lease_ttl
             ) as batch:
                 self._recheck_due()
-                cancels: list[int] = []
+                cancels: Requests = {}  # operators' requests (hipq.operator_requests)
                 if self._check_cancels:
                     self._check_cancels = False
-                    cancels = await batch.job_cancel_requests()
+                    cancels = await requests_pending(batch)
                 matched: Matches = {}
                 if self._check_responses:
                     self._check_responses = False

@@ -55,7 +55,21 @@ class Cancelled:
     reason: str = "cancelled by request"
 
 
-Outcome = Succeeded | Failed | Cancelled
+@dataclass(frozen=True, slots=True)
+class FailedByOperator:
+    """An operator ended the job as failed: no retry strategy is asked."""
+
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Rescheduled:
+    """An operator put the job back to wait until ``run_at`` (not an attempt's failure)."""
+
+    run_at: datetime
+
+
+Outcome = Succeeded | Failed | Cancelled | FailedByOperator | Rescheduled
 
 
 def settle(job: Job, outcome: Outcome, strategy: RetryStrategy, now: datetime) -> Settlement:
@@ -64,6 +78,21 @@ def settle(job: Job, outcome: Outcome, strategy: RetryStrategy, now: datetime) -
         return _final(job, State.COMPLETED, now, "completed", result=outcome.result)
     if isinstance(outcome, Cancelled):
         return _final(job, State.CANCELLED, now, "cancelled", error=outcome.reason)
+    if isinstance(outcome, FailedByOperator):
+        return _final(job, State.FAILED, now, "failed", error=outcome.reason)
+    if isinstance(outcome, Rescheduled):
+        check_transition(job.state, State.SCHEDULED)
+        return Settlement(
+            job_id=job.id,
+            attempt=job.attempt,
+            state=State.SCHEDULED,
+            run_at=outcome.run_at,
+            payload=job.payload,
+            finished_at=None,
+            result=None,
+            last_error=job.last_error,
+            record=_record(job, now, "rescheduled", None),
+        )
     error = outcome.error
     if not error.retryable:
         # PermanentError, a refused request...: no strategy may retry it, even a plugin

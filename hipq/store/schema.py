@@ -66,6 +66,8 @@ Id = BigInteger().with_variant(Integer(), "sqlite")  # INTEGER PRIMARY KEY is SQ
 metadata = MetaData()
 
 OPEN_STATES_SQL = "state IN ('scheduled', 'running', 'awaiting')"
+# The open-key index's predicate, also the conflict target of a keyed insert.
+OPEN_JOB_KEY_WHERE = text(f"job_key IS NOT NULL AND {OPEN_STATES_SQL}")
 
 # Correlation keys and job keys, in characters.
 KEY_MAX_LENGTH = 500
@@ -99,7 +101,10 @@ jobs = Table(
     Column("result", Json, nullable=True),
     Column("last_error", Text, nullable=True),
     Column("waiting_reason", Text, nullable=True),
+    # An operator's request waits for the queue's loop (any kind, not only a cancel);
+    # ``operator_request`` says which (NULL: a cancel). See hipq.operator_requests.
     Column("cancel_requested", Boolean, nullable=False),
+    Column("operator_request", Json, nullable=True),
     # The loop's due-jobs scan, one index per queue order, over scheduled jobs only.
     Index(
         "ix_hipq_jobs_due_time",
@@ -131,8 +136,8 @@ jobs = Table(
         "uq_hipq_jobs_open_job_key",
         "job_key",
         unique=True,
-        postgresql_where=text(f"job_key IS NOT NULL AND {OPEN_STATES_SQL}"),
-        sqlite_where=text(f"job_key IS NOT NULL AND {OPEN_STATES_SQL}"),
+        postgresql_where=OPEN_JOB_KEY_WHERE,
+        sqlite_where=OPEN_JOB_KEY_WHERE,
     ),
     # Upkeep's classification finds the finished jobs of a pending response's key.
     Index(

@@ -18,12 +18,13 @@ from hipq import migrations
 from hipq.store.dialects import Dialect, create_engine, dialect_for
 from hipq.store.inbox import InboxTable
 from hipq.store.jobs import JobTable
+from hipq.store.operator import OperatorTable
 from hipq.store.process_guard import ProcessGuard
 from hipq.store.queues import QueueTable
 from hipq.store.schema import metadata
 
 
-class Store(JobTable, InboxTable, QueueTable):
+class Store(JobTable, OperatorTable, InboxTable, QueueTable):
     def __init__(self, engine: AsyncEngine, dialect: Dialect | None = None) -> None:
         super().__init__(engine, dialect or dialect_for(engine.url.render_as_string()))
 

@@ -52,8 +52,6 @@ def test_allowed_transitions(source: str, target: str) -> None:
 @pytest.mark.parametrize(
     ("source", "target"),
     [
-        ("scheduled", "completed"),
-        ("scheduled", "failed"),
         ("scheduled", "awaiting"),
         ("awaiting", "running"),
         ("completed", "failed"),

@@ -74,6 +74,9 @@ class JobIn(_In):
     payload: dict[str, Any] = Field(default_factory=dict, description="a JSON object")
     queue: str | None = Field(None, max_length=200, description="default: the job type's queue")
     run_at: RunAt | None = Field(None, description="not before this instant (RFC 3339)")
+    run_in: Duration | None = Field(
+        None, description="not before this long from now (seconds or '10m'); not with run_at"
+    )
     priority: StrictInt | None = Field(None, ge=-_INT32, le=_INT32, description="lower runs first")
     weight: StrictInt | None = Field(None, ge=1, le=1_000_000, description="capacity units")
     labels: dict[str, str] = Field(default_factory=dict, description="used by throttlers")
@@ -120,6 +123,30 @@ class JobPatch(_In):
 
 class RetryRequest(_In):
     run_at: RunAt | None = None
+
+
+class CompleteRequest(_In):
+    result: Any = Field(None, description="the job's result, any JSON value")
+
+
+class FailRequest(_In):
+    reason: str = Field(min_length=1, max_length=2000, description="why, kept as last_error")
+
+
+class CancelRequest(_In):
+    reason: str | None = Field(
+        None, min_length=1, max_length=2000, description="kept as last_error"
+    )
+
+
+class RescheduleRequest(_In):
+    run_at: RunAt | None = Field(None, description="run not before this instant; default now")
+    run_in: Duration | None = Field(None, description="run not before this long from now")
+    priority: StrictInt | None = Field(None, ge=-_INT32, le=_INT32, description="lower runs first")
+    reset_attempts: StrictBool = Field(False, description="count attempts from 0 again")
+    max_attempts: StrictInt | None = Field(
+        None, ge=1, le=10_000, description="the job's retry max_attempts from now on"
+    )
 
 
 class AttemptOut(BaseModel):

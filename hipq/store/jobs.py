@@ -271,6 +271,8 @@ class JobTable(Transactions):
             conds.append(jobs.c.state.in_(flt.states))
         if flt.type:
             conds.append(jobs.c.type == flt.type)
+        if flt.job_key:
+            conds.append(jobs.c.job_key == flt.job_key)
         for name, value in flt.labels.items():
             conds.append(jobs.c.labels[name].as_string() == value)
         if flt.after_id is not None:

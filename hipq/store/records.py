@@ -39,6 +39,7 @@ class JobFilter:
     states: tuple[str, ...] = ()
     type: str | None = None
     labels: dict[str, str] = field(default_factory=dict)
+    job_key: str | None = None
     after_id: int | None = None  # cursor: jobs with a smaller id (newest first)
     limit: int = 100
 

@@ -46,3 +46,30 @@ async def test_concurrent_first_inserts_in_separate_transactions(store: Store) -
     ids = {j.id for r in results if isinstance(r, InsertResult) for j in r.jobs}
     assert len(ids) == 1
     assert len(await store.job_list(JobFilter())) == 1
+
+
+async def test_a_running_job_whose_key_was_taken_over_is_not_retried(api: Api) -> None:  # noqa: F811
+    old = await api.post_job(type="hang", job_key="nightly", timeout="60s")
+    await api.tick()
+    assert (await api.job(old["id"]))["state"] == "running"
+    new_job = await api.post_job(type="hang", job_key="nightly", timeout="60s")
+    assert new_job["id"] != old["id"]
+    taken = await api.job(old["id"])
+    assert taken["job_key"] is None
+    api.clock.advance(61)  # the old attempt times out: it would be retried (max 3)
+    await api.tick()
+    ended = await api.job(old["id"])
+    assert ended["state"] == "failed", ended
+    assert (await api.job(new_job["id"]))["job_key"] == "nightly"
+
+
+async def test_look_up_and_cancel_by_key(api: Api) -> None:  # noqa: F811
+    job = await api.post_job(type="ok", job_key="report/2026-11", run_in="1h")
+    found = await api.client.get("/v1/jobs/by-key/report%2F2026-11")
+    assert found.status_code == 200 and found.json()["id"] == job["id"]
+    listed = await api.client.get("/v1/jobs", params={"job_key": "report/2026-11"})
+    assert [j["id"] for j in listed.json()["jobs"]] == [job["id"]]
+    cancelled = await api.client.post("/v1/jobs/by-key/report%2F2026-11/cancel")
+    assert cancelled.status_code == 200 and cancelled.json()["state"] == "cancelled"
+    gone = await api.client.get("/v1/jobs/by-key/report%2F2026-11")
+    assert gone.status_code == 404 and gone.json()["field"] == "job_key"

@@ -46,6 +46,9 @@ class ServerConfig(_Strict):
     # the JSON decoder holds the event loop about 4 ms per MiB: 8 MiB fits a small machine.
     max_body_bytes: int = Field(8 * 1024 * 1024, ge=1024)
     max_batch_jobs: int = Field(10_000, ge=1, le=100_000)
+    # Jobs per step of a bulk operation (POST /v1/jobs/bulk): each step is one short
+    # transaction that commits its jobs and the operation's progress.
+    bulk_step_size: int = Field(1000, ge=1, le=100_000)
 
     def base_url(self) -> str:
         return (self.public_url or f"http://{self.host}:{self.port}").rstrip("/")

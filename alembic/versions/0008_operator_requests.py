@@ -14,6 +14,7 @@ import sqlalchemy as sa
 from sqlalchemy.dialects.postgresql import JSONB
 
 from alembic import op
+from hipq.store.schema import UTCDateTime
 
 revision = "0008"
 down_revision = "0006"
@@ -23,11 +24,40 @@ depends_on = None
 JSON = sa.JSON().with_variant(JSONB(), "postgresql")
 
 
+ID = sa.BigInteger().with_variant(sa.Integer(), "sqlite")
+
+
 def upgrade() -> None:
     with op.batch_alter_table("hipq_jobs") as batch:
         batch.add_column(sa.Column("operator_request", JSON, nullable=True))
+    op.create_table(
+        "hipq_bulk_operations",
+        sa.Column("id", ID, primary_key=True, autoincrement=True),
+        sa.Column("action", sa.String(16), nullable=False),
+        sa.Column("filter", JSON, nullable=False),
+        sa.Column("params", JSON, nullable=False),
+        sa.Column("state", sa.String(16), nullable=False),
+        sa.Column("cursor", sa.BigInteger(), nullable=False),
+        sa.Column("matched", sa.BigInteger(), nullable=False),
+        sa.Column("changed", sa.BigInteger(), nullable=False),
+        sa.Column("requested", sa.BigInteger(), nullable=False),
+        sa.Column("skipped", sa.BigInteger(), nullable=False),
+        sa.Column("error", sa.Text(), nullable=True),
+        sa.Column("created_at", UTCDateTime, nullable=False),
+        sa.Column("updated_at", UTCDateTime, nullable=False),
+        sa.Column("finished_at", UTCDateTime, nullable=True),
+    )
+    op.create_index(
+        "ix_hipq_bulk_operations_running",
+        "hipq_bulk_operations",
+        ["id"],
+        postgresql_where=sa.text("state = 'running'"),
+        sqlite_where=sa.text("state = 'running'"),
+    )
 
 
 def downgrade() -> None:
+    op.drop_index("ix_hipq_bulk_operations_running", "hipq_bulk_operations")
+    op.drop_table("hipq_bulk_operations")
     with op.batch_alter_table("hipq_jobs") as batch:
         batch.drop_column("operator_request")

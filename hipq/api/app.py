@@ -12,7 +12,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from hipq import __version__
-from hipq.api import callbacks, errors, jobs, queues, responses
+from hipq.api import bulk, callbacks, errors, jobs, queues, responses
 from hipq.faults import FaultReporter, unavailable
 from hipq.metrics import Metrics
 from hipq.service import Service
@@ -78,6 +78,7 @@ def create_app(service: Service, *, manage_service: bool = True) -> FastAPI:
     app.add_middleware(errors.BodyLimit, max_bytes=service.settings.server.max_body_bytes)
     app.add_middleware(errors.FaultRecovery, faults=faults)
     app.add_middleware(RequestBudget, service=service)
+    app.include_router(bulk.router)  # before jobs: /v1/jobs/bulk is not a job id
     app.include_router(jobs.router)
     app.include_router(queues.router)
     app.include_router(callbacks.router)

@@ -287,3 +287,63 @@ class ErrorOut(BaseModel):
     field: str | None = Field(description="the first field at fault")
     message: str
     errors: list[ErrorItem] = Field(default_factory=list)
+
+
+class BulkFilterIn(_In):
+    """Which jobs a bulk operation touches: every condition given must hold."""
+
+    queue: str | None = Field(None, min_length=1, max_length=200)
+    states: list[
+        Literal["scheduled", "running", "awaiting", "completed", "failed", "cancelled"]
+    ] = Field(default_factory=list, max_length=6)
+    type: str | None = Field(None, min_length=1, max_length=200)
+    labels: dict[str, str] = Field(default_factory=dict, max_length=20)
+    ids: list[Annotated[int, Field(ge=1, le=MAX_ID)]] = Field(
+        default_factory=list, max_length=10_000
+    )
+    job_key: str | None = Field(None, min_length=1, max_length=KEY_MAX_LENGTH)
+    created_after: RunAt | None = None
+    created_before: RunAt | None = None
+    finished_after: RunAt | None = None
+    finished_before: RunAt | None = None
+    error_contains: str | None = Field(
+        None, min_length=1, max_length=1000, description="text in the job's last_error"
+    )
+
+
+class BulkIn(_In):
+    action: Literal["cancel", "retry", "reschedule", "complete", "fail", "delete"]
+    filter: BulkFilterIn = Field(description="at least one condition")
+    dry_run: StrictBool = Field(False, description="only count the jobs the filter matches")
+    reason: str | None = Field(None, min_length=1, max_length=2000, description="cancel, fail")
+    result: Any = Field(None, description="complete: the jobs' result")
+    run_at: RunAt | None = Field(None, description="reschedule, retry: not before this instant")
+    run_in: Duration | None = Field(None, description="reschedule, retry: not before this long")
+    priority: StrictInt | None = Field(None, ge=-_INT32, le=_INT32, description="reschedule")
+    reset_attempts: StrictBool = Field(False, description="reschedule")
+    max_attempts: StrictInt | None = Field(None, ge=1, le=10_000, description="reschedule")
+
+
+class BulkCountOut(BaseModel):
+    dry_run: bool = True
+    matched: int = Field(description="jobs the filter matches now")
+
+
+class BulkOut(BaseModel):
+    id: int
+    action: str
+    filter: dict[str, Any]
+    params: dict[str, Any]
+    state: Literal["running", "done", "failed"]
+    matched: int = Field(description="jobs the filter matched so far")
+    changed: int = Field(description="jobs changed at once")
+    requested: int = Field(description="jobs in flight, asked of their queue's loop")
+    skipped: int = Field(description="jobs the action does not apply to in their state")
+    error: str | None
+    created_at: datetime
+    updated_at: datetime
+    finished_at: datetime | None
+
+
+class BulkListOut(BaseModel):
+    operations: list[BulkOut]

@@ -247,3 +247,31 @@ parked_messages = Table(
     Column("received_at", UTCDateTime, nullable=False),
     Index("ix_hipq_parked_received", "received_at"),
 )
+
+# Operators' bulk operations on the jobs a filter matches (hipq.store.bulk): done in
+# batches of bounded size, each its own short transaction, which advances ``cursor``
+# (the last job id handled) and the counts that GET /v1/jobs/bulk/{id} shows.
+bulk_operations = Table(
+    "hipq_bulk_operations",
+    metadata,
+    Column("id", Id, primary_key=True, autoincrement=True),
+    Column("action", String(16), nullable=False),
+    Column("filter", Json, nullable=False),
+    Column("params", Json, nullable=False),
+    Column("state", String(16), nullable=False),  # running | done | failed
+    Column("cursor", BigInteger, nullable=False),
+    Column("matched", BigInteger, nullable=False),
+    Column("changed", BigInteger, nullable=False),
+    Column("requested", BigInteger, nullable=False),
+    Column("skipped", BigInteger, nullable=False),
+    Column("error", Text, nullable=True),
+    Column("created_at", UTCDateTime, nullable=False),
+    Column("updated_at", UTCDateTime, nullable=False),
+    Column("finished_at", UTCDateTime, nullable=True),
+    Index(
+        "ix_hipq_bulk_operations_running",
+        "id",
+        postgresql_where=text("state = 'running'"),
+        sqlite_where=text("state = 'running'"),
+    ),
+)

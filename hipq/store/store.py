@@ -15,6 +15,7 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from hipq import migrations
+from hipq.store.bulk import BulkTable
 from hipq.store.dialects import Dialect, create_engine, dialect_for
 from hipq.store.inbox import InboxTable
 from hipq.store.jobs import JobTable
@@ -24,7 +25,7 @@ from hipq.store.queues import QueueTable
 from hipq.store.schema import metadata
 
 
-class Store(JobTable, OperatorTable, InboxTable, QueueTable):
+class Store(JobTable, OperatorTable, BulkTable, InboxTable, QueueTable):
     def __init__(self, engine: AsyncEngine, dialect: Dialect | None = None) -> None:
         super().__init__(engine, dialect or dialect_for(engine.url.render_as_string()))
 

@@ -15,6 +15,7 @@ from typing import Annotated, Any, NoReturn
 import httpx
 import typer
 
+from hipq.cli_jobs_bulk import add_verbs, bulk_app
 from hipq.config import ConfigError, Settings, load_settings
 
 app = typer.Typer(
@@ -26,6 +27,8 @@ jobs_app = typer.Typer(
     help="Add, inspect, cancel and retry jobs (through the REST API).", no_args_is_help=True
 )
 app.add_typer(jobs_app, name="jobs")
+jobs_app.add_typer(bulk_app, name="bulk")
+add_verbs(jobs_app)
 
 ConfigOpt = Annotated[
     str | None, typer.Option("--config", "-c", envvar="HIPQ_CONFIG", help="YAML config file")

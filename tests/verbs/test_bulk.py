@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from tests.api.conftest import Api, open_api, sqlite_api, sqlite_url  # noqa: F401
+from tests.api.conftest import Api, open_api
 
 STEP = 4  # jobs per step, small so that the tests see several steps
 

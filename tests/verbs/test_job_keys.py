@@ -9,7 +9,7 @@ from typing import Any
 
 from hipq.jobs import NewJob
 from hipq.store import InsertResult, JobFilter, Store
-from tests.api.conftest import Api, api  # noqa: F401  (the fixture)
+from tests.api.conftest import Api
 
 T0 = datetime(2026, 1, 5, 12, 0, tzinfo=UTC)
 
@@ -21,7 +21,7 @@ def new(**fields: Any) -> NewJob:
     return NewJob(**{**base, **fields})
 
 
-async def test_concurrent_first_inserts_of_one_key_become_one_job(api: Api) -> None:  # noqa: F811
+async def test_concurrent_first_inserts_of_one_key_become_one_job(api: Api) -> None:
     async def post(v: int) -> tuple[int, dict]:
         body = {"type": "ok", "job_key": "fresh", "payload": {"v": v}}
         response = await api.client.post("/v1/jobs", json=body)
@@ -48,7 +48,7 @@ async def test_concurrent_first_inserts_in_separate_transactions(store: Store) -
     assert len(await store.job_list(JobFilter())) == 1
 
 
-async def test_a_running_job_whose_key_was_taken_over_is_not_retried(api: Api) -> None:  # noqa: F811
+async def test_a_running_job_whose_key_was_taken_over_is_not_retried(api: Api) -> None:
     old = await api.post_job(type="hang", job_key="nightly", timeout="60s")
     await api.tick()
     assert (await api.job(old["id"]))["state"] == "running"
@@ -63,7 +63,7 @@ async def test_a_running_job_whose_key_was_taken_over_is_not_retried(api: Api) -
     assert (await api.job(new_job["id"]))["job_key"] == "nightly"
 
 
-async def test_look_up_and_cancel_by_key(api: Api) -> None:  # noqa: F811
+async def test_look_up_and_cancel_by_key(api: Api) -> None:
     job = await api.post_job(type="ok", job_key="report/2026-11", run_in="1h")
     found = await api.client.get("/v1/jobs/by-key/report%2F2026-11")
     assert found.status_code == 200 and found.json()["id"] == job["id"]

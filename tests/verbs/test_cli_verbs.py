@@ -1,0 +1,56 @@
+"""The operator's verbs in the CLI, against a real `hipq serve` (SQLite): per-job verbs,
+by-key lookup, and `hipq jobs bulk` with its dry run and followed progress."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.test_cli import Server, api_post, hipq, hipq_many, job_state, server, wait_state
+
+__all__ = ["server"]  # the module-scoped `hipq serve` fixture
+
+pytestmark = pytest.mark.e2e
+
+
+def test_per_job_verbs(server: Server) -> None:
+    url = ["--url", server.url]
+    later = {"type": "ok", "run_in": "1h"}
+    a, b, c = (api_post(server, "/v1/jobs", later)["id"] for _ in range(3))
+    keyed = api_post(server, "/v1/jobs", {**later, "job_key": "cli/key"})["id"]
+    done, failed, moved, found = hipq_many(
+        ["jobs", "complete", str(a), "--result", '{"n": 1}', *url],
+        ["jobs", "fail", str(b), "--reason", "wrong customer", *url],
+        ["jobs", "reschedule", str(c), "--run-in", "2h", "--priority", "9", *url],
+        ["jobs", "by-key", "cli/key", *url],
+    )
+    assert done.json()["state"] == "completed" and done.json()["result"] == {"n": 1}
+    assert failed.json()["last_error"] == "wrong customer"
+    assert moved.json()["priority"] == 9
+    assert found.json()["id"] == keyed
+    assert hipq("jobs", "by-key", "cli/key", "--cancel", *url).json()["state"] == "cancelled"
+    assert hipq("jobs", "delete", str(a), *url).json()["id"] == a
+    gone, refused, bad = hipq_many(
+        ["jobs", "show", str(a), *url],
+        ["jobs", "delete", str(c), *url],
+        ["jobs", "reschedule", str(c), "--run-in", "soon", *url],
+    )
+    assert "does not exist" in gone.one_error_line()
+    assert "only finished jobs can be deleted" in refused.one_error_line()
+    assert "run_in" in bad.one_error_line()
+
+
+def test_bulk_dry_run_then_cancel_with_progress(server: Server) -> None:
+    url = ["--url", server.url]
+    jobs = [{"type": "ok", "run_in": "1h", "labels": {"batch": "cli-bulk"}} for _ in range(30)]
+    ids = [j["id"] for j in api_post(server, "/v1/jobs/batch", {"jobs": jobs})["jobs"]]
+    counted = hipq("jobs", "bulk", "cancel", "--label", "batch=cli-bulk", "--dry-run", *url)
+    assert counted.json() == {"dry_run": True, "matched": 30}
+    assert job_state(server, ids[0]) == "scheduled"
+    finished = hipq("jobs", "bulk", "cancel", "--label", "batch=cli-bulk", "--reason", "x", *url)
+    op = finished.json()
+    assert op["state"] == "done" and op["changed"] == 30
+    wait_state(server, ids[-1], "cancelled")
+    shown = hipq("jobs", "bulk", "show", str(op["id"]), *url).json()
+    assert shown["matched"] == 30
+    empty = hipq("jobs", "bulk", "delete", *url)
+    assert "at least one condition" in empty.one_error_line()

@@ -105,6 +105,9 @@ class HttpTransport(_Strict):
     body: Any = None
     # 4xx statuses that fail the job at once (other 4xx, 5xx and 429 are retried).
     non_retryable_statuses: list[int] = Field(default_factory=list)
+    # Statuses (e.g. [429, 503]) whose Retry-After puts the job back to wait until then
+    # without spending an attempt (a snooze); without Retry-After they are failures.
+    snooze_statuses: list[int] = Field(default_factory=list)
     max_response_bytes: int = Field(1024 * 1024, ge=1)
 
 

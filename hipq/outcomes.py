@@ -37,6 +37,8 @@ class Settlement:
     result: Any
     last_error: str | None
     record: Attempt | None
+    # False: the job asked to wait (a snooze); its attempt is given back, not spent.
+    attempt_spent: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,7 +71,16 @@ class Rescheduled:
     run_at: datetime
 
 
-Outcome = Succeeded | Failed | Cancelled | FailedByOperator | Rescheduled
+@dataclass(frozen=True, slots=True)
+class Snoozed:
+    """The job asked to run again at ``run_at`` (a handler's snooze, or a peer's 429/503
+    with Retry-After where the job type says so): no attempt is spent, no strategy asked."""
+
+    run_at: datetime
+    reason: str | None = None
+
+
+Outcome = Succeeded | Failed | Cancelled | FailedByOperator | Rescheduled | Snoozed
 
 
 def settle(job: Job, outcome: Outcome, strategy: RetryStrategy, now: datetime) -> Settlement:
@@ -80,6 +91,20 @@ def settle(job: Job, outcome: Outcome, strategy: RetryStrategy, now: datetime) -
         return _final(job, State.CANCELLED, now, "cancelled", error=outcome.reason)
     if isinstance(outcome, FailedByOperator):
         return _final(job, State.FAILED, now, "failed", error=outcome.reason)
+    if isinstance(outcome, Snoozed):
+        check_transition(job.state, State.SCHEDULED)
+        return Settlement(
+            job_id=job.id,
+            attempt=job.attempt,
+            state=State.SCHEDULED,
+            run_at=max(outcome.run_at, now),
+            payload=job.payload,
+            finished_at=None,
+            result=None,
+            last_error=outcome.reason or job.last_error,
+            record=None,  # the attempt is given back: it is made again, and recorded then
+            attempt_spent=False,
+        )
     if isinstance(outcome, Rescheduled):
         check_transition(job.state, State.SCHEDULED)
         return Settlement(

@@ -17,7 +17,7 @@ from hipq.outcomes import Failed, Outcome, Settlement, settle
 from hipq.plugins import RetryStrategies
 from hipq.retry import AttemptError
 from hipq.store import QueueBatch
-from hipq.store.requests import requests_finish, retry_settings
+from hipq.store.requests import attempts_give_back, requests_finish, retry_settings
 
 log = logging.getLogger("hipq.loop")
 
@@ -101,12 +101,17 @@ async def write_reports(
     settled = settlements(reports, in_flight, requests, matched, retry, now)
     # A job about to be retried may have lost its job_key to a new job meanwhile (its
     # stored retry settings then forbid a retry): settled again with what is stored.
-    retried = [s.job_id for s in settled if s.state == State.SCHEDULED and s.job_id not in requests]
+    retried = [
+        s.job_id
+        for s in settled
+        if s.state == State.SCHEDULED and s.attempt_spent and s.job_id not in requests
+    ]
     stored = await retry_settings(batch, retried)
     changed = {i: r for i, r in stored.items() if r != in_flight[i].retry}
     if changed:
         settled = settlements(reports, in_flight, requests, matched, retry, now, changed)
     await batch.job_settle(settled, now)
+    await attempts_give_back(batch, settled)
     await requests_finish(batch, requests, settled, {i: j.retry for i, j in in_flight.items()}, now)
     done = {s.job_id for s in settled}
     used = [(r, j) for j, (r, _o) in matched.items() if j in done]

@@ -1,6 +1,7 @@
-"""The loop's side of operators' requests (``hipq.operator_requests``): reading the
-requests that wait for a queue's in-flight jobs, and finishing them inside the tick's
-transaction once the jobs are settled."""
+"""The loop's side of requests about jobs in flight, inside the tick's transaction:
+operators' requests (``hipq.operator_requests``), read and finished once the jobs are
+settled; snoozes (a job that asked to wait), whose attempt is given back; and the
+retry settings a job_key takeover changed."""
 
 from __future__ import annotations
 
@@ -64,3 +65,14 @@ async def retry_settings(batch: QueueBatch, job_ids: list[int]) -> dict[int, dic
         return {}
     rows = await batch.conn.execute(select(jobs.c.id, jobs.c.retry).where(jobs.c.id.in_(job_ids)))
     return {r.id: r.retry for r in rows}
+
+
+async def attempts_give_back(batch: QueueBatch, settled: Iterable[Settlement]) -> None:
+    """Snoozed jobs did not spend their attempt: the next run is the same attempt."""
+    snoozed = [s.job_id for s in settled if not s.attempt_spent]
+    if snoozed:
+        await batch.conn.execute(
+            update(jobs)
+            .where(jobs.c.id.in_(snoozed), jobs.c.state == SCHEDULED_SQL, jobs.c.attempt > 0)
+            .values(attempt=jobs.c.attempt - 1)
+        )

@@ -14,7 +14,7 @@ from typing import Any
 import orjson
 
 from hipq.jobs import Attempt, Job
-from hipq.lifecycle import State, check_transition
+from hipq.lifecycle import IN_FLIGHT, InvalidTransition, State, check_transition
 from hipq.retry import AttemptError, GiveUp, RetryAt, RetryStrategy
 
 log = logging.getLogger("hipq.outcomes")
@@ -82,9 +82,21 @@ class Snoozed:
 
 Outcome = Succeeded | Failed | Cancelled | FailedByOperator | Rescheduled | Snoozed
 
+# The state an outcome ends in, for the error of one that cannot be settled.
+_ENDS_IN: dict[type, State] = {
+    Succeeded: State.COMPLETED,
+    Cancelled: State.CANCELLED,
+    Rescheduled: State.SCHEDULED,
+    Snoozed: State.SCHEDULED,
+}
+
 
 def settle(job: Job, outcome: Outcome, strategy: RetryStrategy, now: datetime) -> Settlement:
     """The one change that ``outcome`` makes to ``job`` (an in-flight job)."""
+    if job.state not in IN_FLIGHT:
+        # An attempt ends only for a job in flight: an operator ends a scheduled job
+        # by the store's guarded updates, never through here.
+        raise InvalidTransition(job.state, _ENDS_IN.get(type(outcome), State.FAILED))
     if isinstance(outcome, Succeeded):
         return _final(job, State.COMPLETED, now, "completed", result=outcome.result)
     if isinstance(outcome, Cancelled):

@@ -163,6 +163,9 @@ class JobTypeConfig(_Strict):
     # A response that arrives after its job failed or was cancelled: ignore (counted as
     # late) or accept (a successful one completes the job).
     late_responses: Literal["ignore", "accept"] = "ignore"
+    # A job found `running` after a crash: send it again at once (resend), or count the
+    # interrupted attempt as failed so the retry strategy's delay applies (retry).
+    after_crash: Literal["resend", "retry"] = "resend"
     # Standard Webhooks signatures on POST /v1/callbacks/{key}?type=<this type>.
     callback_signature: CallbackSignature | None = None
 

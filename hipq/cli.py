@@ -16,6 +16,7 @@ import httpx
 import typer
 
 from hipq.cli_jobs_bulk import add_verbs, bulk_app
+from hipq.cli_responses import responses_app
 from hipq.config import ConfigError, Settings, load_settings
 
 app = typer.Typer(
@@ -29,6 +30,7 @@ jobs_app = typer.Typer(
 app.add_typer(jobs_app, name="jobs")
 jobs_app.add_typer(bulk_app, name="bulk")
 add_verbs(jobs_app)
+app.add_typer(responses_app, name="responses")
 
 ConfigOpt = Annotated[
     str | None, typer.Option("--config", "-c", envvar="HIPQ_CONFIG", help="YAML config file")

@@ -54,3 +54,25 @@ def test_bulk_dry_run_then_cancel_with_progress(server: Server) -> None:
     assert shown["matched"] == 30
     empty = hipq("jobs", "bulk", "delete", *url)
     assert "at least one condition" in empty.one_error_line()
+
+
+def test_responses_inbox_list_show_match(server: Server) -> None:
+    url = ["--url", server.url]
+    hung = api_post(server, "/v1/jobs", {"type": "hang"})["id"]
+    done = api_post(server, "/v1/jobs", {"type": "ok"})["id"]
+    wait_state(server, hung, "running")
+    wait_state(server, done, "completed")
+    stray = api_post(server, "/v1/callbacks/nobody-knows-me", {"status": "ok", "n": 1})
+    rid = str(stray["response_id"])
+    listed, shown, refused = hipq_many(
+        ["responses", "list", "--unmatched", "--key", "nobody-knows-me", *url],
+        ["responses", "show", rid, *url],
+        ["responses", "match", rid, "--job", str(done), *url],
+    )
+    assert listed.code == 0, listed
+    row = [line for line in listed.out.splitlines() if "nobody-knows-me" in line]
+    assert len(row) == 1 and row[0].split()[:2] == [rid, "pending"]
+    assert shown.json()["body"] == {"status": "ok", "n": 1}
+    assert "running or awaiting" in refused.one_error_line()
+    matched = hipq("responses", "match", rid, "--job", str(hung), *url)
+    assert matched.json()["forced_job_id"] == hung

@@ -15,6 +15,7 @@ from typing import Annotated, Any, NoReturn
 import httpx
 import typer
 
+from hipq.cli_flags import flags_app
 from hipq.cli_jobs_bulk import add_verbs, bulk_app
 from hipq.cli_responses import responses_app
 from hipq.config import ConfigError, Settings, load_settings
@@ -31,6 +32,7 @@ app.add_typer(jobs_app, name="jobs")
 jobs_app.add_typer(bulk_app, name="bulk")
 add_verbs(jobs_app)
 app.add_typer(responses_app, name="responses")
+app.add_typer(flags_app, name="flags")
 
 ConfigOpt = Annotated[
     str | None, typer.Option("--config", "-c", envvar="HIPQ_CONFIG", help="YAML config file")

@@ -163,6 +163,7 @@ class Intake:
             correlation_key=correlation_key,
             job_key=job.get("job_key"),
             job_key_mode=mode,
+            flags=sorted(set(job["flags"])) if job.get("flags") else None,
         )
 
     def check_changes(self, changes: dict[str, Any]) -> dict[str, Any]:

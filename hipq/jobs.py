@@ -46,6 +46,7 @@ class Job(NamedTuple):
     last_error: str | None = None
     waiting_reason: str | None = None
     cancel_requested: bool = False
+    flags: list[str] | None = None  # a queue may forbid some (hipq.forbidden_flags)
 
     def defensive_copy(self) -> Job:
         """A deep copy that a plugin may inspect or mutate without touching the loop's view."""
@@ -76,6 +77,7 @@ class NewJob:
     correlation_key: str | None = None
     job_key: str | None = None
     job_key_mode: str = "replace"
+    flags: list[str] | None = None
 
 
 @dataclass(frozen=True, slots=True)

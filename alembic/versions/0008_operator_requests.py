@@ -8,6 +8,9 @@ The cancel request of a job in flight becomes an operator's request of any kind
 (cancel, complete with a result, fail with a reason, reschedule), which the queue's
 loop applies at its next tick. ``cancel_requested`` stays the indexed flag that a
 request waits; ``operator_request`` says which one (NULL: a cancel, as before).
+
+Bulk operations (a verb on every job a filter matches) get a table that records
+their progress. Jobs may carry flags, and a queue may forbid some of them at run time.
 """
 
 import sqlalchemy as sa
@@ -30,6 +33,9 @@ ID = sa.BigInteger().with_variant(sa.Integer(), "sqlite")
 def upgrade() -> None:
     with op.batch_alter_table("hipq_jobs") as batch:
         batch.add_column(sa.Column("operator_request", JSON, nullable=True))
+        batch.add_column(sa.Column("flags", JSON, nullable=True))
+    with op.batch_alter_table("hipq_queues") as batch:
+        batch.add_column(sa.Column("forbidden_flags", JSON, nullable=True))
     op.create_table(
         "hipq_bulk_operations",
         sa.Column("id", ID, primary_key=True, autoincrement=True),
@@ -59,5 +65,8 @@ def upgrade() -> None:
 def downgrade() -> None:
     op.drop_index("ix_hipq_bulk_operations_running", "hipq_bulk_operations")
     op.drop_table("hipq_bulk_operations")
+    with op.batch_alter_table("hipq_queues") as batch:
+        batch.drop_column("forbidden_flags")
     with op.batch_alter_table("hipq_jobs") as batch:
+        batch.drop_column("flags")
         batch.drop_column("operator_request")

@@ -50,6 +50,9 @@ def _duration(value: Any) -> float | str:
 Duration = Annotated[float | str, PlainValidator(_duration, json_schema_input_type=float | str)]
 
 
+FlagName = Annotated[str, Field(min_length=1, max_length=100, pattern=r"^[^\x00-\x1f]+$")]
+
+
 class _In(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -88,6 +91,9 @@ class JobIn(_In):
     job_key_mode: Literal["replace", "preserve_run_at", "unsafe_dedupe"] | None = None
     critical: StrictBool = Field(
         False, description="passes throttlers that let critical work through"
+    )
+    flags: list[FlagName] | None = Field(
+        None, max_length=20, description="an operator may forbid flags on a queue at run time"
     )
 
     def fields_set(self) -> dict[str, Any]:
@@ -137,6 +143,10 @@ class CancelRequest(_In):
     reason: str | None = Field(
         None, min_length=1, max_length=2000, description="kept as last_error"
     )
+
+
+class ForbiddenFlagsIn(_In):
+    flags: list[FlagName] = Field(max_length=100, description="replaces the queue's set")
 
 
 class RescheduleRequest(_In):
@@ -195,6 +205,7 @@ class JobOut(BaseModel):
     last_error: str | None
     waiting_reason: str | None = Field(description="why a due job still waits (its throttler)")
     cancel_requested: bool
+    flags: list[str] | None = None
     attempts: list[AttemptOut] | None = None
 
     @classmethod
@@ -225,6 +236,7 @@ class JobOut(BaseModel):
             last_error=job.last_error,
             waiting_reason=job.waiting_reason,
             cancel_requested=job.cancel_requested,
+            flags=job.flags,
             attempts=None if attempts is None else [AttemptOut.of(a) for a in attempts],
         )
 
@@ -254,6 +266,9 @@ class QueueOut(BaseModel):
     batch_size: int
     throttlers: list[str]
     paused: bool
+    forbidden_flags: list[str] = Field(
+        default_factory=list, description="jobs with one of these flags wait"
+    )
     owner: str | None = Field(description="the process whose loop runs this queue now")
     scheduled: int
     due: int

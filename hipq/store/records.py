@@ -59,6 +59,7 @@ class QueueCounts:
     failed: int = 0
     weight_in_flight: int = 0
     paused: bool = False
+    forbidden_flags: tuple[str, ...] = ()
     lease_owner: str | None = None
     stats: dict[str, Any] = field(default_factory=dict)  # written by the owner's loop
 

@@ -105,6 +105,8 @@ jobs = Table(
     # ``operator_request`` says which (NULL: a cancel). See hipq.operator_requests.
     Column("cancel_requested", Boolean, nullable=False),
     Column("operator_request", Json, nullable=True),
+    # Flags an operator may forbid on the queue (graphile-worker's forbidden flags).
+    Column("flags", Json, nullable=True),
     # The loop's due-jobs scan, one index per queue order, over scheduled jobs only.
     Index(
         "ix_hipq_jobs_due_time",
@@ -184,6 +186,8 @@ queues = Table(
     # Written by the owner's loop when it changes: held jobs per throttler, capacity in
     # use per label value, throttler faults. Read by GET /v1/queues/{name}.
     Column("stats", Json, nullable=True),
+    # Jobs carrying one of these flags wait, held with that reason (set at run time).
+    Column("forbidden_flags", Json, nullable=True),
 )
 
 idempotency_keys = Table(

@@ -76,3 +76,21 @@ def test_responses_inbox_list_show_match(server: Server) -> None:
     assert "running or awaiting" in refused.one_error_line()
     matched = hipq("responses", "match", rid, "--job", str(hung), *url)
     assert matched.json()["forced_job_id"] == hung
+
+
+def test_flags_forbid_allow_clear(server: Server) -> None:
+    url = ["--url", server.url]
+    forbidden = hipq("flags", "forbid", "default", "partner-x", "nightly", *url)
+    assert forbidden.out.strip() == "default: forbidden flags: nightly, partner-x"
+    held = api_post(server, "/v1/jobs", {"type": "ok", "flags": ["nightly"]})["id"]
+    free = api_post(server, "/v1/jobs", {"type": "ok", "flags": ["daily"]})["id"]
+    wait_state(server, free, "completed")
+    assert job_state(server, held) == "scheduled"
+    allowed = hipq("flags", "allow", "default", "nightly", *url)
+    assert allowed.out.strip() == "default: forbidden flags: partner-x"
+    wait_state(server, held, "completed")
+    cleared, unknown = hipq_many(
+        ["flags", "clear", "default", *url], ["flags", "show", "nowhere", *url]
+    )
+    assert cleared.out.strip() == "default: forbidden flags: (none)"
+    assert "nowhere" in unknown.one_error_line()

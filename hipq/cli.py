@@ -17,6 +17,9 @@ import httpx
 import typer
 
 from hipq import cli_healthcheck
+from hipq.cli_flags import flags_app
+from hipq.cli_jobs_bulk import add_verbs, bulk_app
+from hipq.cli_responses import responses_app
 from hipq.cli_tokens import tokens_app
 from hipq.config import ConfigError, Settings, load_settings
 from hipq.tokens import TokenConfigError, Tokens, exposure_problem, load_tokens
@@ -32,6 +35,10 @@ jobs_app = typer.Typer(
 app.add_typer(jobs_app, name="jobs")
 app.add_typer(tokens_app, name="tokens")
 app.add_typer(cli_healthcheck.app, name="healthcheck")
+jobs_app.add_typer(bulk_app, name="bulk")
+add_verbs(jobs_app)
+app.add_typer(responses_app, name="responses")
+app.add_typer(flags_app, name="flags")
 
 ConfigOpt = Annotated[
     str | None, typer.Option("--config", "-c", envvar="HIPQ_CONFIG", help="YAML config file")

@@ -61,6 +61,9 @@ class ServerConfig(_Strict):
     body_read_timeout: Seconds = Field(30.0, gt=0)
     # Connections (and requests) at once; further ones get 503 from the server.
     max_connections: int = Field(1000, ge=1)
+    # Jobs per step of a bulk operation (POST /v1/jobs/bulk): each step is one short
+    # transaction that commits its jobs and the operation's progress.
+    bulk_step_size: int = Field(1000, ge=1, le=100_000)
 
     def base_url(self) -> str:
         return (self.public_url or f"http://{self.host}:{self.port}").rstrip("/")
@@ -117,6 +120,9 @@ class HttpTransport(_Strict):
     body: Any = None
     # 4xx statuses that fail the job at once (other 4xx, 5xx and 429 are retried).
     non_retryable_statuses: list[int] = Field(default_factory=list)
+    # Statuses (e.g. [429, 503]) whose Retry-After puts the job back to wait until then
+    # without spending an attempt (a snooze); without Retry-After they are failures.
+    snooze_statuses: list[int] = Field(default_factory=list)
     max_response_bytes: int = Field(1024 * 1024, ge=1)
     # Host names the url may name ("api.example.com", or "*.example.com" for its
     # subdomains); null: any. A config change cannot send this type's credentials
@@ -210,6 +216,9 @@ class JobTypeConfig(_Strict):
     # A response that arrives after its job failed or was cancelled: ignore (counted as
     # late) or accept (a successful one completes the job).
     late_responses: Literal["ignore", "accept"] = "ignore"
+    # A job found `running` after a crash: send it again at once (resend), or count the
+    # interrupted attempt as failed so the retry strategy's delay applies (retry).
+    after_crash: Literal["resend", "retry"] = "resend"
     # Standard Webhooks signatures on POST /v1/callbacks/{key}?type=<this type>.
     callback_signature: CallbackSignature | None = None
     # How a callback for this type (`?type=`) proves itself once tokens are configured:

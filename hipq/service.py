@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from hipq import migrations
 from hipq.activity import Activity
+from hipq.bulk import BulkRunner
 from hipq.config import Settings
 from hipq.faults import unavailable
 from hipq.job_types_publisher import JobTypesPublisher
@@ -158,6 +159,9 @@ class Service:
         self.wakeups = parts.wakeups
         self.job_writer = parts.job_writer
         self.scheduler = parts.scheduler
+        self.bulk = BulkRunner(
+            self.store, self.clock, self.settings.server.bulk_step_size, run=self.run_loops
+        )
         self.guard: ProcessGuard = self.store.process_guard(
             settings.database_url, self.wakeups.deliver
         )
@@ -180,6 +184,7 @@ class Service:
             self.responses,
             self.job_writer,
             self.upkeep,
+            self.bulk,
         ]
         if self.scheduler is not None:
             activities.append(self.scheduler)

@@ -15,10 +15,12 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from hipq import migrations
+from hipq.store.bulk import BulkTable
 from hipq.store.dialects import Dialect, create_engine, dialect_for
 from hipq.store.inbox import InboxTable
 from hipq.store.job_types_mirror import JobTypesMirror
 from hipq.store.jobs import JobTable
+from hipq.store.operator import OperatorTable
 from hipq.store.operator_reads import OperatorReads
 from hipq.store.process_guard import ProcessGuard
 from hipq.store.queues import QueueTable
@@ -26,7 +28,16 @@ from hipq.store.schedules import ScheduleTable
 from hipq.store.schema import metadata
 
 
-class Store(JobTable, InboxTable, QueueTable, JobTypesMirror, ScheduleTable, OperatorReads):
+class Store(
+    JobTable,
+    OperatorTable,
+    BulkTable,
+    InboxTable,
+    QueueTable,
+    JobTypesMirror,
+    ScheduleTable,
+    OperatorReads,
+):
     def __init__(self, engine: AsyncEngine, dialect: Dialect | None = None) -> None:
         super().__init__(engine, dialect or dialect_for(engine.url.render_as_string()))
 

@@ -139,6 +139,8 @@ async def job_page(request: Request, job_id: str) -> HTMLResponse:
         responses=found,
         open=job.state in (State.SCHEDULED, State.RUNNING, State.AWAITING),
         retryable=job.state in (State.FAILED, State.CANCELLED),
+        # POST /v1/jobs/{id}/reschedule takes every state but completed.
+        reschedulable=job.state != State.COMPLETED,
     )
 
 

@@ -122,22 +122,36 @@ def test_a_queue_is_paused_and_resumed(dashboard: Dashboard, page: Any) -> None:
     dashboard.wait_state(job_id, "completed")
 
 
-def test_an_action_the_api_refuses_shows_the_apis_reason(dashboard: Dashboard, page: Any) -> None:
+def test_a_job_is_failed_by_hand_and_rescheduled(dashboard: Dashboard, page: Any) -> None:
+    dashboard.server.post("/v1/queues/default/pause", {})
     job_id = dashboard.post_job(type="flaky")
-    dashboard.wait_state(job_id, "completed")
     page.goto(f"{dashboard.url}/dashboard/jobs/{job_id}")
-    # A scheduled job's page offers Reschedule: on a job that finished meanwhile the
-    # API says why it refuses.
-    page.evaluate(
-        """id => { const f = document.createElement('form');
-        f.dataset.action = 'PATCH /v1/jobs/' + id; f.innerHTML =
-        '<input name=\"priority\" value=\"1\" data-kind=\"int\"><button id=\"go\">go</button>';
-        document.querySelector('main').prepend(f); }""",
-        job_id,
-    )
-    page.locator("#go").click()
+    expect(page.locator("#job-state")).to_have_text("scheduled")
+    page.get_by_label("fail, because").fill("the order was withdrawn")
+    page.get_by_role("button", name="Fail").click()
+    expect(page.locator("#job-state")).to_have_text("failed")
+    expect(page.locator("p.error")).to_have_text("Last error: the order was withdrawn")
+    assert dashboard.job(job_id)["last_error"] == "the order was withdrawn"
+
+    page.get_by_role("button", name="Reschedule").click()  # no time given: now
+    expect(page.locator("#flash")).to_have_text(f"Job {job_id} rescheduled")
+    expect(page.locator("#job-state")).to_have_text("scheduled")
+    dashboard.server.post("/v1/queues/default/resume", {})
+    dashboard.wait_state(job_id, "completed")
+    expect(page.locator("#job-state")).to_have_text("completed")
+
+
+def test_an_action_the_api_refuses_shows_the_apis_reason(dashboard: Dashboard, page: Any) -> None:
+    dashboard.server.post("/v1/queues/default/pause", {})
+    job_id = dashboard.post_job(type="flaky")
+    page.goto(f"{dashboard.url}/dashboard/jobs/{job_id}")
+    page.locator("#live-toggle").uncheck()  # the page still offers Complete...
+    dashboard.server.post(f"/v1/jobs/{job_id}/cancel", {})  # ...but someone cancelled it
+    page.once("dialog", lambda d: d.accept())
+    page.get_by_role("button", name="Complete").click()
     expect(page.locator("#flash")).to_contain_text("409")
-    expect(page.locator("#flash")).to_contain_text("only scheduled jobs can be changed")
+    expect(page.locator("#flash")).to_contain_text(f"job {job_id} is cancelled")
+    assert dashboard.job(job_id)["state"] == "cancelled"
 
 
 def test_the_jobs_page_filters_and_pages(dashboard: Dashboard, page: Any) -> None:

@@ -40,7 +40,9 @@ async def test_the_job_page_shows_attempts_and_the_api_calls_it_offers(api: Api)
     assert "/cancel" not in page
     page = (await api.client.get(f"/dashboard/jobs/{scheduled}")).text
     assert f'data-action="POST /v1/jobs/{scheduled}/cancel"' in page
-    assert f'data-action="PATCH /v1/jobs/{scheduled}"' in page
+    for verb in ("complete", "fail", "reschedule"):
+        assert f'data-action="POST /v1/jobs/{scheduled}/{verb}"' in page
+    assert f"/v1/jobs/{scheduled}/retry" not in page
     assert "Responses with key <code>order-3</code>" in page
 
 

@@ -15,6 +15,8 @@ by its busy timeout, PostgreSQL by ``statement_timeout`` and ``lock_timeout``.
 
 from __future__ import annotations
 
+import select
+import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -24,6 +26,7 @@ from typing import Any
 
 import orjson
 from sqlalchemy import ARRAY, BigInteger, Select, Table, bindparam, event, func, update
+from sqlalchemy import exc as sa_exc
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
@@ -291,23 +294,76 @@ def _set_timeouts(conn: Any, budget_ms: int | None, local: bool) -> None:
     )
 
 
+# A pooled connection returned longer ago than this is pinged before its next use.
+PING_AFTER_IDLE_SECONDS = 1.0
+_RETURNED_AT = "hipq_returned_at"
+
+
+def _checkout_ping(engine: AsyncEngine) -> None:
+    """A pooled connection that a restart or a reset killed is replaced before use
+    instead of failing the transaction that drew it, as ``pool_pre_ping`` does, but
+    the ping's round trip is paid only when the connection may be dead: when its
+    socket has something to read while nobody asked (the server's end, a reset, or
+    a message to look at: one poll, no round trip), or when it sat in the pool for
+    PING_AFTER_IDLE_SECONDS (a server restarted without the end reaching us yet).
+    Under load connections come back within milliseconds and are not pinged."""
+
+    @event.listens_for(engine.sync_engine, "connect")
+    def _on_connect(dbapi_conn: Any, record: Any) -> None:
+        record.info[_RETURNED_AT] = time.monotonic()
+
+    @event.listens_for(engine.sync_engine, "checkin")
+    def _on_checkin(dbapi_conn: Any, record: Any) -> None:
+        if record is not None:
+            record.info[_RETURNED_AT] = time.monotonic()
+
+    @event.listens_for(engine.sync_engine, "checkout")
+    def _on_checkout(dbapi_conn: Any, record: Any, proxy: Any) -> None:
+        returned = record.info.get(_RETURNED_AT)
+        fresh = returned is not None and time.monotonic() - returned < PING_AFTER_IDLE_SECONDS
+        if fresh and _quiet(getattr(dbapi_conn, "_connection", None)):
+            return
+        try:
+            dbapi_conn.ping()
+        except Exception as exc:
+            # The pool discards this connection and draws (or opens) another.
+            raise sa_exc.DisconnectionError(str(exc)) from exc
+
+
+def _quiet(driver: Any) -> bool:
+    """An asyncpg connection that is open and has nothing waiting on its socket."""
+    if driver is None or driver.is_closed():
+        return False
+    transport = getattr(driver, "_transport", None)
+    sock = transport.get_extra_info("socket") if transport is not None else None
+    if sock is None:
+        return False
+    poll = select.poll()
+    poll.register(sock.fileno(), select.POLLIN | select.POLLERR | select.POLLHUP)
+    return not poll.poll(0)
+
+
 class PostgresDialect(Dialect):
     name = "postgresql"
     single_process = False
 
     def engine_options(self) -> dict[str, Any]:
         # The API's concurrent requests and the loops share the pool; a small pool
-        # makes each request beyond it open a new connection. Pre-ping: a pooled
-        # connection that a restart or a reset killed is replaced before use
-        # instead of failing the request that drew it.
+        # makes each request beyond it open a new connection. No pre-ping on every
+        # checkout (a round trip per transaction): ``prepare`` pings only a
+        # connection that may have died (see ``_checkout_ping``).
         return {
             "pool_size": 20,
             "max_overflow": 20,
-            "pool_pre_ping": True,
+            # The most recently returned connection first: at low traffic the one in
+            # use stays warm (not pinged), the others age out of use together.
+            "pool_use_lifo": True,
             "connect_args": {"timeout": PG_CONNECT_TIMEOUT_SECONDS},
         }
 
     def prepare(self, engine: AsyncEngine) -> None:
+        _checkout_ping(engine)
+
         @event.listens_for(engine.sync_engine, "begin")
         def _on_begin(conn: Any) -> None:
             budget_ms = _budget_ms()

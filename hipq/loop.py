@@ -67,8 +67,8 @@ class TickReport:
     loaded: int = 0
     full: bool = False  # the due scan filled a whole batch: more may be waiting
     # The next scheduled job after the tick's now, read in the tick's transaction when
-    # it claimed nothing; ``UNREAD`` when it did (read after the dispatch instead, so
-    # that the claimed jobs' handlers do not wait for it).
+    # it claimed nothing or also settled jobs; ``UNREAD`` when it only claimed (read
+    # after the dispatch instead, so that a new job's handler does not wait for it).
     next_run_at: datetime | Unread | None = Unread.UNREAD
 
 
@@ -217,7 +217,9 @@ class QueueLoop:
                     report.admitted, report.held = len(claimed), admitted.held
                     report.deferred, report.loaded = admitted.deferred, admitted.loaded
                     report.full = admitted.full
-                if not claimed:
+                if not claimed or settled:
+                    # A tick that only claimed (a new job on an idle queue) reads it
+                    # after the dispatch; a busy one here, saving a transaction.
                     report.next_run_at = await batch.job_next_run_at(now)
         except LeaseLost:
             self._lose_lease()

@@ -28,7 +28,7 @@ import orjson
 from sqlalchemy import ARRAY, BigInteger, Select, Table, bindparam, event, func, update
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.dialects import postgresql, sqlite
-from sqlalchemy.engine import make_url
+from sqlalchemy.engine import URL, make_url
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 from sqlalchemy.sql import text
 
@@ -91,6 +91,10 @@ class Dialect(ABC):
     def prepare(self, engine: AsyncEngine) -> None:
         """Set up each new connection of ``engine``."""
         return None  # nothing to do by default
+
+    async def close(self) -> None:
+        """Release what the dialect opened itself (the store closes its engine)."""
+        return None  # nothing by default
 
     async def check(self, conn: AsyncConnection) -> None:
         """Refuse to run on a database that would not keep what hipq promises."""
@@ -294,6 +298,8 @@ def _set_timeouts(conn: Any, budget_ms: int | None, local: bool) -> None:
     )
 
 
+# Connections beyond the first that the one-statement insert may open at once.
+MAX_CONCURRENT_PLAIN_INSERTS = 4
 # A pooled connection returned longer ago than this is pinged before its next use.
 PING_AFTER_IDLE_SECONDS = 1.0
 _RETURNED_AT = "hipq_returned_at"
@@ -346,6 +352,10 @@ def _quiet(driver: Any) -> bool:
 class PostgresDialect(Dialect):
     name = "postgresql"
     single_process = False
+
+    def __init__(self) -> None:
+        # The one-statement insert's own small pool (``job_insert_committed``).
+        self._insert_engines: dict[int, AsyncEngine] = {}
 
     def engine_options(self) -> dict[str, Any]:
         # The API's concurrent requests and the loops share the pool; a small pool
@@ -415,7 +425,17 @@ class PostgresDialect(Dialect):
         self, engine: AsyncEngine, rows: list[dict[str, Any]], payloads: Sequence[str]
     ) -> list[int] | None:
         # One autocommit statement is as durable as a transaction of one statement.
-        async with engine.connect() as conn:
+        # Its connections are its own: the request's time budget is a session setting
+        # here (see ``prepare``), which a transaction without one would reset (a round
+        # trip each, and one more to set it again) on a connection the two shared.
+        inserts = self._insert_engines.get(id(engine))
+        if inserts is None:
+            # Group commit writes one group at a time: one connection is the rule.
+            inserts = create_engine(
+                engine.url, self, pool_size=1, max_overflow=MAX_CONCURRENT_PLAIN_INSERTS
+            )
+            self._insert_engines[id(engine)] = inserts
+        async with inserts.connect() as conn:
             await conn.execution_options(isolation_level="AUTOCOMMIT")
             return await unnest.job_insert_rows_notify(conn, rows, CHANNEL, list(payloads))
 
@@ -427,6 +447,11 @@ class PostgresDialect(Dialect):
     def process_guard(self, database_url: str, on_payload: Callable[[str], None]) -> ProcessGuard:
         return PgListener(database_url, on_payload)
 
+    async def close(self) -> None:
+        engines, self._insert_engines = list(self._insert_engines.values()), {}
+        for inserts in engines:
+            await inserts.dispose()
+
     async def tables_empty(self, conn: AsyncConnection, tables: Sequence[Table]) -> None:
         names = ", ".join(t.name for t in tables)
         await conn.exec_driver_sql(f"TRUNCATE {names} RESTART IDENTITY CASCADE")
@@ -435,14 +460,14 @@ class PostgresDialect(Dialect):
 _DIALECTS: dict[str, type[Dialect]] = {"sqlite": SqliteDialect, "postgresql": PostgresDialect}
 
 
-def dialect_for(url: str) -> Dialect:
+def dialect_for(url: str | URL) -> Dialect:
     backend = make_url(url).get_backend_name()
     if backend not in _DIALECTS:
         raise StoreSetupError(f"unsupported database {backend!r}: use SQLite or PostgreSQL")
     return _DIALECTS[backend]()
 
 
-def create_engine(url: str, dialect: Dialect | None = None, **kwargs: Any) -> AsyncEngine:
+def create_engine(url: str | URL, dialect: Dialect | None = None, **kwargs: Any) -> AsyncEngine:
     dialect = dialect or dialect_for(url)
     for name, value in dialect.engine_options().items():
         kwargs.setdefault(name, value)

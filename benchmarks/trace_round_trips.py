@@ -47,7 +47,7 @@ def _kind(statement: str) -> str:
     words = statement.lstrip("( ").split(None, 2)
     head = words[0].upper() if words else "?"
     if head == "WITH" and len(words) > 1:
-        return "WITH (insert + notify)"
+        return f"WITH {words[1]}"  # named by its first part (ins: insert + notify)
     return head
 
 

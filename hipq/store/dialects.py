@@ -467,12 +467,20 @@ def dialect_for(url: str | URL) -> Dialect:
     return _DIALECTS[backend]()
 
 
+def _json_loads(value: str | bytes | float) -> Any:
+    # SQLite gives a JSON column numeric affinity: a JSON number written as text comes
+    # back as an int or float, already the value it stands for.
+    if isinstance(value, int | float):
+        return value
+    return orjson.loads(value)
+
+
 def create_engine(url: str | URL, dialect: Dialect | None = None, **kwargs: Any) -> AsyncEngine:
     dialect = dialect or dialect_for(url)
     for name, value in dialect.engine_options().items():
         kwargs.setdefault(name, value)
     engine = create_async_engine(
-        url, json_serializer=unnest.json_dumps, json_deserializer=orjson.loads, **kwargs
+        url, json_serializer=unnest.json_dumps, json_deserializer=_json_loads, **kwargs
     )
     dialect.prepare(engine)
     return engine

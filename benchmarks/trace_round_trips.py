@@ -127,7 +127,7 @@ async def trace(url: str, jobs: int) -> None:
     app = create_app(service, manage_service=False)
     try:
         async with httpx.AsyncClient(
-            transport=httpx.ASGITransport(app), base_url="http://bench"
+            transport=httpx.ASGITransport(app), base_url="http://localhost"
         ) as client:
 
             async def post() -> int:

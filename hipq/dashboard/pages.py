@@ -31,7 +31,7 @@ from hipq.store.records import Response
 PREFIX = "/dashboard"
 RESPONSE_STATUSES = ("pending", "late", "expired", "duplicate", "matched")
 RESPONSES_PAGE = 50
-FAILED_RETRY_LIMIT = 1000  # job ids one bulk retry button carries
+FAILED_RETRY_LIMIT = 10_000  # job ids one bulk retry carries (POST /v1/jobs/bulk's limit)
 RECENT_FIRES = 5  # fire times shown per schedule
 
 # The pages load nothing but their own files, run no inline script and no eval: a

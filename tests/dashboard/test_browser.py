@@ -40,7 +40,7 @@ def test_failed_jobs_are_grouped_by_error_and_retried_from_the_failed_page(
     (dashboard.flags / "fail").unlink()
     page.once("dialog", lambda d: d.accept())
     group.get_by_role("button", name="Retry 3 jobs").click()
-    expect(page.locator("#flash")).to_contain_text("Retried: 3 of 3 jobs")
+    expect(page.locator("#flash")).to_contain_text("Retry of 3 jobs started (bulk operation ")
     for job_id in ids:
         job = dashboard.wait_state(job_id, "completed")
         assert job["attempt"] == 2

@@ -1,12 +1,11 @@
 // The dashboard's actions: each button or form with data-action calls the public
-// REST API ("METHOD /v1/path"), with the same authorization as any API client.
-// A button with data-ids runs its call once per job id ({id} in the path) and asks
-// for confirmation first; so does any button with data-confirm.
+// REST API ("METHOD /v1/path", the JSON body from data-body or the form's fields),
+// with the same authorization as any API client. A button with data-confirm asks
+// first (every action on more than one job has one).
 "use strict";
 
 const ROOT = document.body.dataset.root || "";
 const TOKEN_KEY = "hipq-token";
-const BULK_PARALLEL = 8;
 
 let pressing = false;  // a mouse button or finger is down: a click is under way
 
@@ -105,20 +104,6 @@ function refresh() {
   }
 }
 
-async function runEach(method, template, ids) {
-  const failures = [];
-  let next = 0;
-  async function worker() {
-    while (next < ids.length) {
-      const id = ids[next++];
-      const result = await callApi(method, template.replace("{id}", encodeURIComponent(id)));
-      if (!result.ok) failures.push("job " + id + ": " + result.message);
-    }
-  }
-  await Promise.all(Array.from({ length: Math.min(BULK_PARALLEL, ids.length) }, worker));
-  return failures;
-}
-
 function formBody(form) {
   const body = {};
   for (const input of form.querySelectorAll("input[name], select[name], textarea[name]")) {
@@ -140,21 +125,16 @@ function formBody(form) {
 
 async function act(el, body) {
   const [method, path] = el.dataset.action.split(" ");
-  const ids = el.dataset.ids ? JSON.parse(el.dataset.ids) : null;
-  if (ids) {
-    if (ids.length > 1 && !window.confirm(el.dataset.confirm || ("Run this on " + ids.length + " jobs?"))) return;
-    el.disabled = true;
-    flash("Working on " + ids.length + " jobs…", "busy");
-    const failures = await runEach(method, path, ids);
-    const done = ids.length - failures.length;
-    flash((el.dataset.done || "Done") + ": " + done + " of " + ids.length + " jobs" +
-      (failures.length ? "; refused: " + failures.slice(0, 5).join("; ") : ""), failures.length ? "error" : "ok");
-  } else {
-    if (el.dataset.confirm && !window.confirm(el.dataset.confirm)) return;
-    el.disabled = true;
-    const result = await callApi(method, path, body);
-    flash(result.ok ? (el.dataset.done || "Done") : result.message, result.ok ? "ok" : "error");
+  if (body === undefined && el.dataset.body) body = JSON.parse(el.dataset.body);
+  if (el.dataset.confirm && !window.confirm(el.dataset.confirm)) return;
+  el.disabled = true;
+  const result = await callApi(method, path, body);
+  let done = el.dataset.done || "Done";
+  // A bulk operation runs on in bounded steps: say which, GET /v1/jobs/bulk/{id} follows it.
+  if (result.ok && result.data && result.data.action && result.data.id) {
+    done += " (bulk operation " + result.data.id + ")";
   }
+  flash(result.ok ? done : result.message, result.ok ? "ok" : "error");
   el.disabled = false;
   refresh();
 }

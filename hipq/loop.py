@@ -40,7 +40,7 @@ from hipq.reports import Reports, apply_reports, write_reports
 from hipq.retry import AttemptError
 from hipq.stopping import finish_or_cancel
 from hipq.store import LeaseLost, Store
-from hipq.throttling import Stage
+from hipq.throttling import Stage, feed_back
 from hipq.transports.base import Transport
 
 log = logging.getLogger("hipq.loop")
@@ -120,10 +120,12 @@ class QueueLoop:
 
     def outcome(self, job: Job, outcome: Outcome) -> None:
         self._reports.outcomes.setdefault((job.id, job.attempt), outcome)
+        feed_back(self.stages, job, outcome, self.clock)
         self.wake.set()
 
     def sent(self, job: Job) -> None:
         self._reports.sent.add((job.id, job.attempt))
+        feed_back(self.stages, job, None, self.clock)
         self.wake.set()
 
     def heartbeat(self, job: Job, deadline: datetime) -> None:

@@ -244,6 +244,11 @@ class QueueOut(BaseModel):
     throttler_errors: dict[str, int] = Field(
         default_factory=dict, description="faults per throttler since this owner took the queue"
     )
+    throttler_state: dict[str, Any] = Field(
+        default_factory=dict,
+        description="what adapting throttlers learned, per throttler (adaptive: the start "
+        "rate per label value, overload answers seen, a Retry-After pause)",
+    )
 
 
 class QueueListOut(BaseModel):

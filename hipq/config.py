@@ -216,6 +216,9 @@ class JobTypeConfig(_Strict):
     # a Standard Webhooks signature, a token with the callbacks scope, or either.
     # Default: signature when callback_signature is set, else token.
     callback_auth: Literal["signature", "token", "either"] | None = None
+    # External jobs: POST /v1/callbacks/{key}/heartbeat moves the attempt's deadline to
+    # the heartbeat's time plus this; None: this type takes no heartbeats.
+    heartbeat_timeout: Seconds | None = Field(None, gt=0)
 
     @model_validator(mode="after")
     def _signature_for_callback_auth(self) -> JobTypeConfig:

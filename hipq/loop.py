@@ -30,6 +30,7 @@ from hipq.chain import GuardedChain
 from hipq.config import QueueConfig
 from hipq.correlation import Correlation, Event, Matches, matched_event
 from hipq.events import Events
+from hipq.external_heartbeats import ExternalHeartbeats
 from hipq.faults import FaultReporter
 from hipq.job_types import JobTypes
 from hipq.jobs import Job
@@ -95,6 +96,7 @@ class QueueLoop:
         self.events = events or Events()
         self.lease_ttl = lease_ttl
         self.correlation = Correlation(name, job_types or JobTypes({}), clock)
+        self.heartbeats = ExternalHeartbeats(job_types or JobTypes({}))
         self.admission = Admission(name, config, self.stages, self.events)
         self.token: int | None = None
         self.in_flight: dict[int, Job] = {}
@@ -196,6 +198,8 @@ class QueueLoop:
             ) as batch:
                 self._recheck_due()
                 cancels: list[int] = []
+                # Heartbeats of external jobs are hinted and rechecked with cancels.
+                await self.heartbeats.take(batch, self.in_flight, reports, self._check_cancels, now)
                 if self._check_cancels:
                     self._check_cancels = False
                     cancels = await batch.job_cancel_requests()

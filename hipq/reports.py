@@ -7,7 +7,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 from hipq.jobs import Job
@@ -61,7 +61,8 @@ def settlements(
         if job.id not in outcomes and job.deadline is not None and job.deadline <= now:
             if job.id in reports.deadlines and reports.deadlines[job.id] > now:
                 continue  # a heartbeat arrived in time
-            outcomes[job.id] = Failed(AttemptError(_timed_out(job), "timeout"))
+            took = job.timeout_seconds
+            outcomes[job.id] = Failed(AttemptError(f"timed out after {took:g}s", "timeout"))
     out = []
     for job_id, outcome in outcomes.items():
         job = in_flight[job_id]
@@ -69,14 +70,6 @@ def settlements(
             job = job._replace(payload=reports.payloads[job_id])
         out.append(settle(job, outcome, _strategy(retry, job), now))
     return out
-
-
-def _timed_out(job: Job) -> str:
-    took = job.timeout_seconds
-    if job.claimed_at is None or job.deadline == job.claimed_at + timedelta(seconds=took):
-        return f"timed out after {took:g}s"
-    # Heartbeats (a python handler's, or an external system's) moved the deadline.
-    return f"timed out: no heartbeat or response by its deadline {job.deadline:%H:%M:%S}"
 
 
 def _strategy(retry: RetryStrategies, job: Job) -> Any:

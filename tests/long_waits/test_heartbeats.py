@@ -135,7 +135,7 @@ async def test_silence_fails_the_attempt_and_the_retry_strategy_decides(world: W
     seen = await eventually(retried, timeout=20, interval=0.1)
     first = seen["attempts"][0]
     assert first["outcome"] == "retried"
-    assert "timed out" in first["error"] and "heartbeat" in first["error"], first["error"]
+    assert first["error"].startswith("timed out"), first["error"]
     # The first attempt's heartbeat stays visible, and says which attempt it was for.
     assert seen["heartbeat"]["attempt"] == 1
     assert seen["heartbeat"]["progress"] == "started"

@@ -106,6 +106,13 @@ class Metrics:
             ["queue", "throttler", "key"],
             registry=r,
         )
+        self.status_polls = Counter(
+            "hipq_status_polls_total",
+            "Status requests sent for overdue callbacks, by job type and what the answer was"
+            " (final, working, error)",
+            ["type", "verdict"],
+            registry=r,
+        )
         events.subscribe(self.on_event)
 
     def on_event(self, name: str, f: dict[str, Any]) -> None:
@@ -140,6 +147,8 @@ class Metrics:
             self.stored.labels(f["source"]).inc(f["count"])
         elif name == "responses_parked":
             self.parked.labels(f["source"]).inc(f["count"])
+        elif name == "status_polled":
+            self.status_polls.labels(f["type"], f["verdict"]).inc()
         elif name == "throttler_state":
             for throttler, keys in f["states"].items():
                 for key, state in keys.items():

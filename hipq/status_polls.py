@@ -24,6 +24,7 @@ import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from http.cookiejar import CookieJar, DefaultCookiePolicy
 from typing import Any
 
 import httpx
@@ -126,8 +127,11 @@ class StatusPolls:
         return any(t.config.status_request is not None for t in job_types.values())
 
     async def start(self) -> None:
+        # As the http transport's client: no redirects followed, no cookies kept.
         self._client = httpx.AsyncClient(
-            follow_redirects=False, transport=PooledTransport(MAX_CONCURRENT, MAX_CONCURRENT)
+            follow_redirects=False,
+            transport=PooledTransport(MAX_CONCURRENT, MAX_CONCURRENT),
+            cookies=CookieJar(DefaultCookiePolicy(allowed_domains=[])),
         )
         self._stopping.clear()
         self._task = asyncio.create_task(self._run(), name="hipq-status-polls")
@@ -217,6 +221,8 @@ class StatusPolls:
         try:
             url = poll.url.render(context)
             headers = {name: t.render(context) for name, t in poll.headers}
+            if any("\r" in v or "\n" in v for v in headers.values()):
+                raise RenderError("a header would contain a line break")
             content = None
             if poll.body is not None:
                 content = orjson.dumps(poll.body.render(context))

@@ -28,8 +28,8 @@ SECRET = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
 def settings_for(database_url: str, external: str) -> Any:
     long = {
         "correlation_key": "{payload.order_id}",
-        "timeout": "2s",  # how long the first sign of life may take
-        "heartbeat_timeout": "2s",
+        "timeout": "3s",  # how long the first sign of life may take
+        "heartbeat_timeout": "3s",
         "retry": {"strategy": "fixed", "delay": "50ms", "max_attempts": 2},
         "outcome": {"field": "status", "success": ["ok"]},
         "callback_signature": {"secret": SECRET},
@@ -90,23 +90,23 @@ async def test_heartbeats_keep_a_job_alive_past_its_timeout(world: World) -> Non
     await eventually(lambda: "hb-1" in world.peer.held, timeout=10)
     url = world.heartbeat_url("hb-1")
     started = datetime.now(UTC)
-    # Heartbeats for well over the 2 s timeout; each moves the deadline 2 s ahead.
-    for done in range(12):
-        answer = await world.heartbeat(url, {"progress": {"done": done, "of": 12}})
+    # Heartbeats for well over the 3 s timeout; each moves the deadline 3 s ahead.
+    for done in range(16):
+        answer = await world.heartbeat(url, {"progress": {"done": done, "of": 16}})
         assert answer.status_code == 202, answer.text
         assert answer.json()["attempt"] == 1
         await asyncio.sleep(0.3)
-    assert datetime.now(UTC) - started > timedelta(seconds=3)
+    assert datetime.now(UTC) - started > timedelta(seconds=4)
     seen = await world.job(job["id"])
     assert (seen["state"], seen["attempt"]) == ("awaiting", 1), seen
-    assert seen["heartbeat"]["progress"] == {"done": 11, "of": 12}
+    assert seen["heartbeat"]["progress"] == {"done": 15, "of": 16}
     assert seen["heartbeat"]["attempt"] == 1
     # The loop persisted the moved deadline: past the one the claim set.
     claimed = datetime.fromisoformat(seen["claimed_at"])
-    assert datetime.fromisoformat(seen["deadline"]) > claimed + timedelta(seconds=3)
+    assert datetime.fromisoformat(seen["deadline"]) > claimed + timedelta(seconds=4)
     # A heartbeat without a body keeps the last progress.
     assert (await world.heartbeat(url)).status_code == 202
-    assert (await world.job(job["id"]))["heartbeat"]["progress"] == {"done": 11, "of": 12}
+    assert (await world.job(job["id"]))["heartbeat"]["progress"] == {"done": 15, "of": 16}
     # The peer's answer, signed as the job type requires.
     raw = orjson.dumps({"status": "ok", "order_id": "hb-1"})
     callback = world.peer.held.pop("hb-1")

@@ -21,6 +21,7 @@ from hipq.store.inbox import InboxTable
 from hipq.store.job_types_mirror import JobTypesMirror
 from hipq.store.jobs import JobTable
 from hipq.store.operator import OperatorTable
+from hipq.store.outbox import NotificationTable
 from hipq.store.process_guard import ProcessGuard
 from hipq.store.queues import QueueTable
 from hipq.store.schedules import ScheduleTable
@@ -28,7 +29,14 @@ from hipq.store.schema import metadata
 
 
 class Store(
-    JobTable, OperatorTable, BulkTable, InboxTable, QueueTable, JobTypesMirror, ScheduleTable
+    JobTable,
+    OperatorTable,
+    BulkTable,
+    InboxTable,
+    QueueTable,
+    JobTypesMirror,
+    ScheduleTable,
+    NotificationTable,
 ):
     def __init__(self, engine: AsyncEngine, dialect: Dialect | None = None) -> None:
         super().__init__(engine, dialect or dialect_for(engine.url.render_as_string()))

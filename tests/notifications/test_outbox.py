@@ -215,3 +215,14 @@ def test_a_job_type_naming_an_unknown_target_fails_at_start(sqlite_url: str) -> 
             sqlite_url,
             job_types={"x": {"transport": {"python": {"handler": "a:b"}}, "notify": ["gone"]}},
         )
+
+
+def test_the_lifecycle_log_names_a_failed_notification() -> None:
+    from hipq.lifecycle_log import describe
+
+    line = describe(
+        "notification_failed",
+        {"id": 4, "job_id": 9, "target": "hook", "attempts": 2, "error": "HTTP 503"},
+    )
+    assert line is not None and line[1] == "notification_failed"
+    assert line[2] == {"id": 4, "job_id": 9, "target": "hook", "attempts": 2, "reason": "HTTP 503"}

@@ -46,7 +46,8 @@ class JobWaiters:
 
     def __init__(self, store: Store, recheck_seconds: float = RECHECK_SECONDS) -> None:
         self.store, self.recheck_seconds = store, recheck_seconds
-        self._futures: dict[int, list[asyncio.Future[Job]]] = defaultdict(list)
+        # A waiter's future gets its finished job, or None: answer now (the process stops).
+        self._futures: dict[int, list[asyncio.Future[Job | None]]] = defaultdict(list)
         self._queue_of: dict[int, str] = {}
         self._due: set[int] = set()  # job ids to read at the next check
         self._kick = asyncio.Event()
@@ -60,7 +61,7 @@ class JobWaiters:
 
     async def wait(self, job_id: int, seconds: float) -> Job:
         """The job once it is finished, or as it is when ``seconds`` have passed."""
-        future: asyncio.Future[Job] = asyncio.get_running_loop().create_future()
+        future: asyncio.Future[Job | None] = asyncio.get_running_loop().create_future()
         # Registered before the first read: a job that finishes meanwhile wakes it.
         self._futures[job_id].append(future)
         try:
@@ -70,9 +71,10 @@ class JobWaiters:
             self._queue_of[job_id] = job.queue
             self._ensure_task()
             try:
-                return await asyncio.wait_for(asyncio.shield(future), seconds)
+                finished = await asyncio.wait_for(asyncio.shield(future), seconds)
             except TimeoutError:
-                return await self.store.job_get(job_id)
+                finished = None
+            return finished or await self.store.job_get(job_id)
         finally:
             waiting = self._futures.get(job_id)
             if waiting is not None:
@@ -141,7 +143,16 @@ class JobWaiters:
     async def start(self) -> None:
         self._stopping = False
 
+    def release_all(self) -> None:
+        """Answer every waiter now, with its job as it is: the process is stopping, and
+        a request held for its whole wait would hold up the server's shutdown."""
+        for futures in self._futures.values():
+            for future in futures:
+                if not future.done():
+                    future.set_result(None)
+
     async def stop(self) -> None:
+        self.release_all()
         self._stopping = True
         self._kick.set()
         if self._task is not None:

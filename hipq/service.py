@@ -228,6 +228,7 @@ class Service:
             return
         grace = self.settings.shutdown_grace if grace is None else grace
         self._drain_deadline = time.monotonic() + grace
+        self.waiters.release_all()
         for loop in self.loops.values():
             loop.request_drain()
 

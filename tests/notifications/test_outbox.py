@@ -226,3 +226,24 @@ def test_the_lifecycle_log_names_a_failed_notification() -> None:
     )
     assert line is not None and line[1] == "notification_failed"
     assert line[2] == {"id": 4, "job_id": 9, "target": "hook", "attempts": 2, "reason": "HTTP 503"}
+
+
+async def test_a_notification_held_by_a_process_that_died_is_sent_after_its_lease(
+    database_url: str,
+) -> None:
+    receiver = Receiver()
+    clock = FakeClock()
+    async with open_api(database_url, clock=clock, **notify_settings(receiver)) as api:
+        job = await api.post_job(type="ok")
+        await api.tick()
+        store = api.service.store
+        # A process takes it and dies before it records anything.
+        [held] = await store.notification_take(clock.now, 10, lease_seconds=60)
+        assert held.job_id == job["id"]
+        async with receiver.up():
+            clock.advance(30)
+            assert await api.service.notifier.run_once() == []  # still leased
+            clock.advance(31)
+            [delivery] = await api.service.notifier.run_once()
+        assert delivery.error is None
+        assert [g["body"]["data"]["job_id"] for g in receiver.accepted()] == [job["id"]]

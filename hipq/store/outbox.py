@@ -43,6 +43,10 @@ class NotificationTable(Transactions):
             .order_by(notifications.c.next_attempt_at, notifications.c.id)
             .limit(limit)
         )
+        # Most steps find nothing: a read first, so that they take no write lock (SQLite).
+        async with self._read() as conn:
+            if (await conn.execute(query.with_only_columns(notifications.c.id))).first() is None:
+                return []
         async with self._write() as conn:
             taken = [_row(r) for r in (await conn.execute(self.dialect.skip_locked(query))).all()]
             if taken:

@@ -40,6 +40,7 @@ async def test_each_terminal_state_is_notified_once_and_signed(database_url: str
         assert not receiver.got  # nothing is sent before the notifier runs
         await api.service.notifier.run_once()
 
+        assert all(g["status"] == 204 for g in receiver.got)  # each signature verified
         by_job = {g["body"]["data"]["job_id"]: g for g in receiver.got}
         assert len(receiver.got) == 4 and set(by_job) == {
             done["id"],

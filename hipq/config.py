@@ -263,6 +263,9 @@ class JobTypeConfig(_Strict):
     # External jobs: ask the system for the job's status when no response has come
     # after a share of the timeout; its final answer settles the job as a callback would.
     status_request: StatusRequest | None = None
+    # Where each job's outcome goes by default: names of notifications.targets (a job
+    # may choose others with its own `notify`). See docs/notifications.md.
+    notify: list[str] = Field(default_factory=list)
 
     @model_validator(mode="after")
     def _signature_for_callback_auth(self) -> JobTypeConfig:
@@ -296,6 +299,64 @@ class KafkaConfig(_Strict):
     session_timeout: Seconds = Field(10.0, gt=0)
     heartbeat_interval: Seconds = Field(3.0, gt=0)
     responses: list[KafkaResponseSource] = Field(default_factory=list)
+
+
+class WebhookTarget(_Strict):
+    url: str  # http(s) URL that receives a POST of the outcome as JSON
+    # Standard Webhooks signing secret ("whsec_<base64>" or a plain string); null: unsigned.
+    secret: str | None = None
+    headers: dict[str, str] = Field(default_factory=dict)  # sent as they are
+    timeout: Seconds = Field(10.0, gt=0)  # a try that takes longer fails (and is retried)
+
+    @field_validator("url")
+    @classmethod
+    def _http_url(cls, url: str) -> str:
+        parts = urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError("must be an http:// or https:// URL")
+        return url
+
+    @field_validator("secret")
+    @classmethod
+    def _usable_secret(cls, secret: str | None) -> str | None:
+        if secret is not None:
+            try:
+                decode_secret(secret)
+            except SignatureError as exc:
+                raise ValueError(exc.reason) from None
+        return secret
+
+
+class KafkaTarget(_Strict):
+    topic: str = Field(min_length=1)  # the message key is the job id
+
+
+class NotificationTarget(_Strict):
+    """One place outcomes go: a webhook or a Kafka topic (exactly one)."""
+
+    webhook: WebhookTarget | None = None
+    kafka: KafkaTarget | None = None
+
+    @model_validator(mode="after")
+    def _exactly_one(self) -> NotificationTarget:
+        if (self.webhook is None) == (self.kafka is None):
+            raise ValueError("give exactly one of webhook, kafka")
+        return self
+
+
+class NotificationsConfig(_Strict):
+    targets: dict[str, NotificationTarget] = Field(default_factory=dict)
+    # How often each process looks for notifications to send (they are also sent as
+    # soon as a job of this process settles).
+    interval: Seconds = Field(1.0, gt=0)
+    batch_size: int = Field(100, ge=1, le=10_000)  # notifications taken per step
+    # Retries while a receiver is down: the delay doubles from `retry_initial` up to
+    # `retry_max`, for ever (a notification is never dropped).
+    retry_initial: Seconds = Field(1.0, gt=0)
+    retry_max: Seconds = Field(600.0, gt=0)
+    # A notification taken by a process is its own for this long (several processes on
+    # PostgreSQL): a process that dies mid-send leaves it to another after this.
+    lease: Seconds = Field(60.0, gt=0)
 
 
 class ResponsesConfig(_Strict):
@@ -391,6 +452,8 @@ class Settings(BaseSettings):
     # Recurring jobs by name; see docs/schedules.md.
     schedules: dict[str, ScheduleConfig] = Field(default_factory=dict)
     scheduler: SchedulerConfig = Field(default_factory=SchedulerConfig)
+    # Outcome notifications: targets and the sender's timing; see docs/notifications.md.
+    notifications: NotificationsConfig = Field(default_factory=NotificationsConfig)
 
     @classmethod
     def settings_customise_sources(
@@ -410,6 +473,19 @@ class Settings(BaseSettings):
             if jt.queue not in self.queues:
                 known = ", ".join(sorted(self.queues))
                 raise ValueError(f"job_types.{name}.queue: unknown queue {jt.queue!r} ({known})")
+        targets = self.notifications.targets
+        for name, spec in targets.items():
+            if spec.kafka is not None and not self.kafka.enabled:
+                raise ValueError(
+                    f"notifications.targets.{name}: a Kafka target needs kafka.enabled"
+                )
+        for name, jt in self.job_types.items():
+            for target in jt.notify:
+                if target not in targets:
+                    known = ", ".join(sorted(targets)) or "none configured"
+                    raise ValueError(
+                        f"job_types.{name}.notify: unknown notification target {target!r} ({known})"
+                    )
         for name, schedule in self.schedules.items():
             job_type = schedule.job.get("type")
             if job_type not in self.job_types:

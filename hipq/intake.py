@@ -172,7 +172,21 @@ class Intake:
             job_key=job.get("job_key"),
             job_key_mode=mode,
             flags=sorted(set(job["flags"])) if job.get("flags") else None,
+            notify=self.notify_targets(job.get("notify"), jt.notify),
         )
+
+    def notify_targets(self, asked: list[str] | None, default: list[str]) -> list[str] | None:
+        """The targets of a job's outcome notifications: its own, else its type's;
+        None when there are none (no outbox row is written)."""
+        names = default if asked is None else asked
+        known = self.settings.notifications.targets
+        for i, name in enumerate(names):
+            if name not in known:
+                listed = ", ".join(sorted(known)) or "none configured"
+                raise IntakeError(
+                    f"notify[{i}]", f"unknown notification target {name!r} ({listed})"
+                )
+        return sorted(set(names)) or None
 
     def check_changes(self, changes: dict[str, Any]) -> dict[str, Any]:
         """The parts of a change that need no job: ``changes`` holds the API fields set.

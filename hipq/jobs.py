@@ -48,6 +48,7 @@ class Job(NamedTuple):
     cancel_requested: bool = False
     trace_context: str | None = None  # the enqueue's traceparent (hipq.tracing)
     flags: list[str] | None = None  # a queue may forbid some (hipq.forbidden_flags)
+    notify: list[str] | None = None  # notification targets of its outcome (hipq.outbox)
 
     def defensive_copy(self) -> Job:
         """A deep copy that a plugin may inspect or mutate without touching the loop's view."""
@@ -80,6 +81,7 @@ class NewJob:
     job_key_mode: str = "replace"
     trace_context: str | None = None  # the enqueue's traceparent (hipq.tracing)
     flags: list[str] | None = None
+    notify: list[str] | None = None  # notification targets of its outcome (hipq.outbox)
 
 
 @dataclass(frozen=True, slots=True)

@@ -72,6 +72,11 @@ def describe(name: str, f: Mapping[str, Any]) -> Line | None:
     if name == "responses_settled" and f.get("status") in _RESPONSES:
         event, level = _RESPONSES[f["status"]]
         return level, event, _pick(f, "queue", "count")
+    if name == "notification_sent":
+        return logging.DEBUG, "notification_sent", _pick(f, "id", "job_id", "target")
+    if name == "notification_failed":
+        fields = {**_pick(f, "id", "job_id", "target", "attempts"), "reason": f.get("error")}
+        return logging.WARNING, "notification_failed", fields
     if name == "schedule_fired":
         fields = _pick(f, "schedule", "job_id", "queue", "type", "fire_time")
         return logging.INFO, "schedule_fired", fields

@@ -21,7 +21,9 @@ from hipq.bulk import BulkRunner
 from hipq.config import Settings
 from hipq.faults import unavailable
 from hipq.job_types_publisher import JobTypesPublisher
+from hipq.job_waiters import JobWaiters
 from hipq.loop import QueueLoop
+from hipq.notifier import Notifier
 from hipq.status_polls import status_polls_of
 from hipq.stopping import drain
 from hipq.store import Store
@@ -163,6 +165,19 @@ class Service:
         self.bulk = BulkRunner(
             self.store, self.clock, self.settings.server.bulk_step_size, run=self.run_loops
         )
+        # Outcome notifications (hipq.outbox) and ``?wait=`` requests, both woken by the
+        # core's events here and by ``settled:`` wake-ups from any process.
+        self.notifier = Notifier(
+            settings.notifications,
+            settings.kafka,
+            self.store,
+            self.clock,
+            self.events,
+            run=self.run_loops,
+        )
+        self.waiters = JobWaiters(self.store)
+        self.events.subscribe(self.waiters.on_event)
+        self.wakeups.settled.extend((self.waiters.on_settled, self.notifier.on_settled))
         self.guard: ProcessGuard = self.store.process_guard(
             settings.database_url, self.wakeups.deliver
         )
@@ -186,6 +201,8 @@ class Service:
             self.job_writer,
             self.upkeep,
             self.bulk,
+            self.notifier,
+            self.waiters,
         ]
         if self.scheduler is not None:
             activities.append(self.scheduler)
@@ -215,6 +232,7 @@ class Service:
             return
         grace = self.settings.shutdown_grace if grace is None else grace
         self._drain_deadline = time.monotonic() + grace
+        self.waiters.release_all()
         for loop in self.loops.values():
             loop.request_drain()
 

@@ -7,13 +7,16 @@ to the other processes (see ``hipq.store.process_guard.PgListener``). A payload 
 - ``<queue>``: new or changed jobs in a queue,
 - ``*``: new responses in the inbox (a response may be for any queue),
 - ``cancel:<queue>``: a running job of the queue was asked to stop, or its external
-  system sent a heartbeat (the loop looks for both in the same step).
+  system sent a heartbeat (the loop looks for both in the same step),
+- ``settled:<queue>``: jobs of the queue reached a terminal state (sent on PostgreSQL
+  by the jobs table's trigger, alembic 0012; it wakes ``?wait=`` requests and the
+  notifier, not the loops).
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Protocol
@@ -21,12 +24,14 @@ from typing import Protocol
 CHANNEL = "hipq_jobs"
 _ALL_QUEUES = "*"
 _CANCEL_PREFIX = "cancel:"
+_SETTLED_PREFIX = "settled:"
 
 
 class WakeKind(StrEnum):
     JOBS = "jobs"
     RESPONSES = "responses"
     CANCELS = "cancels"
+    SETTLED = "settled"
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,9 +52,15 @@ def cancels_payload(queue: str) -> str:
     return _CANCEL_PREFIX + queue
 
 
+def settled_payload(queue: str) -> str:
+    return _SETTLED_PREFIX + queue
+
+
 def decode(payload: str) -> Wake:
     if payload == _ALL_QUEUES:
         return Wake(WakeKind.RESPONSES)
+    if payload.startswith(_SETTLED_PREFIX):
+        return Wake(WakeKind.SETTLED, payload.removeprefix(_SETTLED_PREFIX))
     if payload.startswith(_CANCEL_PREFIX):
         return Wake(WakeKind.CANCELS, payload.removeprefix(_CANCEL_PREFIX))
     return Wake(WakeKind.JOBS, payload)
@@ -71,9 +82,15 @@ class Wakeups:
 
     def __init__(self, loops: Mapping[str, Wakeable]) -> None:
         self._loops = loops
+        # Called with the queue of each ``settled:`` payload (waiting requests, the notifier).
+        self.settled: list[Callable[[str], None]] = []
 
     def deliver(self, payload: str) -> None:
         wake = decode(payload)
+        if wake.kind is WakeKind.SETTLED:
+            for listener in self.settled:
+                listener(wake.queue or "")
+            return
         if wake.kind is WakeKind.RESPONSES:
             for each in self._loops.values():
                 each.hint_responses()

@@ -12,7 +12,17 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from hipq import __version__, dashboard
-from hipq.api import auth, bulk, callbacks, errors, jobs, queues, responses, schedules
+from hipq.api import (
+    auth,
+    bulk,
+    callbacks,
+    errors,
+    jobs,
+    notifications,
+    queues,
+    responses,
+    schedules,
+)
 from hipq.api.request_guards import RequestGuards
 from hipq.faults import FaultReporter, unavailable
 from hipq.metrics import Metrics
@@ -105,6 +115,7 @@ def create_app(
     app.add_middleware(auth.Authentication, api=app, tokens=tokens, settings=service.settings)
     app.include_router(bulk.router)  # before jobs: /v1/jobs/bulk is not a job id
     app.include_router(jobs.router)
+    app.include_router(notifications.router)
     app.include_router(queues.router)
     app.include_router(callbacks.router)
     app.include_router(responses.router)

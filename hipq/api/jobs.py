@@ -11,6 +11,7 @@ from fastapi import APIRouter, Depends, Header, Path, Query, Request, Response
 
 from hipq import tracing
 from hipq.api.auth import check_tenancy, require
+from hipq.api.errors import InvalidParameter
 from hipq.api.json_body import JSONBodyRoute, off_loop
 from hipq.api.models import (
     MAX_ID,
@@ -28,7 +29,9 @@ from hipq.api.models import (
     RetryRequest,
 )
 from hipq.api.paging import Cursor, json_size, within_budget
+from hipq.durations import parse_duration
 from hipq.intake import NUL_MESSAGE, IntakeError, nul_field
+from hipq.job_waiters import MAX_WAIT_SECONDS
 from hipq.jobs import NewJob
 from hipq.lifecycle import IN_FLIGHT, State
 from hipq.operator_requests import Reschedule
@@ -54,6 +57,17 @@ IdempotencyKey = Annotated[
 # Each label filter is a condition of the query: SQLite refuses a thousand of them.
 MAX_LABEL_FILTERS = 20
 JobId = Annotated[int, Path(ge=1, le=MAX_ID, description="the job's id")]
+
+
+def wait_seconds(raw: str) -> float:
+    """The ``wait`` query parameter in seconds, bounded by ``MAX_WAIT_SECONDS``."""
+    try:
+        seconds = parse_duration(raw)
+    except ValueError as exc:
+        raise InvalidParameter("wait", str(exc)) from None
+    if seconds > MAX_WAIT_SECONDS:
+        raise InvalidParameter("wait", f"must be at most {MAX_WAIT_SECONDS:g}s, got {raw!r}")
+    return seconds
 
 
 def _service(request: Request) -> Service:
@@ -155,12 +169,30 @@ async def create_jobs(
     dependencies=[Depends(require("read"))],
     response_model=JobOut,
     responses=_ERRORS,
-    summary="A job and its attempts",
+    summary="A job and its attempts; with ?wait=, once it is finished or the wait ends",
 )
-async def get_job(job_id: JobId, request: Request) -> JobOut:
-    store = _service(request).store
-    job = await store.job_get(job_id)
-    return JobOut.of(job, await store.job_attempts(job_id), await store.heartbeat_of(job_id))
+async def get_job(
+    job_id: JobId,
+    request: Request,
+    wait: Annotated[
+        str | None,
+        Query(
+            max_length=20,
+            description=(
+                "answer when the job reaches a terminal state or after this long, "
+                "whichever comes first: a duration such as '30s' (at most 60s)"
+            ),
+        ),
+    ] = None,
+) -> JobOut:
+    service = _service(request)
+    if wait is None:
+        job = await service.store.job_get(job_id)
+    else:
+        job = await service.waiters.wait(job_id, wait_seconds(wait))
+    return JobOut.of(
+        job, await service.store.job_attempts(job_id), await service.store.heartbeat_of(job_id)
+    )
 
 
 @router.get(

@@ -52,6 +52,7 @@ Duration = Annotated[float | str, PlainValidator(_duration, json_schema_input_ty
 
 
 FlagName = Annotated[str, Field(min_length=1, max_length=100, pattern=r"^[^\x00-\x1f]+$")]
+TargetName = Annotated[str, Field(min_length=1, max_length=200)]
 
 
 class _In(BaseModel):
@@ -95,6 +96,14 @@ class JobIn(_In):
     )
     flags: list[FlagName] | None = Field(
         None, max_length=20, description="an operator may forbid flags on a queue at run time"
+    )
+    notify: list[TargetName] | None = Field(
+        None,
+        max_length=20,
+        description=(
+            "names of notifications.targets that receive the job's outcome (each terminal "
+            "state); default: the job type's notify; [] sends none"
+        ),
     )
 
     def fields_set(self) -> dict[str, Any]:
@@ -224,6 +233,9 @@ class JobOut(BaseModel):
     waiting_reason: str | None = Field(description="why a due job still waits (its throttler)")
     cancel_requested: bool
     flags: list[str] | None = None
+    notify: list[str] | None = Field(
+        None, description="the notification targets of its outcome (GET .../notifications)"
+    )
     attempts: list[AttemptOut] | None = None
     heartbeat: HeartbeatOut | None = Field(
         None,
@@ -262,6 +274,7 @@ class JobOut(BaseModel):
             waiting_reason=job.waiting_reason,
             cancel_requested=job.cancel_requested,
             flags=job.flags,
+            notify=job.notify,
             attempts=None if attempts is None else [AttemptOut.of(a) for a in attempts],
             heartbeat=HeartbeatOut.of(heartbeat),
         )

@@ -10,7 +10,7 @@ from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import and_, delete, select, update
+from sqlalchemy import and_, delete, exists, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -20,7 +20,7 @@ from hipq.operator_requests import key_taken_over
 from hipq.store import state_guards as guards
 from hipq.store.records import Conflict, InsertResult, JobFilter, NotFound
 from hipq.store.rows import NEW_JOB_COLUMNS, conflict_from, job_from_new, new_row, row_to_job
-from hipq.store.schema import OPEN_JOB_KEY_WHERE, attempts, idempotency_keys, jobs
+from hipq.store.schema import OPEN_JOB_KEY_WHERE, attempts, idempotency_keys, jobs, notifications
 from hipq.store.state_guards import OPEN_SQL, const
 from hipq.store.transactions import Transactions
 from hipq.wakeup import jobs_payload
@@ -253,6 +253,19 @@ class JobTable(Transactions):
             raise NotFound(f"job {job_id} does not exist", field="id")
         return row_to_job(row)
 
+    async def job_finished_among(self, ids: Sequence[int], chunk: int = 500) -> list[Job]:
+        """Those of ``ids`` that are in a terminal state now, in one read transaction
+        (a query per ``chunk`` ids: SQLite limits a statement's parameters)."""
+        finished: list[Job] = []
+        async with self._read() as conn:
+            for start in range(0, len(ids), chunk):
+                query = select(jobs).where(
+                    jobs.c.id.in_(list(ids[start : start + chunk])),
+                    jobs.c.state.in_([const(s.value) for s in TERMINAL]),
+                )
+                finished.extend(row_to_job(r) for r in (await conn.execute(query)).all())
+        return finished
+
     async def job_attempts(self, job_id: int) -> list[Attempt]:
         async with self._read() as conn:
             rows = (
@@ -346,7 +359,14 @@ class JobTable(Transactions):
         async with self._write() as conn:
             query = (
                 select(jobs.c.id)
-                .where(jobs.c.state == const(state.value), jobs.c.finished_at < finished_before)
+                .where(
+                    jobs.c.state == const(state.value),
+                    jobs.c.finished_at < finished_before,
+                    # A job whose outcome is still being notified stays until it is sent.
+                    ~exists().where(
+                        notifications.c.job_id == jobs.c.id, notifications.c.status != "sent"
+                    ),
+                )
                 .order_by(jobs.c.id)
                 .limit(limit)
             )
@@ -354,6 +374,7 @@ class JobTable(Transactions):
             ids = list((await conn.execute(self.dialect.skip_locked(query))).scalars())
             if ids:
                 await conn.execute(delete(attempts).where(attempts.c.job_id.in_(ids)))
+                await conn.execute(delete(notifications).where(notifications.c.job_id.in_(ids)))
                 await conn.execute(delete(jobs).where(jobs.c.id.in_(ids)))
         return len(ids)
 

@@ -112,6 +112,9 @@ jobs = Table(
     # The W3C traceparent of the span that enqueued the job (with tracing on; else NULL):
     # each attempt's span links to it.
     Column("trace_context", String(TRACE_CONTEXT_LENGTH), nullable=True),
+    # The notification targets its outcome goes to (a JSON list of names from the
+    # config's notifications.targets); NULL: none. See hipq.outbox.
+    Column("notify", Json, nullable=True),
     # The loop's due-jobs scan, one index per queue order, over scheduled jobs only.
     Index(
         "ix_hipq_jobs_due_time",
@@ -372,4 +375,41 @@ bulk_operations = Table(
         postgresql_where=text("state = 'running'"),
         sqlite_where=text("state = 'running'"),
     ),
+)
+
+
+# The outbox of outcome notifications (hipq.outbox): one row per terminal state a job
+# with ``notify`` reaches, per target, written by a trigger on hipq_jobs in the same
+# transaction as the state change (alembic 0012), so a change that rolls back leaves no
+# row and every committed one has its row. The row holds the outcome as it was then;
+# the notifier sends it after the commit and records each try.
+notifications = Table(
+    "hipq_notifications",
+    metadata,
+    Column("id", Id, primary_key=True, autoincrement=True),
+    Column("job_id", BigInteger, nullable=False),  # no foreign key: it may outlive its job
+    Column("target", String(200), nullable=False),
+    Column("job_type", String(200), nullable=False),
+    Column("queue", String(200), nullable=False),
+    Column("job_state", String(16), nullable=False),  # completed | failed | cancelled
+    Column("attempt", Integer, nullable=False),
+    Column("result", Json, nullable=True),
+    Column("error", Text, nullable=True),
+    Column("finished_at", UTCDateTime, nullable=True),
+    Column("created_at", UTCDateTime, nullable=False),
+    Column("status", String(16), nullable=False),  # pending | failing | sent
+    Column("attempts", Integer, nullable=False),  # tries so far
+    Column("next_attempt_at", UTCDateTime, nullable=False),
+    # A process that took the row to send it owns it until then (several processes).
+    Column("locked_until", UTCDateTime, nullable=True),
+    Column("last_error", Text, nullable=True),
+    Column("sent_at", UTCDateTime, nullable=True),
+    Index(
+        "ix_hipq_notifications_due",
+        "next_attempt_at",
+        "id",
+        postgresql_where=text("status <> 'sent'"),
+        sqlite_where=text("status <> 'sent'"),
+    ),
+    Index("ix_hipq_notifications_job", "job_id", "id"),
 )

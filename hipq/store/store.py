@@ -23,6 +23,7 @@ from hipq.store.job_types_mirror import JobTypesMirror
 from hipq.store.jobs import JobTable
 from hipq.store.operator import OperatorTable
 from hipq.store.operator_reads import OperatorReads
+from hipq.store.outbox import NotificationTable
 from hipq.store.process_guard import ProcessGuard
 from hipq.store.queues import QueueTable
 from hipq.store.schedules import ScheduleTable
@@ -39,6 +40,7 @@ class Store(
     ScheduleTable,
     HeartbeatTable,
     OperatorReads,
+    NotificationTable,
 ):
     def __init__(self, engine: AsyncEngine, dialect: Dialect | None = None) -> None:
         super().__init__(engine, dialect or dialect_for(engine.url.render_as_string()))

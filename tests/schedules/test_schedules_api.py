@@ -298,3 +298,14 @@ async def test_a_schedule_whose_job_type_left_the_config_is_shown_not_fired(
         assert "job.type" in failed[0]["error"]
         run = await api.client.post("/v1/schedules/hourly/run")
         assert run.status_code == 422 and run.json()["field"] == "job.type"
+
+
+@pytest.mark.parametrize(
+    ("method", "path"),
+    [("GET", "/v1/schedules/a%00b"), ("POST", "/v1/schedules/a%00b/pause")],
+)
+async def test_a_name_with_nul_is_a_422_on_each_engine(api: Api, method: str, path: str) -> None:
+    # PostgreSQL cannot compare a text holding NUL: it must never reach the database.
+    response = await api.client.request(method, path)
+    assert response.status_code == 422, response.text
+    assert response.json()["field"] == "name"

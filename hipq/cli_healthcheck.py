@@ -42,6 +42,8 @@ def healthcheck(
     # "localhost" is in every Host allow-list, whatever server.allowed_hosts says.
     with Client(url, timeout=timeout, headers={"host": "localhost"}) as client:
         if wait > 0:
+            if not client.ready().ready:
+                typer.echo(f"waiting for hipq at {url} (at most {wait:g} s) ...", err=True)
             try:
                 client.wait_ready(wait)
             except TimeoutError as exc:

@@ -23,6 +23,7 @@ pytestmark = pytest.mark.e2e
 
 JOB_TYPES_WITH_RETRY = {
     **JOB_TYPES,
+    "echo": {"transport": {"python": {"handler": "hipq.handlers:echo"}}},
     "flaky": {
         "transport": {"python": {"handler": "tests.handlers:fail"}},
         "retry": {"strategy": "fixed", "delay": "1h", "max_attempts": 2},

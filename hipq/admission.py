@@ -14,7 +14,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from hipq.chain import GuardedChain
+from hipq import forbidden_flags
+from hipq.chain import ChainResult, GuardedChain
 from hipq.config import QueueConfig
 from hipq.events import Events
 from hipq.group_reads import GroupReads
@@ -101,7 +102,7 @@ class Admission:
             return out
         self._forget_starts(now)
         view = RunningView((_in_flight_view(j) for j in live), tuple(self.starts))
-        chain = await self.chain.run(candidates, view, now)
+        chain = await self._decide(batch, candidates, view, now)
         if out.full and self.group_reads is not None:
             # More are due than were read: a backlog of one group at the front may
             # hide other groups' jobs. Read the heads of those groups, decide again.
@@ -110,7 +111,7 @@ class Admission:
                 merged = await self.group_reads.read(batch, candidates, wanted, now, scan)
                 if len(merged) > len(candidates):
                     candidates = merged
-                    chain = await self.chain.run(candidates, view, now)
+                    chain = await self._decide(batch, candidates, view, now)
         out.loaded = len(candidates)
         for stage, message in chain.errors:
             self._errors[stage] += 1
@@ -132,6 +133,17 @@ class Admission:
         if chain.held_by:
             self.events.emit("throttled", queue=self.queue, held_by=dict(chain.held_by))
         return out
+
+    async def _decide(
+        self, batch: QueueBatch, candidates: list[Job], view: RunningView, now: datetime
+    ) -> ChainResult:
+        """The throttler chain's decision, after the queue's forbidden flags held theirs."""
+        allowed, forbidden = forbidden_flags.split(candidates, batch.forbidden_flags)
+        chain = await self.chain.run(allowed, view, now)
+        if forbidden:
+            chain.held.update(forbidden)
+            chain.held_by[forbidden_flags.STAGE] += len(forbidden)
+        return chain
 
     async def _defer(
         self,

@@ -18,6 +18,9 @@ import typer
 from pydantic import BaseModel
 
 from hipq import cli_healthcheck
+from hipq.cli_flags import flags_app
+from hipq.cli_jobs_bulk import add_verbs, bulk_app
+from hipq.cli_responses import responses_app
 from hipq.cli_tokens import tokens_app
 from hipq.client import ApiError, Backoff, Client, HipqError
 from hipq.config import ConfigError, Settings, load_settings
@@ -34,6 +37,10 @@ jobs_app = typer.Typer(
 app.add_typer(jobs_app, name="jobs")
 app.add_typer(tokens_app, name="tokens")
 app.add_typer(cli_healthcheck.app, name="healthcheck")
+jobs_app.add_typer(bulk_app, name="bulk")
+add_verbs(jobs_app)
+app.add_typer(responses_app, name="responses")
+app.add_typer(flags_app, name="flags")
 
 ConfigOpt = Annotated[
     str | None, typer.Option("--config", "-c", envvar="HIPQ_CONFIG", help="YAML config file")
@@ -522,3 +529,9 @@ def bench(
         fail("interrupted")
     except RuntimeError as exc:
         fail(str(exc))
+
+
+# Last: the module uses the client helpers above.
+from hipq.cli_schedules import app as schedules_app  # noqa: E402
+
+app.add_typer(schedules_app, name="schedules")

@@ -61,6 +61,9 @@ class ServerConfig(_Strict):
     body_read_timeout: Seconds = Field(30.0, gt=0)
     # Connections (and requests) at once; further ones get 503 from the server.
     max_connections: int = Field(1000, ge=1)
+    # Jobs per step of a bulk operation (POST /v1/jobs/bulk): each step is one short
+    # transaction that commits its jobs and the operation's progress.
+    bulk_step_size: int = Field(1000, ge=1, le=100_000)
 
     def base_url(self) -> str:
         return (self.public_url or f"http://{self.host}:{self.port}").rstrip("/")
@@ -117,6 +120,9 @@ class HttpTransport(_Strict):
     body: Any = None
     # 4xx statuses that fail the job at once (other 4xx, 5xx and 429 are retried).
     non_retryable_statuses: list[int] = Field(default_factory=list)
+    # Statuses (e.g. [429, 503]) whose Retry-After puts the job back to wait until then
+    # without spending an attempt (a snooze); without Retry-After they are failures.
+    snooze_statuses: list[int] = Field(default_factory=list)
     max_response_bytes: int = Field(1024 * 1024, ge=1)
     # Host names the url may name ("api.example.com", or "*.example.com" for its
     # subdomains); null: any. A config change cannot send this type's credentials
@@ -210,6 +216,9 @@ class JobTypeConfig(_Strict):
     # A response that arrives after its job failed or was cancelled: ignore (counted as
     # late) or accept (a successful one completes the job).
     late_responses: Literal["ignore", "accept"] = "ignore"
+    # A job found `running` after a crash: send it again at once (resend), or count the
+    # interrupted attempt as failed so the retry strategy's delay applies (retry).
+    after_crash: Literal["resend", "retry"] = "resend"
     # Standard Webhooks signatures on POST /v1/callbacks/{key}?type=<this type>.
     callback_signature: CallbackSignature | None = None
     # How a callback for this type (`?type=`) proves itself once tokens are configured:
@@ -271,6 +280,46 @@ class LoggingConfig(_Strict):
     format: Literal["console", "json"] = "console"
 
 
+class ScheduleConfig(_Strict):
+    """A recurring job (hipq.schedules); checked in full at start."""
+
+    cron: str  # five fields: minute hour day-of-month month day-of-week
+    timezone: str = "UTC"  # IANA name, e.g. Europe/Berlin
+    # The job made at each fire time: the fields of POST /v1/jobs except run_at. Strings
+    # may hold {fire.time}, {fire.local}, {fire.date}, {fire.timestamp}, {schedule}.
+    job: dict[str, Any]
+    # Fire times missed while no hipq ran: none (dropped), latest (one job for the
+    # newest), all (one job each), within `backfill` before now.
+    catch_up: Literal["none", "latest", "all"] = "none"
+    backfill: Seconds = Field(86400.0, ge=0, le=367 * 86400)
+    # skip: no job for a fire time while the schedule's previous job is still open.
+    overlap: Literal["allow", "skip"] = "allow"
+
+    @field_validator("cron", "timezone")
+    @classmethod
+    def _fires(cls, value: str, info: Any) -> str:
+        from datetime import UTC, datetime
+
+        from hipq.schedules.cron import Cron, ScheduleError, zone
+
+        try:
+            if info.field_name == "timezone":
+                zone(value)
+            else:
+                Cron.parse(value, "UTC", datetime.now(UTC))
+        except ScheduleError as exc:
+            raise ValueError(exc.message) from None
+        return value
+
+
+class SchedulerConfig(_Strict):
+    # How often each process looks for due fire times.
+    interval: Seconds = Field(1.0, gt=0)
+    # A fire time at most this late is on time and always becomes a job; older ones
+    # were missed and follow their schedule's catch_up.
+    on_time: Seconds = Field(60.0, gt=0)
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(
         env_prefix="HIPQ_", env_nested_delimiter="__", extra="forbid", case_sensitive=False
@@ -301,6 +350,9 @@ class Settings(BaseSettings):
     responses: ResponsesConfig = Field(default_factory=ResponsesConfig)
     job_retention: JobRetention = Field(default_factory=JobRetention)
     auth: AuthConfig = Field(default_factory=AuthConfig)
+    # Recurring jobs by name; see docs/schedules.md.
+    schedules: dict[str, ScheduleConfig] = Field(default_factory=dict)
+    scheduler: SchedulerConfig = Field(default_factory=SchedulerConfig)
 
     @classmethod
     def settings_customise_sources(
@@ -320,6 +372,13 @@ class Settings(BaseSettings):
             if jt.queue not in self.queues:
                 known = ", ".join(sorted(self.queues))
                 raise ValueError(f"job_types.{name}.queue: unknown queue {jt.queue!r} ({known})")
+        for name, schedule in self.schedules.items():
+            job_type = schedule.job.get("type")
+            if job_type not in self.job_types:
+                known = ", ".join(sorted(self.job_types)) or "none configured"
+                raise ValueError(
+                    f"schedules.{name}.job.type: unknown job type {job_type!r} ({known})"
+                )
         if self.lease_ttl < 1:
             raise ValueError("lease_ttl: must be at least 1s")
         if self.api_db_timeout <= 0 or self.database_wait < 0:

@@ -9,7 +9,7 @@ opening. Errors name the field, as the API reports them.
 from __future__ import annotations
 
 from contextvars import ContextVar
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from hipq.config import Settings
@@ -22,6 +22,7 @@ from hipq.storable_text import NUL_MESSAGE, nul_field
 from hipq.templates import TemplateError, new_job_context
 from hipq.windows import Window, WindowError, next_opening, parse_windows
 
+MAX_RUN_IN_SECONDS = 3650 * 86400
 JOB_KEY_MODES = ("replace", "preserve_run_at", "unsafe_dedupe")
 # Longer is a client bug, and the deadline (claimed_at + timeout) must stay a valid date.
 MAX_TIMEOUT_SECONDS = 3650 * 86400.0
@@ -92,6 +93,21 @@ class Intake:
                 "weight", f"{weight} exceeds the capacity {capacity} of queue {queue}"
             )
 
+    @staticmethod
+    def run_at(run_at: datetime | None, run_in: Any, now: datetime) -> datetime:
+        """The instant of ``run_at``, or ``run_in`` (a duration) from ``now``, or now."""
+        if run_in is None:
+            return run_at or now
+        if run_at is not None:
+            raise IntakeError("run_in", "give run_at or run_in, not both")
+        try:
+            seconds = parse_duration(run_in)
+        except ValueError as exc:
+            raise IntakeError("run_in", str(exc)) from None
+        if not 0 <= seconds <= MAX_RUN_IN_SECONDS:
+            raise IntakeError("run_in", "must be between 0 and 3650d")
+        return now + timedelta(seconds=seconds)
+
     def resolve(self, job: dict[str, Any], now: datetime) -> NewJob:
         """``job`` holds the API fields that the client set (validated for shape)."""
         for name, value in job.items():
@@ -103,7 +119,7 @@ class Intake:
         queue = job.get("queue") or jt.queue
         if queue not in self.settings.queues:
             raise IntakeError("queue", f"unknown queue {queue!r}")
-        run_at = job.get("run_at") or now
+        run_at = self.run_at(job.get("run_at"), job.get("run_in"), now)
         windows = job.get("windows") or None
         if windows:
             windows, run_at = self._windowed(windows, run_at)
@@ -155,6 +171,7 @@ class Intake:
             correlation_key=correlation_key,
             job_key=job.get("job_key"),
             job_key_mode=mode,
+            flags=sorted(set(job["flags"])) if job.get("flags") else None,
         )
 
     def check_changes(self, changes: dict[str, Any]) -> dict[str, Any]:

@@ -47,6 +47,7 @@ class Job(NamedTuple):
     waiting_reason: str | None = None
     cancel_requested: bool = False
     trace_context: str | None = None  # the enqueue's traceparent (hipq.tracing)
+    flags: list[str] | None = None  # a queue may forbid some (hipq.forbidden_flags)
 
     def defensive_copy(self) -> Job:
         """A deep copy that a plugin may inspect or mutate without touching the loop's view."""
@@ -78,6 +79,7 @@ class NewJob:
     job_key: str | None = None
     job_key_mode: str = "replace"
     trace_context: str | None = None  # the enqueue's traceparent (hipq.tracing)
+    flags: list[str] | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -27,14 +27,18 @@ TERMINAL = frozenset({State.COMPLETED, State.FAILED, State.CANCELLED})
 
 TRANSITIONS: dict[State, frozenset[State]] = {
     # scheduled -> scheduled: deferred to a window, or edited by an operator.
-    State.SCHEDULED: frozenset({State.SCHEDULED, State.RUNNING, State.CANCELLED}),
+    # scheduled -> completed/failed: an operator completed or failed it before it ran.
+    State.SCHEDULED: frozenset(
+        {State.SCHEDULED, State.RUNNING, State.COMPLETED, State.FAILED, State.CANCELLED}
+    ),
     # running -> scheduled: a failed attempt that the retry strategy retries.
     # running -> completed/failed directly: transports whose call returns the result.
     State.RUNNING: frozenset(
         {State.AWAITING, State.SCHEDULED, State.COMPLETED, State.FAILED, State.CANCELLED}
     ),
     State.AWAITING: frozenset({State.SCHEDULED, State.COMPLETED, State.FAILED, State.CANCELLED}),
-    # Terminal states change only by an explicit operator retry (a new attempt), and
+    # Terminal states change only by an explicit operator retry or reschedule (a new
+    # attempt), and
     # failed/cancelled -> completed by a late successful response when the job type
     # opts in (`late_responses: accept`): the peer did the work after all.
     State.COMPLETED: frozenset({State.SCHEDULED}),

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
+from hipq import crash_recovery
 from hipq.admission import Admission
 from hipq.chain import GuardedChain
 from hipq.config import QueueConfig
@@ -40,6 +41,7 @@ from hipq.reports import Reports, apply_reports, write_reports
 from hipq.retry import AttemptError
 from hipq.stopping import finish_or_cancel
 from hipq.store import LeaseLost, Store
+from hipq.store.requests import Requests, requests_pending
 from hipq.throttling import Stage
 from hipq.transports.base import Transport
 
@@ -94,7 +96,8 @@ class QueueLoop:
         self.retry, self.clock = retry, clock
         self.events = events or Events()
         self.lease_ttl = lease_ttl
-        self.correlation = Correlation(name, job_types or JobTypes({}), clock)
+        self.job_types = job_types or JobTypes({})
+        self.correlation = Correlation(name, self.job_types, clock)
         self.admission = Admission(name, config, self.stages, self.events)
         self.token: int | None = None
         self.in_flight: dict[int, Job] = {}
@@ -161,9 +164,13 @@ class QueueLoop:
         await self.admission.resume(self.store, self.clock())
         # After a crash, `running` jobs may or may not have sent their request: send again
         # (at-least-once). `awaiting` jobs keep waiting for their response until the deadline.
-        resumed = [j for j in self.in_flight.values() if j.state == State.RUNNING]
+        # Each job type chooses: again at once, or after its retry strategy's delay.
+        running = [j for j in self.in_flight.values() if j.state == State.RUNNING]
+        resumed, interrupted = crash_recovery.resumed(running, self.job_types)
         self.events.emit("lease_acquired", queue=self.name, token=token, resumed=len(resumed))
         self._dispatch(resumed)
+        for job, outcome in interrupted:
+            self.outcome(job, outcome)
         return True
 
     def _lose_lease(self) -> None:
@@ -193,10 +200,10 @@ class QueueLoop:
                 self.name, self.owner, self.token, now, self.lease_ttl
             ) as batch:
                 self._recheck_due()
-                cancels: list[int] = []
+                cancels: Requests = {}  # operators' requests (hipq.operator_requests)
                 if self._check_cancels:
                     self._check_cancels = False
-                    cancels = await batch.job_cancel_requests()
+                    cancels = await requests_pending(batch)
                 matched: Matches = {}
                 if self._check_responses:
                     self._check_responses = False

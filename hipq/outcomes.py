@@ -14,7 +14,7 @@ from typing import Any
 import orjson
 
 from hipq.jobs import Attempt, Job
-from hipq.lifecycle import State, check_transition
+from hipq.lifecycle import IN_FLIGHT, InvalidTransition, State, check_transition
 from hipq.retry import AttemptError, GiveUp, RetryAt, RetryStrategy
 
 log = logging.getLogger("hipq.outcomes")
@@ -37,6 +37,8 @@ class Settlement:
     result: Any
     last_error: str | None
     record: Attempt | None
+    # False: the job asked to wait (a snooze); its attempt is given back, not spent.
+    attempt_spent: bool = True
     type: str = ""  # the job's type, for observers of the settlement
     # What the settlement means to an operator: completed | retried | failed (not
     # retryable) | given_up (the strategy stopped) | cancelled; and the failed
@@ -74,15 +76,79 @@ class Cancelled:
     reason: str = "cancelled by request"
 
 
-Outcome = Succeeded | Failed | Cancelled
+@dataclass(frozen=True, slots=True)
+class FailedByOperator:
+    """An operator ended the job as failed: no retry strategy is asked."""
+
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Rescheduled:
+    """An operator put the job back to wait until ``run_at`` (not an attempt's failure)."""
+
+    run_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class Snoozed:
+    """The job asked to run again at ``run_at`` (a handler's snooze, or a peer's 429/503
+    with Retry-After where the job type says so): no attempt is spent, no strategy asked."""
+
+    run_at: datetime
+    reason: str | None = None
+
+
+Outcome = Succeeded | Failed | Cancelled | FailedByOperator | Rescheduled | Snoozed
+
+# The state an outcome ends in, for the error of one that cannot be settled.
+_ENDS_IN: dict[type, State] = {
+    Succeeded: State.COMPLETED,
+    Cancelled: State.CANCELLED,
+    Rescheduled: State.SCHEDULED,
+    Snoozed: State.SCHEDULED,
+}
 
 
 def settle(job: Job, outcome: Outcome, strategy: RetryStrategy, now: datetime) -> Settlement:
     """The one change that ``outcome`` makes to ``job`` (an in-flight job)."""
+    if job.state not in IN_FLIGHT:
+        # An attempt ends only for a job in flight: an operator ends a scheduled job
+        # by the store's guarded updates, never through here.
+        raise InvalidTransition(job.state, _ENDS_IN.get(type(outcome), State.FAILED))
     if isinstance(outcome, Succeeded):
         return _final(job, State.COMPLETED, now, "completed", result=outcome.result)
     if isinstance(outcome, Cancelled):
         return _final(job, State.CANCELLED, now, "cancelled", error=outcome.reason)
+    if isinstance(outcome, FailedByOperator):
+        return _final(job, State.FAILED, now, "failed", error=outcome.reason)
+    if isinstance(outcome, Snoozed):
+        check_transition(job.state, State.SCHEDULED)
+        return Settlement(
+            job_id=job.id,
+            attempt=job.attempt,
+            state=State.SCHEDULED,
+            run_at=max(outcome.run_at, now),
+            payload=job.payload,
+            finished_at=None,
+            result=None,
+            last_error=outcome.reason or job.last_error,
+            record=None,  # the attempt is given back: it is made again, and recorded then
+            attempt_spent=False,
+        )
+    if isinstance(outcome, Rescheduled):
+        check_transition(job.state, State.SCHEDULED)
+        return Settlement(
+            job_id=job.id,
+            attempt=job.attempt,
+            state=State.SCHEDULED,
+            run_at=outcome.run_at,
+            payload=job.payload,
+            finished_at=None,
+            result=None,
+            last_error=job.last_error,
+            record=_record(job, now, "rescheduled", None),
+        )
     error = outcome.error
     kind = error.kind
     if not error.retryable:

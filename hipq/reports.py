@@ -12,10 +12,12 @@ from typing import Any
 
 from hipq.jobs import Job
 from hipq.lifecycle import State
-from hipq.outcomes import Cancelled, Failed, Outcome, Settlement, settle
+from hipq.operator_requests import OperatorRequest
+from hipq.outcomes import Failed, Outcome, Settlement, settle
 from hipq.plugins import RetryStrategies
 from hipq.retry import AttemptError
 from hipq.store import QueueBatch
+from hipq.store.requests import attempts_give_back, requests_finish, retry_settings
 
 log = logging.getLogger("hipq.loop")
 
@@ -40,12 +42,14 @@ class Reports:
 def settlements(
     reports: Reports,
     in_flight: Mapping[int, Job],
-    cancels: list[int],
+    requests: Mapping[int, OperatorRequest],
     matched: Mapping[int, tuple[int, Outcome]],
     retry: RetryStrategies,
     now: datetime,
+    stored_retry: Mapping[int, dict[str, Any]] | None = None,
 ) -> list[Settlement]:
-    """The in-flight jobs that reach an outcome this tick, settled by their strategy."""
+    """The in-flight jobs that reach an outcome this tick, settled by their strategy
+    (``stored_retry``: retry settings changed since the job was loaded, by id)."""
     outcomes: dict[int, Outcome] = {}
     for (job_id, attempt), outcome in reports.outcomes.items():
         job = in_flight.get(job_id)
@@ -54,9 +58,10 @@ def settlements(
     # A correlated response wins over what the transport said of the send.
     for job_id, (_response_id, outcome) in matched.items():
         outcomes[job_id] = outcome
-    for job_id in cancels:
+    # An operator's request wins over what the attempt reported.
+    for job_id, request in requests.items():
         if job_id in in_flight:
-            outcomes[job_id] = Cancelled()
+            outcomes[job_id] = request.outcome(now)
     for job in in_flight.values():
         if job.id not in outcomes and job.deadline is not None and job.deadline <= now:
             if job.id in reports.deadlines and reports.deadlines[job.id] > now:
@@ -68,6 +73,8 @@ def settlements(
         job = in_flight[job_id]
         if job_id in reports.payloads:
             job = job._replace(payload=reports.payloads[job_id])
+        if stored_retry and job_id in stored_retry:
+            job = job._replace(retry=stored_retry[job_id])
         out.append(settle(job, outcome, _strategy(retry, job), now))
     return out
 
@@ -84,15 +91,28 @@ async def write_reports(
     batch: QueueBatch,
     reports: Reports,
     in_flight: Mapping[int, Job],
-    cancels: list[int],
+    requests: Mapping[int, OperatorRequest],
     matched: Mapping[int, tuple[int, Outcome]],
     retry: RetryStrategies,
     now: datetime,
 ) -> tuple[list[Settlement], list[tuple[int, int]]]:
     """Persist this tick's settlements, sends, heartbeats and checkpoints; returns the
     settlements and the (response id, job id) pairs of the responses they used."""
-    settled = settlements(reports, in_flight, cancels, matched, retry, now)
+    settled = settlements(reports, in_flight, requests, matched, retry, now)
+    # A job about to be retried may have lost its job_key to a new job meanwhile (its
+    # stored retry settings then forbid a retry): settled again with what is stored.
+    retried = [
+        s.job_id
+        for s in settled
+        if s.state == State.SCHEDULED and s.attempt_spent and s.job_id not in requests
+    ]
+    stored = await retry_settings(batch, retried)
+    changed = {i: r for i, r in stored.items() if r != in_flight[i].retry}
+    if changed:
+        settled = settlements(reports, in_flight, requests, matched, retry, now, changed)
     await batch.job_settle(settled, now)
+    await attempts_give_back(batch, settled)
+    await requests_finish(batch, requests, settled, {i: j.retry for i, j in in_flight.items()}, now)
     done = {s.job_id for s in settled}
     used = [(r, j) for j, (r, _o) in matched.items() if j in done]
     await batch.response_mark(used, [], now)

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from hipq import migrations
 from hipq.activity import Activity
+from hipq.bulk import BulkRunner
 from hipq.config import Settings
 from hipq.faults import unavailable
 from hipq.job_types_publisher import JobTypesPublisher
@@ -157,6 +158,10 @@ class Service:
         self.consumer, self.kafka_producer = parts.consumer, parts.kafka_producer
         self.wakeups = parts.wakeups
         self.job_writer = parts.job_writer
+        self.scheduler = parts.scheduler
+        self.bulk = BulkRunner(
+            self.store, self.clock, self.settings.server.bulk_step_size, run=self.run_loops
+        )
         self.guard: ProcessGuard = self.store.process_guard(
             settings.database_url, self.wakeups.deliver
         )
@@ -179,7 +184,10 @@ class Service:
             self.responses,
             self.job_writer,
             self.upkeep,
+            self.bulk,
         ]
+        if self.scheduler is not None:
+            activities.append(self.scheduler)
         if self.consumer is not None:
             activities.append(ConsumerActivity(self.consumer))
         activities.extend(LoopActivity(loop, self.run_loops) for loop in self.loops.values())

@@ -26,6 +26,7 @@ from hipq.lifecycle_log import LifecycleLog
 from hipq.loop import QueueLoop
 from hipq.plugins import RetryStrategies
 from hipq.response_writer import ResponseWriter
+from hipq.schedules import ScheduleError, Scheduler
 from hipq.store import Store
 from hipq.transports.base import Transport
 from hipq.transports.python import HandlerImportError, PythonTransport, import_handler
@@ -67,6 +68,7 @@ class Parts:
     responses: ResponseWriter
     job_writer: JobWriter
     consumer: ResponseConsumer | None
+    scheduler: Scheduler | None = None
 
 
 def build_parts(
@@ -137,7 +139,30 @@ class _Wiring:
             responses=ResponseWriter(self.store, self.clock, settings.responses.ttl, self.events),
             job_writer=JobWriter(self.store, self.clock),
             consumer=self._consumer(),
+            scheduler=self._scheduler(),
         )
+
+    def _scheduler(self) -> Scheduler:
+        """The scheduler, with the config's schedules checked as their jobs would be."""
+        configured = {
+            name: schedule.model_dump() for name, schedule in self.settings.schedules.items()
+        }
+        scheduler = Scheduler(
+            self.store,
+            self.intake,
+            self.clock,
+            self.events,
+            configured,
+            interval=self.settings.scheduler.interval,
+            on_time=self.settings.scheduler.on_time,
+            run=self.run_loops,
+        )
+        for name, fields in configured.items():
+            try:
+                scheduler.check(name, fields, "config")
+            except ScheduleError as exc:
+                raise ServiceError(f"config error: schedules.{name}.{exc}") from None
+        return scheduler
 
     def _loop(self, name: str) -> QueueLoop:
         try:

@@ -12,7 +12,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from hipq import __version__
-from hipq.api import auth, callbacks, errors, jobs, queues, responses
+from hipq.api import auth, bulk, callbacks, errors, jobs, queues, responses, schedules
 from hipq.api.request_guards import RequestGuards
 from hipq.faults import FaultReporter, unavailable
 from hipq.metrics import Metrics
@@ -95,10 +95,12 @@ def create_app(
     app.add_middleware(RequestGuards, server=service.settings.server)
     # Outermost: a caller without the scope is refused before anything reads the body.
     app.add_middleware(auth.Authentication, api=app, tokens=tokens, settings=service.settings)
+    app.include_router(bulk.router)  # before jobs: /v1/jobs/bulk is not a job id
     app.include_router(jobs.router)
     app.include_router(queues.router)
     app.include_router(callbacks.router)
     app.include_router(responses.router)
+    app.include_router(schedules.router)
 
     @app.get("/healthz", tags=["ops"], summary="The process is alive")
     async def healthz() -> dict[str, str]:

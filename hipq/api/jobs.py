@@ -1,4 +1,5 @@
-"""/v1/jobs: create (one or a batch), read, list, cancel, change, retry."""
+"""/v1/jobs: create (one or a batch), read, list, change, retry, and the operator's
+verbs on one job (cancel, complete, fail, reschedule, delete; by id or by job_key)."""
 
 from __future__ import annotations
 
@@ -13,19 +14,24 @@ from hipq.api.auth import check_tenancy, require
 from hipq.api.json_body import JSONBodyRoute, off_loop
 from hipq.api.models import (
     MAX_ID,
+    CancelRequest,
+    CompleteRequest,
     ErrorOut,
+    FailRequest,
     JobBatchIn,
     JobBatchOut,
     JobIn,
     JobListOut,
     JobOut,
     JobPatch,
+    RescheduleRequest,
     RetryRequest,
 )
 from hipq.api.paging import Cursor, json_size, within_budget
 from hipq.intake import NUL_MESSAGE, IntakeError, nul_field
 from hipq.jobs import NewJob
-from hipq.lifecycle import State
+from hipq.lifecycle import IN_FLIGHT, State
+from hipq.operator_requests import Reschedule
 from hipq.service import Service
 from hipq.store import JobFilter
 
@@ -170,10 +176,13 @@ async def list_jobs(
     state: Annotated[list[State] | None, Query(description="repeat for several")] = None,
     type: str | None = None,
     label: Annotated[list[str] | None, Query(description="name:value, repeat for several")] = None,
+    job_key: Annotated[
+        str | None, Query(max_length=500, description="jobs with this job_key")
+    ] = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
     after: Cursor = None,
 ) -> JobListOut:
-    for name, value in (("queue", queue), ("type", type), ("label", label)):
+    for name, value in (("queue", queue), ("type", type), ("label", label), ("job_key", job_key)):
         if nul_field(value, name):
             raise IntakeError(name, NUL_MESSAGE)
     if label is not None and len(label) > MAX_LABEL_FILTERS:
@@ -189,6 +198,7 @@ async def list_jobs(
         states=tuple(s.value for s in state or ()),
         type=type,
         labels=labels,
+        job_key=job_key,
         after_id=after,
         limit=limit,
     )
@@ -198,19 +208,130 @@ async def list_jobs(
     return JobListOut(jobs=[JobOut.of(j) for j in page], next_cursor=next_cursor)
 
 
+def _verb_response(job: Any, response: Response) -> JobOut:
+    if job.state in IN_FLIGHT:
+        response.status_code = 202  # requested: the queue's loop applies it at its next tick
+    return JobOut.of(job)
+
+
+_VERB_ERRORS: dict[int | str, dict[str, Any]] = {
+    **_ERRORS,
+    202: {"model": JobOut, "description": "the job is in flight: its queue's loop applies it"},
+}
+
+
 @router.post(
     "/{job_id}/cancel",
     dependencies=[Depends(require("operate"))],
     response_model=JobOut,
-    responses=_ERRORS,
+    responses=_VERB_ERRORS,
     summary="Cancel a job (a running one is cancelled by its queue's loop)",
 )
-async def cancel_job(job_id: JobId, request: Request, response: Response) -> JobOut:
+async def cancel_job(
+    job_id: JobId, request: Request, response: Response, body: CancelRequest | None = None
+) -> JobOut:
     service = _service(request)
-    job = await service.store.job_cancel(job_id, service.clock())
-    if job.state != State.CANCELLED:
-        response.status_code = 202  # requested: the loop settles it at its next tick
-    return JobOut.of(job)
+    reason = body.reason if body else None
+    return _verb_response(await service.store.job_cancel(job_id, service.clock(), reason), response)
+
+
+@router.post(
+    "/{job_id}/complete",
+    dependencies=[Depends(require("operate"))],
+    response_model=JobOut,
+    responses=_VERB_ERRORS,
+    summary="Complete an open job with a result (one in flight: by its queue's loop)",
+)
+async def complete_job(
+    job_id: JobId, request: Request, response: Response, body: CompleteRequest | None = None
+) -> JobOut:
+    service = _service(request)
+    result = body.result if body else None
+    job = await service.store.job_complete(job_id, service.clock(), result)
+    return _verb_response(job, response)
+
+
+@router.post(
+    "/{job_id}/fail",
+    dependencies=[Depends(require("operate"))],
+    response_model=JobOut,
+    responses=_VERB_ERRORS,
+    summary="Fail an open job for good, with a reason (no retry)",
+)
+async def fail_job(
+    job_id: JobId, body: FailRequest, request: Request, response: Response
+) -> JobOut:
+    service = _service(request)
+    job = await service.store.job_fail(job_id, service.clock(), body.reason)
+    return _verb_response(job, response)
+
+
+@router.post(
+    "/{job_id}/reschedule",
+    dependencies=[Depends(require("operate"))],
+    response_model=JobOut,
+    responses=_VERB_ERRORS,
+    summary="Run a job again later: run_at or run_in, priority, attempts, max_attempts",
+)
+async def reschedule_job(
+    job_id: JobId, request: Request, response: Response, body: RescheduleRequest | None = None
+) -> JobOut:
+    service = _service(request)
+    now = service.clock()
+    body = body or RescheduleRequest()
+    change = Reschedule(
+        run_at=service.intake.run_at(body.run_at, body.run_in, now)
+        if body.run_at or body.run_in is not None
+        else None,
+        priority=body.priority,
+        reset_attempts=body.reset_attempts,
+        max_attempts=body.max_attempts,
+    )
+    return _verb_response(await service.store.job_reschedule(job_id, now, change), response)
+
+
+@router.delete(
+    "/{job_id}",
+    dependencies=[Depends(require("operate"))],
+    response_model=JobOut,
+    responses=_ERRORS,
+    summary="Delete a finished job and its attempts (returns it as it was)",
+)
+async def delete_job(job_id: JobId, request: Request) -> JobOut:
+    return JobOut.of(await _service(request).store.job_delete(job_id))
+
+
+JobKey = Annotated[str, Path(min_length=1, max_length=500, description="a job_key")]
+
+
+@router.get(
+    "/by-key/{job_key:path}",
+    dependencies=[Depends(require("read"))],
+    response_model=JobOut,
+    responses=_ERRORS,
+    summary="The open job that holds a job_key",
+)
+async def get_job_by_key(job_key: JobKey, request: Request) -> JobOut:
+    if nul_field(job_key, "job_key"):
+        raise IntakeError("job_key", NUL_MESSAGE)
+    store = _service(request).store
+    job = await store.job_by_key(job_key)
+    return JobOut.of(job, await store.job_attempts(job.id))
+
+
+@router.post(
+    "/by-key/{job_key:path}/cancel",
+    dependencies=[Depends(require("operate"))],
+    response_model=JobOut,
+    responses=_VERB_ERRORS,
+    summary="Cancel the open job that holds a job_key",
+)
+async def cancel_job_by_key(job_key: JobKey, request: Request, response: Response) -> JobOut:
+    if nul_field(job_key, "job_key"):
+        raise IntakeError("job_key", NUL_MESSAGE)
+    service = _service(request)
+    job = await service.store.job_by_key(job_key)
+    return _verb_response(await service.store.job_cancel(job.id, service.clock()), response)
 
 
 @router.patch(

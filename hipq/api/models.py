@@ -50,6 +50,9 @@ def _duration(value: Any) -> float | str:
 Duration = Annotated[float | str, PlainValidator(_duration, json_schema_input_type=float | str)]
 
 
+FlagName = Annotated[str, Field(min_length=1, max_length=100, pattern=r"^[^\x00-\x1f]+$")]
+
+
 class _In(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -74,6 +77,9 @@ class JobIn(_In):
     payload: dict[str, Any] = Field(default_factory=dict, description="a JSON object")
     queue: str | None = Field(None, max_length=200, description="default: the job type's queue")
     run_at: RunAt | None = Field(None, description="not before this instant (RFC 3339)")
+    run_in: Duration | None = Field(
+        None, description="not before this long from now (seconds or '10m'); not with run_at"
+    )
     priority: StrictInt | None = Field(None, ge=-_INT32, le=_INT32, description="lower runs first")
     weight: StrictInt | None = Field(None, ge=1, le=1_000_000, description="capacity units")
     labels: dict[str, str] = Field(default_factory=dict, description="used by throttlers")
@@ -85,6 +91,9 @@ class JobIn(_In):
     job_key_mode: Literal["replace", "preserve_run_at", "unsafe_dedupe"] | None = None
     critical: StrictBool = Field(
         False, description="passes throttlers that let critical work through"
+    )
+    flags: list[FlagName] | None = Field(
+        None, max_length=20, description="an operator may forbid flags on a queue at run time"
     )
 
     def fields_set(self) -> dict[str, Any]:
@@ -120,6 +129,34 @@ class JobPatch(_In):
 
 class RetryRequest(_In):
     run_at: RunAt | None = None
+
+
+class CompleteRequest(_In):
+    result: Any = Field(None, description="the job's result, any JSON value")
+
+
+class FailRequest(_In):
+    reason: str = Field(min_length=1, max_length=2000, description="why, kept as last_error")
+
+
+class CancelRequest(_In):
+    reason: str | None = Field(
+        None, min_length=1, max_length=2000, description="kept as last_error"
+    )
+
+
+class ForbiddenFlagsIn(_In):
+    flags: list[FlagName] = Field(max_length=100, description="replaces the queue's set")
+
+
+class RescheduleRequest(_In):
+    run_at: RunAt | None = Field(None, description="run not before this instant; default now")
+    run_in: Duration | None = Field(None, description="run not before this long from now")
+    priority: StrictInt | None = Field(None, ge=-_INT32, le=_INT32, description="lower runs first")
+    reset_attempts: StrictBool = Field(False, description="count attempts from 0 again")
+    max_attempts: StrictInt | None = Field(
+        None, ge=1, le=10_000, description="the job's retry max_attempts from now on"
+    )
 
 
 class AttemptOut(BaseModel):
@@ -168,6 +205,7 @@ class JobOut(BaseModel):
     last_error: str | None
     waiting_reason: str | None = Field(description="why a due job still waits (its throttler)")
     cancel_requested: bool
+    flags: list[str] | None = None
     attempts: list[AttemptOut] | None = None
 
     @classmethod
@@ -198,6 +236,7 @@ class JobOut(BaseModel):
             last_error=job.last_error,
             waiting_reason=job.waiting_reason,
             cancel_requested=job.cancel_requested,
+            flags=job.flags,
             attempts=None if attempts is None else [AttemptOut.of(a) for a in attempts],
         )
 
@@ -227,6 +266,9 @@ class QueueOut(BaseModel):
     batch_size: int
     throttlers: list[str]
     paused: bool
+    forbidden_flags: list[str] = Field(
+        default_factory=list, description="jobs with one of these flags wait"
+    )
     owner: str | None = Field(description="the process whose loop runs this queue now")
     scheduled: int
     due: int
@@ -260,3 +302,63 @@ class ErrorOut(BaseModel):
     field: str | None = Field(description="the first field at fault")
     message: str
     errors: list[ErrorItem] = Field(default_factory=list)
+
+
+class BulkFilterIn(_In):
+    """Which jobs a bulk operation touches: every condition given must hold."""
+
+    queue: str | None = Field(None, min_length=1, max_length=200)
+    states: list[
+        Literal["scheduled", "running", "awaiting", "completed", "failed", "cancelled"]
+    ] = Field(default_factory=list, max_length=6)
+    type: str | None = Field(None, min_length=1, max_length=200)
+    labels: dict[str, str] = Field(default_factory=dict, max_length=20)
+    ids: list[Annotated[int, Field(ge=1, le=MAX_ID)]] = Field(
+        default_factory=list, max_length=10_000
+    )
+    job_key: str | None = Field(None, min_length=1, max_length=KEY_MAX_LENGTH)
+    created_after: RunAt | None = None
+    created_before: RunAt | None = None
+    finished_after: RunAt | None = None
+    finished_before: RunAt | None = None
+    error_contains: str | None = Field(
+        None, min_length=1, max_length=1000, description="text in the job's last_error"
+    )
+
+
+class BulkIn(_In):
+    action: Literal["cancel", "retry", "reschedule", "complete", "fail", "delete"]
+    filter: BulkFilterIn = Field(description="at least one condition")
+    dry_run: StrictBool = Field(False, description="only count the jobs the filter matches")
+    reason: str | None = Field(None, min_length=1, max_length=2000, description="cancel, fail")
+    result: Any = Field(None, description="complete: the jobs' result")
+    run_at: RunAt | None = Field(None, description="reschedule, retry: not before this instant")
+    run_in: Duration | None = Field(None, description="reschedule, retry: not before this long")
+    priority: StrictInt | None = Field(None, ge=-_INT32, le=_INT32, description="reschedule")
+    reset_attempts: StrictBool = Field(False, description="reschedule")
+    max_attempts: StrictInt | None = Field(None, ge=1, le=10_000, description="reschedule")
+
+
+class BulkCountOut(BaseModel):
+    dry_run: bool = True
+    matched: int = Field(description="jobs the filter matches now")
+
+
+class BulkOut(BaseModel):
+    id: int
+    action: str
+    filter: dict[str, Any]
+    params: dict[str, Any]
+    state: Literal["running", "done", "failed"]
+    matched: int = Field(description="jobs the filter matched so far")
+    changed: int = Field(description="jobs changed at once")
+    requested: int = Field(description="jobs in flight, asked of their queue's loop")
+    skipped: int = Field(description="jobs the action does not apply to in their state")
+    error: str | None
+    created_at: datetime
+    updated_at: datetime
+    finished_at: datetime | None
+
+
+class BulkListOut(BaseModel):
+    operations: list[BulkOut]

@@ -1,4 +1,4 @@
-"""/v1/queues: each queue's config, live counts, pause and resume."""
+"""/v1/queues: each queue's config, live counts, pause and resume, forbidden flags."""
 
 from __future__ import annotations
 
@@ -8,12 +8,13 @@ from fastapi import APIRouter, Depends, Request
 
 from hipq.api.auth import require
 from hipq.api.errors import StrictJSONRoute
-from hipq.api.models import ErrorOut, QueueListOut, QueueOut
+from hipq.api.models import ErrorOut, ForbiddenFlagsIn, QueueListOut, QueueOut
 from hipq.service import Service
 from hipq.store import NotFound
 
 router = APIRouter(prefix="/v1/queues", tags=["queues"], route_class=StrictJSONRoute)
 _ERRORS: dict[int | str, dict[str, Any]] = {404: {"model": ErrorOut}}
+_BODY_ERRORS: dict[int | str, dict[str, Any]] = {**_ERRORS, 422: {"model": ErrorOut}}
 
 
 async def queue_out(service: Service, name: str) -> QueueOut:
@@ -29,6 +30,7 @@ async def queue_out(service: Service, name: str) -> QueueOut:
         batch_size=config.batch_size,
         throttlers=[s.name for s in service.loops[name].stages],
         paused=counts.paused,
+        forbidden_flags=list(counts.forbidden_flags),
         owner=counts.lease_owner,
         scheduled=counts.scheduled,
         due=counts.due,
@@ -91,4 +93,18 @@ async def resume_queue(name: str, request: Request) -> QueueOut:
     service: Service = request.app.state.service
     await queue_out(service, name)
     await service.store.queue_set_paused(name, False)
+    return await queue_out(service, name)
+
+
+@router.put(
+    "/{name}/forbidden-flags",
+    dependencies=[Depends(require("operate"))],
+    response_model=QueueOut,
+    responses=_BODY_ERRORS,
+    summary="Set the flags whose jobs wait on this queue (an empty list allows all)",
+)
+async def set_forbidden_flags(name: str, body: ForbiddenFlagsIn, request: Request) -> QueueOut:
+    service: Service = request.app.state.service
+    await queue_out(service, name)
+    await service.store.queue_set_forbidden_flags(name, body.flags)
     return await queue_out(service, name)

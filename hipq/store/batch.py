@@ -29,6 +29,8 @@ from hipq.store.state_guards import IN_FLIGHT_SQL, OPEN_SQL, PENDING_SQL, SCHEDU
 class QueueBatch:
     """The writes of one tick of a queue's loop, all inside one transaction."""
 
+    forbidden_flags: frozenset[str] = frozenset()  # the queue's, read with its lease
+
     def __init__(self, conn: AsyncConnection, dialect: Dialect, queue: str, paused: bool) -> None:
         self.conn, self.dialect, self.queue, self.paused = conn, dialect, queue, paused
 

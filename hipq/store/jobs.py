@@ -16,16 +16,21 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from hipq.jobs import Attempt, Job, NewJob
 from hipq.lifecycle import TERMINAL, State, check_transition
+from hipq.operator_requests import key_taken_over
 from hipq.store import state_guards as guards
 from hipq.store.records import Conflict, InsertResult, JobFilter, NotFound
 from hipq.store.rows import NEW_JOB_COLUMNS, conflict_from, job_from_new, new_row, row_to_job
-from hipq.store.schema import attempts, idempotency_keys, jobs
+from hipq.store.schema import OPEN_JOB_KEY_WHERE, attempts, idempotency_keys, jobs
 from hipq.store.state_guards import OPEN_SQL, const
 from hipq.store.transactions import Transactions
-from hipq.wakeup import cancels_payload, jobs_payload
+from hipq.wakeup import jobs_payload
 
 # One request of ``job_insert_each``: its jobs, and its (Idempotency-Key, request hash).
 InsertRequest = tuple[Sequence[NewJob], tuple[str, str] | None]
+
+# A keyed insert that lost the race for its key looks again; each round waits for the
+# transaction that won, so a second round is the rule and more are rare.
+KEYED_INSERT_ROUNDS = 5
 
 _EDITABLE = frozenset(
     {"run_at", "priority", "payload", "weight", "labels", "windows", "timeout_seconds"}
@@ -193,26 +198,48 @@ class JobTable(Transactions):
         return [j for j in out if j is not None]
 
     async def _insert_keyed(self, conn: AsyncConnection, job: NewJob, now: datetime) -> Job:
-        """job_key de-duplication, with graphile-worker's three modes."""
-        query = select(jobs).where(jobs.c.job_key == job.job_key, jobs.c.state.in_(OPEN_SQL))
-        existing = (await conn.execute(self.dialect.for_update(query))).first()
+        """job_key de-duplication, with graphile-worker's three modes.
+
+        Concurrent first inserts of one key: the insert skips a row another transaction
+        committed meanwhile (``ON CONFLICT DO NOTHING`` on the open-key index waits for
+        it), and the next round finds that job and applies the mode to it, so every
+        request gets the one job instead of a conflict.
+        """
         row = new_row(job, now)
-        if existing is not None:
-            current = row_to_job(existing)
-            if job.job_key_mode == "unsafe_dedupe":
-                return current
-            if current.state == State.SCHEDULED:
-                changes = {k: row[k] for k in NEW_JOB_COLUMNS if k not in ("job_key", "queue")}
-                if job.job_key_mode == "preserve_run_at":
-                    changes.pop("run_at")
-                changes.update(updated_at=now, waiting_reason=None)
-                return await self._job_update_guarded(
-                    conn, current.id, guards.KEYED_REPLACE, changes
+        for _round in range(KEYED_INSERT_ROUNDS):
+            query = select(jobs).where(jobs.c.job_key == job.job_key, jobs.c.state.in_(OPEN_SQL))
+            existing = (await conn.execute(self.dialect.for_update(query))).first()
+            if existing is not None:
+                current = row_to_job(existing)
+                if job.job_key_mode == "unsafe_dedupe":
+                    return current
+                if current.state == State.SCHEDULED:
+                    changes = {k: row[k] for k in NEW_JOB_COLUMNS if k not in ("job_key", "queue")}
+                    if job.job_key_mode == "preserve_run_at":
+                        changes.pop("run_at")
+                    changes.update(updated_at=now, waiting_reason=None)
+                    return await self._job_update_guarded(
+                        conn, current.id, guards.KEYED_REPLACE, changes
+                    )
+                # In flight: the running job lets go of the key and a new job takes it;
+                # the old one is not retried after this attempt (as graphile-worker).
+                await conn.execute(
+                    update(jobs)
+                    .where(jobs.c.id == current.id)
+                    .values(job_key=None, retry=key_taken_over(current.retry), updated_at=now)
                 )
-            # In flight: the running job lets go of the key and a new job takes it.
-            await conn.execute(update(jobs).where(jobs.c.id == current.id).values(job_key=None))
-        job_id = (await conn.execute(jobs.insert().returning(jobs.c.id), row)).scalar_one()
-        return job_from_new(job_id, row)
+            stmt = (
+                self.dialect.insert(jobs)
+                .values(row)
+                .on_conflict_do_nothing(
+                    index_elements=[jobs.c.job_key], index_where=OPEN_JOB_KEY_WHERE
+                )
+                .returning(jobs.c.id)
+            )
+            job_id = (await conn.execute(stmt)).scalar_one_or_none()
+            if job_id is not None:
+                return job_from_new(job_id, row)
+        raise Conflict(f"job_key {job.job_key!r} is contended; try again", field="job_key")
 
     async def _jobs_by_ids(self, conn: AsyncConnection, ids: Sequence[int]) -> list[Job]:
         rows = (await conn.execute(select(jobs).where(jobs.c.id.in_(list(ids))))).all()
@@ -244,6 +271,8 @@ class JobTable(Transactions):
             conds.append(jobs.c.state.in_(flt.states))
         if flt.type:
             conds.append(jobs.c.type == flt.type)
+        if flt.job_key:
+            conds.append(jobs.c.job_key == flt.job_key)
         for name, value in flt.labels.items():
             conds.append(jobs.c.labels[name].as_string() == value)
         if flt.after_id is not None:
@@ -252,30 +281,6 @@ class JobTable(Transactions):
             query = query.where(and_(*conds))
         async with self._read() as conn:
             return [row_to_job(r) for r in (await conn.execute(query)).all()]
-
-    async def job_cancel(self, job_id: int, now: datetime) -> Job:
-        """Cancel a scheduled job now; ask the loop to cancel one in flight."""
-        async with self._write() as conn:
-            job = await self._job_locked(conn, job_id)
-            if job.state in guards.CANCEL.sources:
-                cancelled = {
-                    "state": State.CANCELLED.value,
-                    "finished_at": now,
-                    "updated_at": now,
-                    "waiting_reason": None,
-                }
-                return await self._job_update_guarded(conn, job_id, guards.CANCEL, cancelled)
-            if job.state in guards.CANCEL_REQUEST.sources:
-                await conn.execute(
-                    update(jobs)
-                    .where(jobs.c.id == job_id, guards.CANCEL_REQUEST.sql(jobs.c.state))
-                    .values(cancel_requested=True, updated_at=now)
-                )
-                await self._notify(conn, {cancels_payload(job.queue)})
-                return await self._job_locked(conn, job_id)
-            raise Conflict(
-                f"job {job_id} is {job.state}; only open jobs can be cancelled", field="state"
-            )
 
     async def job_update_pending(
         self,

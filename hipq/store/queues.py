@@ -57,6 +57,7 @@ class QueueTable(Transactions):
             failed=counts.get("failed", (0, 0))[0],
             weight_in_flight=sum(counts.get(s, (0, 0))[1] for s in IN_FLIGHT_VALUES),
             paused=bool(q and q.paused),
+            forbidden_flags=tuple(q.forbidden_flags or ()) if q is not None else (),
             lease_owner=q.lease_owner if q is not None and live else None,
             stats=(q.stats or {}) if q is not None and live else {},
         )
@@ -67,6 +68,18 @@ class QueueTable(Transactions):
             .values(name=queue, paused=False, lease_token=0)
             .on_conflict_do_nothing()
         )
+
+    async def queue_set_forbidden_flags(self, queue: str, flags: list[str]) -> None:
+        """The flags whose jobs wait on ``queue`` from its loop's next tick, in every
+        process (the loop reads them with its lease at each tick)."""
+        async with self._write() as conn:
+            await self._queue_row(conn, queue)
+            await conn.execute(
+                update(queues)
+                .where(queues.c.name == queue)
+                .values(forbidden_flags=sorted(set(flags)) or None)
+            )
+            await self._notify(conn, {jobs_payload(queue)})
 
     async def queue_set_paused(self, queue: str, paused: bool) -> None:
         async with self._write() as conn:
@@ -131,12 +144,14 @@ class QueueTable(Transactions):
                     queues.c.lease_token == token,
                 )
                 .values(lease_expires_at=now + timedelta(seconds=ttl))
-                .returning(queues.c.paused)
+                .returning(queues.c.paused, queues.c.forbidden_flags)
             )
-            paused = (await conn.execute(fence)).scalar_one_or_none()
-            if paused is None:
+            row = (await conn.execute(fence)).first()
+            if row is None:
                 raise LeaseLost(queue)
-            yield QueueBatch(conn, self.dialect, queue, bool(paused))
+            batch = QueueBatch(conn, self.dialect, queue, bool(row.paused))
+            batch.forbidden_flags = frozenset(row.forbidden_flags or ())
+            yield batch
 
     # -- what the owner reads outside its batch ------------------------------------------
 

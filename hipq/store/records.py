@@ -39,6 +39,7 @@ class JobFilter:
     states: tuple[str, ...] = ()
     type: str | None = None
     labels: dict[str, str] = field(default_factory=dict)
+    job_key: str | None = None
     after_id: int | None = None  # cursor: jobs with a smaller id (newest first)
     limit: int = 100
 
@@ -58,6 +59,7 @@ class QueueCounts:
     failed: int = 0
     weight_in_flight: int = 0
     paused: bool = False
+    forbidden_flags: tuple[str, ...] = ()
     lease_owner: str | None = None
     stats: dict[str, Any] = field(default_factory=dict)  # written by the owner's loop
 

@@ -14,7 +14,7 @@ from hipq.store.schema import jobs
 
 NEW_JOB_COLUMNS = (
     "type queue payload run_at priority weight labels windows timeout_seconds retry critical "
-    "correlation_key job_key trace_context"
+    "correlation_key job_key flags trace_context"
 ).split()
 
 _STATES = {s.value: s for s in State}

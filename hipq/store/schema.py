@@ -66,6 +66,8 @@ Id = BigInteger().with_variant(Integer(), "sqlite")  # INTEGER PRIMARY KEY is SQ
 metadata = MetaData()
 
 OPEN_STATES_SQL = "state IN ('scheduled', 'running', 'awaiting')"
+# The open-key index's predicate, also the conflict target of a keyed insert.
+OPEN_JOB_KEY_WHERE = text(f"job_key IS NOT NULL AND {OPEN_STATES_SQL}")
 
 # Correlation keys and job keys, in characters.
 KEY_MAX_LENGTH = 500
@@ -101,7 +103,12 @@ jobs = Table(
     Column("result", Json, nullable=True),
     Column("last_error", Text, nullable=True),
     Column("waiting_reason", Text, nullable=True),
+    # An operator's request waits for the queue's loop (any kind, not only a cancel);
+    # ``operator_request`` says which (NULL: a cancel). See hipq.operator_requests.
     Column("cancel_requested", Boolean, nullable=False),
+    Column("operator_request", Json, nullable=True),
+    # Flags an operator may forbid on the queue (graphile-worker's forbidden flags).
+    Column("flags", Json, nullable=True),
     # The W3C traceparent of the span that enqueued the job (with tracing on; else NULL):
     # each attempt's span links to it.
     Column("trace_context", String(TRACE_CONTEXT_LENGTH), nullable=True),
@@ -136,8 +143,8 @@ jobs = Table(
         "uq_hipq_jobs_open_job_key",
         "job_key",
         unique=True,
-        postgresql_where=text(f"job_key IS NOT NULL AND {OPEN_STATES_SQL}"),
-        sqlite_where=text(f"job_key IS NOT NULL AND {OPEN_STATES_SQL}"),
+        postgresql_where=OPEN_JOB_KEY_WHERE,
+        sqlite_where=OPEN_JOB_KEY_WHERE,
     ),
     # Upkeep's classification finds the finished jobs of a pending response's key.
     Index(
@@ -184,6 +191,8 @@ queues = Table(
     # Written by the owner's loop when it changes: held jobs per throttler, capacity in
     # use per label value, throttler faults. Read by GET /v1/queues/{name}.
     Column("stats", Json, nullable=True),
+    # Jobs carrying one of these flags wait, held with that reason (set at run time).
+    Column("forbidden_flags", Json, nullable=True),
 )
 
 idempotency_keys = Table(
@@ -281,4 +290,65 @@ queues_mirror = Table(
     Column("concurrency", Integer, nullable=True),  # capacity units; NULL is unlimited
     Column("written_by", String(200), nullable=False),
     Column("written_at", UTCDateTime, nullable=False),
+)
+
+
+# Recurring jobs (hipq.schedules): one row per schedule, from the config or the API.
+schedules = Table(
+    "hipq_schedules",
+    metadata,
+    Column("name", String(200), primary_key=True),
+    Column("source", String(16), nullable=False),  # "config" or "api"
+    Column("cron", String(200), nullable=False),
+    Column("timezone", String(100), nullable=False),
+    Column("job", Json, nullable=False),  # the job template, API field names
+    Column("catch_up", String(16), nullable=False),  # none | latest | all
+    Column("backfill_seconds", Float, nullable=False),
+    Column("overlap", String(16), nullable=False),  # allow | skip
+    Column("paused", Boolean, nullable=False),
+    # Fire times up to this instant have been decided (made a job, skipped or dropped).
+    Column("checked_until", UTCDateTime, nullable=False),
+    Column("created_at", UTCDateTime, nullable=False),
+    Column("updated_at", UTCDateTime, nullable=False),
+)
+
+# One row per fire time that was decided: the unique key is the claim that makes any
+# number of processes create each fire time's job once (inserted with the job).
+schedule_fires = Table(
+    "hipq_schedule_fires",
+    metadata,
+    Column("schedule", String(200), primary_key=True),
+    Column("fire_time", UTCDateTime, primary_key=True),
+    Column("job_id", Id, nullable=True),  # null: skipped (overlap)
+    Column("outcome", String(16), nullable=False),  # created | skipped | run_now
+    Column("created_at", UTCDateTime, nullable=False),
+)
+
+
+# Operators' bulk operations on the jobs a filter matches (hipq.store.bulk): done in
+# batches of bounded size, each its own short transaction, which advances ``cursor``
+# (the last job id handled) and the counts that GET /v1/jobs/bulk/{id} shows.
+bulk_operations = Table(
+    "hipq_bulk_operations",
+    metadata,
+    Column("id", Id, primary_key=True, autoincrement=True),
+    Column("action", String(16), nullable=False),
+    Column("filter", Json, nullable=False),
+    Column("params", Json, nullable=False),
+    Column("state", String(16), nullable=False),  # running | done | failed
+    Column("cursor", BigInteger, nullable=False),
+    Column("matched", BigInteger, nullable=False),
+    Column("changed", BigInteger, nullable=False),
+    Column("requested", BigInteger, nullable=False),
+    Column("skipped", BigInteger, nullable=False),
+    Column("error", Text, nullable=True),
+    Column("created_at", UTCDateTime, nullable=False),
+    Column("updated_at", UTCDateTime, nullable=False),
+    Column("finished_at", UTCDateTime, nullable=True),
+    Index(
+        "ix_hipq_bulk_operations_running",
+        "id",
+        postgresql_where=text("state = 'running'"),
+        sqlite_where=text("state = 'running'"),
+    ),
 )

@@ -54,7 +54,8 @@ def _settled(method: str) -> Guard:
     # An attempt's outcome may finish or reschedule the job: the states from which
     # every one of those targets is allowed.
     targets = (State.SCHEDULED, State.COMPLETED, State.FAILED, State.CANCELLED)
-    sources = frozenset.intersection(*(sources_of(t) for t in targets))
+    # Only jobs in flight settle: an operator may end a scheduled job too, but not here.
+    sources = frozenset.intersection(*(sources_of(t) for t in targets)) & IN_FLIGHT
     return Guard(method, sources, None)
 
 
@@ -70,8 +71,12 @@ DEFER = _to("job_defer", State.SCHEDULED, SCHEDULED_ONLY)
 UPDATE_PENDING = _to("job_update_pending", State.SCHEDULED, SCHEDULED_ONLY)
 KEYED_REPLACE = _to("job_insert_many(job_key)", State.SCHEDULED, SCHEDULED_ONLY)
 CANCEL = _to("job_cancel", State.CANCELLED, SCHEDULED_ONLY)
-CANCEL_REQUEST = _stays("job_cancel(request)", IN_FLIGHT)
 RETRY = _to("job_retry", State.SCHEDULED, TERMINAL - {State.COMPLETED})
+COMPLETE = _to("job_complete", State.COMPLETED, SCHEDULED_ONLY)
+FAIL = _to("job_fail", State.FAILED, SCHEDULED_ONLY)
+RESCHEDULE = _to("job_reschedule", State.SCHEDULED, OPEN - IN_FLIGHT | TERMINAL - {State.COMPLETED})
+# An operator's request of a job in flight, for its loop (hipq.operator_requests).
+REQUEST = _stays("job_request", IN_FLIGHT)
 ACCEPT_LATE = _to("response_accept_late", State.COMPLETED, TERMINAL)
 SETTLE = _settled("job_settle")
 NOTE_WAITING = _stays("job_note_waiting", SCHEDULED_ONLY)
@@ -86,8 +91,11 @@ GUARDS = (
     UPDATE_PENDING,
     KEYED_REPLACE,
     CANCEL,
-    CANCEL_REQUEST,
     RETRY,
+    COMPLETE,
+    FAIL,
+    RESCHEDULE,
+    REQUEST,
     ACCEPT_LATE,
     SETTLE,
     NOTE_WAITING,

@@ -15,16 +15,21 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from hipq import migrations
+from hipq.store.bulk import BulkTable
 from hipq.store.dialects import Dialect, create_engine, dialect_for
 from hipq.store.inbox import InboxTable
 from hipq.store.job_types_mirror import JobTypesMirror
 from hipq.store.jobs import JobTable
+from hipq.store.operator import OperatorTable
 from hipq.store.process_guard import ProcessGuard
 from hipq.store.queues import QueueTable
+from hipq.store.schedules import ScheduleTable
 from hipq.store.schema import metadata
 
 
-class Store(JobTable, InboxTable, QueueTable, JobTypesMirror):
+class Store(
+    JobTable, OperatorTable, BulkTable, InboxTable, QueueTable, JobTypesMirror, ScheduleTable
+):
     def __init__(self, engine: AsyncEngine, dialect: Dialect | None = None) -> None:
         super().__init__(engine, dialect or dialect_for(engine.url.render_as_string()))
 

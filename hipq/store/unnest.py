@@ -95,19 +95,20 @@ _INSERT_JOBS = text(
     """
     INSERT INTO hipq_jobs (queue, type, state, payload, labels, windows, retry, run_at,
                            priority, weight, timeout_seconds, critical, correlation_key,
-                           job_key, attempt, created_at, updated_at, cancel_requested,
+                           job_key, flags, attempt, created_at, updated_at, cancel_requested,
                            trace_context)
     SELECT u.queue, u.type, 'scheduled', u.payload::jsonb, u.labels::jsonb, u.windows::jsonb,
            u.retry::jsonb, u.run_at, u.priority, u.weight, u.timeout_seconds, u.critical,
-           u.correlation_key, u.job_key, 0, :now, :now, false, u.trace_context
+           u.correlation_key, u.job_key, u.flags::jsonb, 0, :now, :now, false, u.trace_context
     FROM unnest(CAST(:queues AS text[]), CAST(:types AS text[]), CAST(:payloads AS text[]),
                 CAST(:labels AS text[]), CAST(:windows AS text[]), CAST(:retries AS text[]),
                 CAST(:run_ats AS timestamptz[]), CAST(:priorities AS integer[]),
                 CAST(:weights AS integer[]), CAST(:timeouts AS float8[]),
                 CAST(:criticals AS boolean[]), CAST(:correlation_keys AS text[]),
-                CAST(:job_keys AS text[]), CAST(:trace_contexts AS text[])) WITH ORDINALITY
+                CAST(:job_keys AS text[]), CAST(:flags AS text[]),
+                CAST(:trace_contexts AS text[])) WITH ORDINALITY
          AS u(queue, type, payload, labels, windows, retry, run_at, priority, weight,
-              timeout_seconds, critical, correlation_key, job_key, trace_context, ord)
+              timeout_seconds, critical, correlation_key, job_key, flags, trace_context, ord)
     ORDER BY u.ord
     RETURNING id
     """
@@ -160,5 +161,6 @@ def _insert_params(rows: list[dict[str, Any]]) -> dict[str, Any]:
         "criticals": [r["critical"] for r in rows],
         "correlation_keys": [r["correlation_key"] for r in rows],
         "job_keys": [r["job_key"] for r in rows],
+        "flags": [_json_or_null(r["flags"]) for r in rows],
         "trace_contexts": [r["trace_context"] for r in rows],
     }

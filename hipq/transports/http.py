@@ -32,7 +32,7 @@ from hipq.config import HttpTransport as HttpConfig
 from hipq.job_types import JobTypeInfo
 from hipq.jobs import Job
 from hipq.outcome_rules import OutcomeRule, OutcomeRuleError, decide, parse_body, rule_for
-from hipq.outcomes import Failed, Outcome, response_outcome
+from hipq.outcomes import Failed, Outcome, Snoozed, response_outcome
 from hipq.retry import AttemptError
 from hipq.templates import job_context
 from hipq.transports.base import JobTasks, Reporter, report_send
@@ -197,11 +197,14 @@ class HttpTransport:
         what = f"HTTP {status} from {target}"
         if 300 <= status < 400:
             what += f" (redirect to {headers.get('location', '?')} not followed)"
+        retry_after = parse_retry_after(headers.get("retry-after"), self._clock())
+        if retry_after is not None and status in cfg.snooze_statuses:
+            return Snoozed(retry_after, f"{what}: Retry-After {headers.get('retry-after')}")
         error = AttemptError(
             what,
             kind="http",
             retryable=status not in cfg.non_retryable_statuses,
-            retry_after=parse_retry_after(headers.get("retry-after"), self._clock()),
+            retry_after=retry_after,
         )
         return Failed(error, response={"status": status, "body": body})
 

@@ -2,7 +2,8 @@
 
 A job type names its handler as ``package.module:function``. The handler receives
 a ``JobContext`` and returns a JSON-serialisable result, or raises. Raising
-``PermanentError`` gives up without retries.
+``PermanentError`` gives up without retries; raising ``Snooze`` (or calling
+``job.snooze(seconds)``) runs it again later without spending an attempt.
 """
 
 from __future__ import annotations
@@ -13,22 +14,34 @@ import importlib
 import logging
 from collections.abc import Awaitable, Callable
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, NoReturn
 
 import orjson
 
 from hipq.jobs import Job
-from hipq.outcomes import Failed, Succeeded
+from hipq.outcomes import Failed, Snoozed, Succeeded
 from hipq.retry import AttemptError
 from hipq.transports.base import JobTasks, Reporter
 
 log = logging.getLogger("hipq.transports.python")
 
 Handler = Callable[["JobContext"], Awaitable[Any]]
+MAX_SNOOZE_SECONDS = 3650 * 86400
 
 
 class PermanentError(Exception):
     """Raised by a handler: the job fails now, whatever its retry strategy says."""
+
+
+class Snooze(Exception):
+    """Raised by a handler (or ``JobContext.snooze``): run this job again after
+    ``seconds`` without spending an attempt; its retry strategy is not asked."""
+
+    def __init__(self, seconds: float, reason: str | None = None) -> None:
+        if not 0 <= seconds <= MAX_SNOOZE_SECONDS:
+            raise ValueError(f"snooze for 0 to {MAX_SNOOZE_SECONDS} seconds, not {seconds}")
+        super().__init__(reason or f"snoozed for {seconds:g}s")
+        self.seconds, self.reason = seconds, reason
 
 
 class HandlerImportError(ValueError):
@@ -66,6 +79,10 @@ class JobContext:
         """Push the deadline to now + ``extend_by`` seconds (default: the job's timeout)."""
         seconds = extend_by if extend_by is not None else self._job.timeout_seconds
         self._reporter.heartbeat(self._job, self._clock() + timedelta(seconds=seconds))
+
+    def snooze(self, seconds: float, reason: str | None = None) -> NoReturn:
+        """Stop here and run again after ``seconds``, without spending an attempt."""
+        raise Snooze(seconds, reason)
 
     def checkpoint(self, payload: dict[str, Any]) -> None:
         """Persist ``payload``: a retry of this job starts from it."""
@@ -106,6 +123,9 @@ class PythonTransport:
             orjson.dumps(result)  # refuse a result the store could not keep
         except asyncio.CancelledError:
             raise
+        except Snooze as exc:
+            at = self._clock() + timedelta(seconds=exc.seconds)
+            reporter.outcome(job, Snoozed(at, exc.reason))
         except PermanentError as exc:
             reporter.outcome(job, Failed(AttemptError(_describe(exc), retryable=False)))
         except orjson.JSONEncodeError as exc:

@@ -1,0 +1,204 @@
+"""The scheduler: an ``Activity`` that turns every schedule's due fire times into jobs.
+
+Each tick reads the schedules from the database (so pause, resume and changes made
+through any process hold in all), plans each one (``definition.plan``, pure) and
+hands the fire times with their jobs to ``Store.schedule_fire``, which claims each
+fire time and inserts its job in one transaction. Every process on a PostgreSQL
+database runs a scheduler; the claims make each fire time one job.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable, Mapping
+from datetime import datetime
+from typing import Any
+
+from pydantic import ValidationError
+
+from hipq.api.models import JobIn
+from hipq.events import Events
+from hipq.faults import FaultReporter
+from hipq.intake import Intake, IntakeError
+from hipq.jobs import NewJob
+from hipq.schedules.cron import ScheduleError
+from hipq.schedules.definition import Schedule, build_schedule, job_fields, plan
+from hipq.stopping import finish_or_cancel
+from hipq.store import Store
+from hipq.store.schedules import Fire, FireResult, ScheduleRow
+
+log = logging.getLogger("hipq.schedules")
+
+
+def schedule_fields(row: ScheduleRow) -> dict[str, Any]:
+    """A stored schedule as the fields ``build_schedule`` reads."""
+    return {
+        "cron": row.cron,
+        "timezone": row.timezone,
+        "job": row.job,
+        "catch_up": row.catch_up,
+        "backfill": row.backfill_seconds,
+        "overlap": row.overlap,
+        "paused": row.paused,
+    }
+
+
+def to_row(schedule: Schedule, now: datetime, checked_until: datetime | None = None) -> ScheduleRow:
+    return ScheduleRow(
+        name=schedule.name,
+        source=schedule.source,
+        cron=schedule.cron.expression,
+        timezone=schedule.timezone,
+        job=schedule.job,
+        catch_up=schedule.catch_up,
+        backfill_seconds=schedule.backfill_seconds,
+        overlap=schedule.overlap,
+        paused=schedule.paused,
+        checked_until=checked_until or now,
+        created_at=now,
+        updated_at=now,
+    )
+
+
+class Scheduler:
+    """``run_once`` decides every schedule's due fire times; ``start`` runs it every
+    ``interval`` seconds. The clock is the service's, so tests move time by hand."""
+
+    name = "scheduler"
+
+    def __init__(
+        self,
+        store: Store,
+        intake: Intake,
+        clock: Callable[[], datetime],
+        events: Events,
+        configured: Mapping[str, dict[str, Any]],
+        interval: float = 1.0,
+        on_time: float = 60.0,
+        run: bool = True,
+    ) -> None:
+        self.store, self.intake, self.clock, self.events = store, intake, clock, events
+        self.configured, self.interval, self.on_time = configured, interval, on_time
+        self.run = run  # False: only ``run_once`` calls decide (tests drive it)
+        self._task: asyncio.Task[None] | None = None
+        self._stopping = asyncio.Event()
+
+    def check(self, name: str, fields: dict[str, Any], source: str = "api") -> Schedule:
+        """A schedule checked as a job it makes would be: ``ScheduleError`` names the
+        field (``job.type``, ``cron``, ``timezone``, ...)."""
+        now = self.clock()
+        schedule = build_schedule(name, fields, now, "config" if source == "config" else "api")
+        fire = schedule.cron.next_after(now)
+        assert fire is not None  # build_schedule refuses an expression that never fires
+        self.new_job(schedule, fire, now)
+        return schedule
+
+    def new_job(self, schedule: Schedule, fire: datetime, now: datetime) -> NewJob:
+        """The fire time's job, checked and resolved exactly as ``POST /v1/jobs`` does
+        (the API's model for the shape, then the intake for defaults and rules)."""
+        try:
+            job = JobIn.model_validate(job_fields(schedule, fire))
+            return self.intake.resolve(job.fields_set(), now)
+        except ValidationError as exc:
+            err = exc.errors()[0]
+            where = ".".join(str(p) for p in err["loc"])
+            raise ScheduleError(f"job.{where}", err["msg"]) from None
+        except IntakeError as exc:
+            raise ScheduleError(f"job.{exc.field}", exc.message) from None
+
+    async def sync_config(self) -> None:
+        """Store the config's schedules (they were checked when the service was built)."""
+        now = self.clock()
+        rows = [
+            to_row(self.check(name, fields, "config"), now)
+            for name, fields in self.configured.items()
+        ]
+        await self.store.schedule_sync_config(rows, now)
+
+    async def run_once(self) -> list[FireResult]:
+        """Decide the due fire times of every schedule that is not paused."""
+        now = self.clock()
+        done: list[FireResult] = []
+        for row in await self.store.schedule_list():
+            if row.paused or row.checked_until >= now:
+                continue
+            try:
+                done.extend(await self._decide(row, now))
+            except ScheduleError as exc:  # e.g. its job type left the config
+                log.error("schedule %s cannot fire: %s", row.name, exc)
+                self.events.emit("schedule_failed", schedule=row.name, error=str(exc))
+        return done
+
+    async def run_now(self, name: str) -> FireResult:
+        """One job of the schedule at once (paused or not, overlap or not)."""
+        row = await self.store.schedule_get(name)
+        now = self.clock()
+        schedule = build_schedule(row.name, schedule_fields(row), now, "api")
+        fire = Fire(now, self.new_job(schedule, now, now), "run_now")
+        results = await self.store.schedule_fire(name, None, [fire], None, now)
+        assert results is not None
+        self._emit(name, results)
+        return results[0]
+
+    async def _decide(self, row: ScheduleRow, now: datetime) -> list[FireResult]:
+        schedule = build_schedule(row.name, schedule_fields(row), now, "api")
+        decided = plan(schedule, row.checked_until, now, self.on_time)
+        if not decided.changes:
+            return []
+        fires = []
+        for at in decided.fires:
+            try:
+                fires.append(Fire(at, self.new_job(schedule, at, now)))
+            except ScheduleError as exc:
+                log.error("schedule %s at %s: %s", row.name, at.isoformat(), exc)
+                self.events.emit("schedule_failed", schedule=row.name, error=str(exc))
+                fires.append(Fire(at, None, "invalid"))
+        results = await self.store.schedule_fire(
+            row.name, row.checked_until, fires, decided.checked_until, now
+        )
+        if results is None:  # another process decided these meanwhile
+            return []
+        if decided.missed:
+            self.events.emit("schedule_missed", schedule=row.name)
+        self._emit(row.name, results)
+        return results
+
+    def _emit(self, name: str, results: list[FireResult]) -> None:
+        for result in results:
+            if result.job is not None:
+                self.events.emit(
+                    "schedule_fired",
+                    schedule=name,
+                    job_id=result.job.id,
+                    fire_time=result.at.isoformat(),
+                )
+            elif result.outcome == "skipped":
+                self.events.emit("schedule_skipped", schedule=name, fire_time=result.at.isoformat())
+
+    async def start(self) -> None:
+        await self.sync_config()
+        if not self.run:
+            return
+        self._stopping.clear()
+        self._task = asyncio.create_task(self._run(), name="hipq-scheduler")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._stopping.set()
+            await finish_or_cancel([self._task])
+            self._task = None
+
+    async def _run(self) -> None:
+        faults = FaultReporter(log, "scheduler")
+        while not self._stopping.is_set():
+            try:
+                await self.run_once()
+                faults.succeeded()
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                faults.failed(exc)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stopping.wait(), self.interval)

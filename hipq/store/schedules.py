@@ -1,0 +1,266 @@
+"""The schedules tables: schedules, and the claim of each fire time with its job.
+
+A fire time's job is inserted in the same transaction as its row in
+``hipq_schedule_fires``, whose primary key (schedule, fire_time) is the claim: of
+any number of processes deciding the same fire time, one inserts the row and its
+job, the others insert nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from sqlalchemy import delete, select, update
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from hipq.jobs import Job, NewJob
+from hipq.store.records import Conflict, NotFound
+from hipq.store.schema import jobs, schedule_fires, schedules
+from hipq.store.state_guards import OPEN_SQL
+from hipq.store.transactions import Transactions
+from hipq.wakeup import jobs_payload
+
+_DEFINITION = ("cron", "timezone", "job", "catch_up", "backfill_seconds", "overlap")
+
+
+@dataclass(frozen=True, slots=True)
+class ScheduleRow:
+    """A schedule as stored: its definition, whether it is paused, how far it decided."""
+
+    name: str
+    source: str  # "config" or "api"
+    cron: str
+    timezone: str
+    job: dict[str, Any]
+    catch_up: str
+    backfill_seconds: float
+    overlap: str
+    paused: bool
+    checked_until: datetime
+    created_at: datetime
+    updated_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class Fire:
+    """One fire time to decide: its job, or why it has none (``skip`` is overlap's)."""
+
+    at: datetime
+    job: NewJob | None
+    outcome: str = "created"  # created | run_now | invalid
+
+
+@dataclass(frozen=True, slots=True)
+class FireResult:
+    at: datetime
+    outcome: str  # created | run_now | skipped | invalid | taken (another process had it)
+    job: Job | None = None
+
+
+def _row(row: Any) -> ScheduleRow:
+    return ScheduleRow(**{c: getattr(row, c) for c in ScheduleRow.__dataclass_fields__})
+
+
+class ScheduleTable(Transactions):
+    if TYPE_CHECKING:  # from JobTable, the one insert path of a job (job keys included)
+
+        async def _insert(
+            self, conn: AsyncConnection, new_jobs: Sequence[NewJob], now: datetime
+        ) -> list[Job]: ...
+
+    async def schedule_list(self) -> list[ScheduleRow]:
+        async with self._read() as conn:
+            rows = await conn.execute(select(schedules).order_by(schedules.c.name))
+            return [_row(r) for r in rows]
+
+    async def schedule_get(self, name: str) -> ScheduleRow:
+        async with self._read() as conn:
+            row = (await conn.execute(select(schedules).where(schedules.c.name == name))).first()
+        if row is None:
+            raise NotFound(f"schedule {name!r} does not exist", field="name")
+        return _row(row)
+
+    async def schedule_create(self, schedule: ScheduleRow) -> ScheduleRow:
+        stmt = (
+            self.dialect.insert(schedules)
+            .values(**_values(schedule))
+            .on_conflict_do_nothing()
+            .returning(schedules.c.name)
+        )
+        async with self._write() as conn:
+            if (await conn.execute(stmt)).first() is None:
+                raise Conflict(f"schedule {schedule.name!r} exists already", field="name")
+        return schedule
+
+    async def schedule_change(self, name: str, changes: ScheduleRow, now: datetime) -> ScheduleRow:
+        """Replace an API schedule's definition. A new cron or zone decides from ``now``
+        on: the new expression's past fire times are not backfilled."""
+        async with self._write() as conn:
+            old = await self._locked(conn, name, writable=True)
+            values = {c: getattr(changes, c) for c in _DEFINITION}
+            values["updated_at"] = now
+            if (changes.cron, changes.timezone) != (old.cron, old.timezone):
+                values["checked_until"] = max(old.checked_until, now)
+            await conn.execute(update(schedules).where(schedules.c.name == name).values(**values))
+            return replace(old, **values)
+
+    async def schedule_delete(self, name: str) -> None:
+        async with self._write() as conn:
+            await self._locked(conn, name, writable=True)
+            await conn.execute(delete(schedule_fires).where(schedule_fires.c.schedule == name))
+            await conn.execute(delete(schedules).where(schedules.c.name == name))
+
+    async def schedule_set_paused(self, name: str, paused: bool, now: datetime) -> ScheduleRow:
+        """Pause or resume. Resuming decides from ``now`` on: what fell due while
+        paused is not caught up (pausing means "do not run")."""
+        async with self._write() as conn:
+            old = await self._locked(conn, name, writable=False)
+            values: dict[str, Any] = {"paused": paused, "updated_at": now}
+            if old.paused and not paused:
+                values["checked_until"] = max(old.checked_until, now)
+            await conn.execute(update(schedules).where(schedules.c.name == name).values(**values))
+            return replace(old, **values)
+
+    async def schedule_sync_config(self, defined: Sequence[ScheduleRow], now: datetime) -> None:
+        """Make the config's schedules the stored ones of source ``config``: new ones
+        are inserted, changed ones updated (their paused state and progress kept, an
+        API schedule of the same name taken over), removed ones deleted."""
+        names = {s.name for s in defined}
+        async with self._write() as conn:
+            stored = {
+                r.name: _row(r)
+                for r in await conn.execute(self.dialect.for_update(select(schedules)))
+            }
+            for schedule in defined:
+                old = stored.get(schedule.name)
+                if old is None:
+                    await conn.execute(
+                        self.dialect.insert(schedules)
+                        .values(**_values(schedule))
+                        .on_conflict_do_nothing()
+                    )
+                    continue
+                values = {c: getattr(schedule, c) for c in _DEFINITION}
+                if any(getattr(old, c) != v for c, v in values.items()) or old.source != "config":
+                    values.update(source="config", updated_at=now)
+                    if (schedule.cron, schedule.timezone) != (old.cron, old.timezone):
+                        values["checked_until"] = max(old.checked_until, now)
+                    await conn.execute(
+                        update(schedules).where(schedules.c.name == old.name).values(**values)
+                    )
+            gone = [n for n, r in stored.items() if r.source == "config" and n not in names]
+            if gone:
+                await conn.execute(
+                    delete(schedule_fires).where(schedule_fires.c.schedule.in_(gone))
+                )
+                await conn.execute(delete(schedules).where(schedules.c.name.in_(gone)))
+
+    async def schedule_fire(
+        self,
+        name: str,
+        expected_until: datetime | None,
+        fires: Sequence[Fire],
+        until: datetime | None,
+        now: datetime,
+    ) -> list[FireResult] | None:
+        """Decide ``fires`` and move the schedule's ``checked_until`` to ``until``, in
+        one transaction; None (nothing done) when another process moved it first.
+
+        ``expected_until`` None (run now) checks nothing and moves nothing. With
+        overlap ``skip`` a fire time is skipped while the schedule's last job is open.
+        """
+        async with self._write() as conn:
+            row = await self._locked(conn, name, writable=False)
+            if expected_until is not None and row.checked_until != expected_until:
+                return None
+            out = []
+            for fire in fires:
+                out.append(await self._fire_one(conn, row, fire, now))
+            if until is not None and until > row.checked_until:
+                await conn.execute(
+                    update(schedules).where(schedules.c.name == name).values(checked_until=until)
+                )
+            queues = {r.job.queue for r in out if r.job is not None}
+            if queues:
+                await self._notify(conn, {jobs_payload(q) for q in queues})
+            return out
+
+    async def schedule_fires(self, name: str, limit: int = 50) -> list[dict[str, Any]]:
+        """The latest decided fire times of a schedule, newest first."""
+        query = (
+            select(schedule_fires)
+            .where(schedule_fires.c.schedule == name)
+            .order_by(schedule_fires.c.fire_time.desc())
+            .limit(limit)
+        )
+        async with self._read() as conn:
+            return [dict(r._mapping) for r in await conn.execute(query)]
+
+    async def _fire_one(
+        self, conn: AsyncConnection, row: ScheduleRow, fire: Fire, now: datetime
+    ) -> FireResult:
+        outcome = fire.outcome
+        if fire.job is not None and fire.outcome != "run_now" and row.overlap == "skip":
+            if await self._last_job_open(conn, row.name):
+                outcome = "skipped"
+        claim = (
+            self.dialect.insert(schedule_fires)
+            .values(schedule=row.name, fire_time=fire.at, outcome=outcome, created_at=now)
+            .on_conflict_do_nothing()
+            .returning(schedule_fires.c.fire_time)
+        )
+        if (await conn.execute(claim)).first() is None:
+            return FireResult(fire.at, "taken")
+        if fire.job is None or outcome == "skipped":
+            return FireResult(fire.at, outcome)
+        try:
+            async with conn.begin_nested():
+                job = (await self._insert(conn, [fire.job], now))[0]
+        except (IntegrityError, Conflict):
+            # A correlation_key or job_key an open job holds: recorded, not retried.
+            await self._set_fire(conn, row.name, fire.at, None, "conflict")
+            return FireResult(fire.at, "conflict")
+        await self._set_fire(conn, row.name, fire.at, job.id, outcome)
+        return FireResult(fire.at, outcome, job)
+
+    async def _set_fire(
+        self, conn: AsyncConnection, name: str, at: datetime, job_id: int | None, outcome: str
+    ) -> None:
+        await conn.execute(
+            update(schedule_fires)
+            .where(schedule_fires.c.schedule == name, schedule_fires.c.fire_time == at)
+            .values(job_id=job_id, outcome=outcome)
+        )
+
+    async def _last_job_open(self, conn: AsyncConnection, name: str) -> bool:
+        last = (
+            select(schedule_fires.c.job_id)
+            .where(schedule_fires.c.schedule == name, schedule_fires.c.job_id.is_not(None))
+            .order_by(schedule_fires.c.fire_time.desc())
+            .limit(1)
+            .scalar_subquery()
+        )
+        query = select(jobs.c.id).where(jobs.c.id == last, jobs.c.state.in_(OPEN_SQL))
+        return (await conn.execute(query)).first() is not None
+
+    async def _locked(self, conn: AsyncConnection, name: str, writable: bool) -> ScheduleRow:
+        query = self.dialect.for_update(select(schedules).where(schedules.c.name == name))
+        row = (await conn.execute(query)).first()
+        if row is None:
+            raise NotFound(f"schedule {name!r} does not exist", field="name")
+        found = _row(row)
+        if writable and found.source == "config":
+            raise Conflict(
+                f"schedule {name!r} is defined in the config: change or remove it there "
+                "(pause, resume and run-now work)",
+                field="name",
+            )
+        return found
+
+
+def _values(schedule: ScheduleRow) -> dict[str, Any]:
+    return {c: getattr(schedule, c) for c in ScheduleRow.__dataclass_fields__}

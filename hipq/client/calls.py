@@ -185,8 +185,53 @@ def list_jobs(
     return Call("GET", "/v1/jobs", params=params, idempotent=True)
 
 
-def cancel_job(job_id: int) -> Call:
-    return Call("POST", f"/v1/jobs/{_segment(job_id)}/cancel")
+def cancel_job(job_id: int, reason: str | None = None) -> Call:
+    body = {"reason": reason} if reason is not None else None
+    return Call("POST", f"/v1/jobs/{_segment(job_id)}/cancel", body=body)
+
+
+# The operator's verbs below are not sent again once they may have arrived: a second
+# one is refused (the job has moved on) or, for bulk, starts a second operation.
+
+
+def complete_job(job_id: int, result: Any) -> Call:
+    return Call("POST", f"/v1/jobs/{_segment(job_id)}/complete", body={"result": result})
+
+
+def fail_job(job_id: int, reason: str) -> Call:
+    return Call("POST", f"/v1/jobs/{_segment(job_id)}/fail", body={"reason": reason})
+
+
+def reschedule_job(job_id: int, fields: Mapping[str, Any]) -> Call:
+    return Call("POST", f"/v1/jobs/{_segment(job_id)}/reschedule", body=_present(fields))
+
+
+def delete_job(job_id: int) -> Call:
+    return Call("DELETE", f"/v1/jobs/{_segment(job_id)}")
+
+
+def get_job_by_key(job_key: str) -> Call:
+    return Call("GET", f"/v1/jobs/by-key/{_segment(job_key)}", idempotent=True)
+
+
+def cancel_job_by_key(job_key: str) -> Call:
+    return Call("POST", f"/v1/jobs/by-key/{_segment(job_key)}/cancel")
+
+
+def start_bulk(
+    action: str, filter: Mapping[str, Any], dry_run: bool, params: Mapping[str, Any]
+) -> Call:
+    body = {"action": action, "filter": _present(filter), "dry_run": dry_run, **_present(params)}
+    # A dry run changes nothing: safe to send again.
+    return Call("POST", "/v1/jobs/bulk", body=body, idempotent=dry_run)
+
+
+def get_bulk(bulk_id: int) -> Call:
+    return Call("GET", f"/v1/jobs/bulk/{_segment(bulk_id)}", idempotent=True)
+
+
+def list_bulk() -> Call:
+    return Call("GET", "/v1/jobs/bulk", idempotent=True)
 
 
 def retry_job(job_id: int, run_at: datetime | str | None) -> Call:
@@ -213,6 +258,55 @@ def get_queue(name: str) -> Call:
 def pause_queue(name: str, paused: bool) -> Call:
     verb = "pause" if paused else "resume"
     return Call("POST", f"/v1/queues/{_segment(name)}/{verb}", idempotent=True)
+
+
+def set_forbidden_flags(name: str, flags: Iterable[str]) -> Call:
+    body = {"flags": list(flags)}
+    return Call("PUT", f"/v1/queues/{_segment(name)}/forbidden-flags", body=body, idempotent=True)
+
+
+# -- schedules ----------------------------------------------------------------------------
+
+
+def list_schedules() -> Call:
+    return Call("GET", "/v1/schedules", idempotent=True)
+
+
+def get_schedule(name: str) -> Call:
+    return Call("GET", f"/v1/schedules/{_segment(name)}", idempotent=True)
+
+
+def create_schedule(fields: Mapping[str, Any]) -> Call:
+    return Call("POST", "/v1/schedules", body=_present(fields))
+
+
+def change_schedule(name: str, changes: Mapping[str, Any]) -> Call:
+    return Call("PATCH", f"/v1/schedules/{_segment(name)}", body=dict(changes), idempotent=True)
+
+
+def delete_schedule(name: str) -> Call:
+    return Call("DELETE", f"/v1/schedules/{_segment(name)}")
+
+
+def pause_schedule(name: str, paused: bool) -> Call:
+    verb = "pause" if paused else "resume"
+    return Call("POST", f"/v1/schedules/{_segment(name)}/{verb}", idempotent=True)
+
+
+def run_schedule(name: str) -> Call:
+    return Call("POST", f"/v1/schedules/{_segment(name)}/run")
+
+
+def next_fire_times(name: str, count: int) -> Call:
+    return Call(
+        "GET", f"/v1/schedules/{_segment(name)}/next", params=[("count", count)], idempotent=True
+    )
+
+
+def schedule_fires(name: str, limit: int) -> Call:
+    return Call(
+        "GET", f"/v1/schedules/{_segment(name)}/fires", params=[("limit", limit)], idempotent=True
+    )
 
 
 # -- responses ----------------------------------------------------------------------------

@@ -62,6 +62,7 @@ class Job(_Out):
     waiting_reason: str | None
     cancel_requested: bool
     attempts: list[Attempt] | None = None
+    flags: list[str] | None = None
 
     @property
     def terminal(self) -> bool:
@@ -103,6 +104,7 @@ class Queue(_Out):
     in_use_by: dict[str, dict[str, int]] = {}
     held_by: dict[str, int] = {}
     throttler_errors: dict[str, int] = {}
+    forbidden_flags: list[str] = []
 
 
 class Response(_Out):
@@ -129,6 +131,72 @@ class ResponsePage(_Out):
     next_cursor: str | None
 
 
+class BulkCount(_Out):
+    """A bulk operation's dry run: how many jobs its filter matches now."""
+
+    dry_run: bool = True
+    matched: int
+
+
+class BulkOperation(_Out):
+    """A bulk operation and its progress (``state``: running, done, failed)."""
+
+    id: int
+    action: str
+    filter: dict[str, Any]
+    params: dict[str, Any]
+    state: str
+    matched: int
+    changed: int
+    requested: int
+    skipped: int
+    error: str | None
+    created_at: datetime
+    updated_at: datetime
+    finished_at: datetime | None
+
+
+class Schedule(_Out):
+    """A recurring job: its cron, its job template and its next fire time."""
+
+    name: str
+    source: str
+    cron: str
+    timezone: str
+    job: dict[str, Any]
+    catch_up: str
+    backfill_seconds: float
+    overlap: str
+    paused: bool
+    next_fire_time: datetime | None
+    checked_until: datetime
+    created_at: datetime
+    updated_at: datetime
+
+
+class FireTimes(_Out):
+    name: str
+    fire_times: list[datetime]
+
+
+class Fire(_Out):
+    fire_time: datetime
+    outcome: str
+    job_id: int | None
+
+
+class Fires(_Out):
+    name: str
+    fires: list[Fire]
+
+
+class ScheduleRun(_Out):
+    """The job a schedule made when told to run now."""
+
+    fire_time: datetime
+    job: Job
+
+
 # -- what the client sends ----------------------------------------------------------------
 
 
@@ -141,12 +209,14 @@ class JobFields(TypedDict, total=False):
     weight: int
     labels: Mapping[str, str]
     windows: Sequence[Mapping[str, Any]]
+    run_in: float | str
     timeout: float | str
     retry: Mapping[str, Any]
     correlation_key: str
     job_key: str
     job_key_mode: Literal["replace", "preserve_run_at", "unsafe_dedupe"]
     critical: bool
+    flags: Sequence[str]
 
 
 class NewJob(JobFields, total=False):
@@ -166,3 +236,59 @@ class JobChanges(TypedDict, total=False):
     labels: Mapping[str, str]
     windows: Sequence[Mapping[str, Any]]
     timeout: float | str
+
+
+BulkAction = Literal["cancel", "retry", "reschedule", "complete", "fail", "delete"]
+
+
+class Reschedule(TypedDict, total=False):
+    """How :meth:`Client.reschedule_job` (and a bulk reschedule) moves a job."""
+
+    run_at: datetime | str
+    run_in: float | str
+    priority: int
+    reset_attempts: bool
+    max_attempts: int
+
+
+class BulkFilter(TypedDict, total=False):
+    """Which jobs a bulk operation touches: every condition given must hold."""
+
+    queue: str
+    states: Sequence[str]
+    type: str
+    labels: Mapping[str, str]
+    ids: Sequence[int]
+    job_key: str
+    created_after: datetime | str
+    created_before: datetime | str
+    finished_after: datetime | str
+    finished_before: datetime | str
+    error_contains: str
+
+
+class BulkParams(Reschedule, total=False):
+    """What a bulk action needs: ``reason`` (cancel, fail), ``result`` (complete), the
+    reschedule fields (reschedule; run_at and run_in for retry too)."""
+
+    reason: str
+    result: Any
+
+
+class ScheduleFields(TypedDict, total=False):
+    """A schedule's optional fields (see docs/schedules.md)."""
+
+    timezone: str
+    catch_up: Literal["none", "latest", "all"]
+    backfill: float | str
+    overlap: Literal["allow", "skip"]
+    paused: bool
+
+
+class ScheduleChanges(TypedDict, total=False):
+    cron: str
+    timezone: str
+    job: Mapping[str, Any]
+    catch_up: Literal["none", "latest", "all"]
+    backfill: float | str
+    overlap: Literal["allow", "skip"]

@@ -15,6 +15,13 @@ from hipq.client import calls
 from hipq.client.calls import Backoff, Call, Readiness
 from hipq.client.errors import ApiError, WaitTimeout
 from hipq.client.models import (
+    BulkAction,
+    BulkCount,
+    BulkFilter,
+    BulkOperation,
+    BulkParams,
+    Fires,
+    FireTimes,
     Job,
     JobChanges,
     JobFields,
@@ -22,13 +29,20 @@ from hipq.client.models import (
     JobRef,
     NewJob,
     Queue,
+    Reschedule,
     Response,
     ResponsePage,
+    Schedule,
+    ScheduleChanges,
+    ScheduleFields,
+    ScheduleRun,
 )
 
 M = TypeVar("M", bound=BaseModel)
 _REFS = TypeAdapter(list[JobRef])
 _QUEUES = TypeAdapter(list[Queue])
+_BULK = TypeAdapter(list[BulkOperation])
+_SCHEDULES = TypeAdapter(list[Schedule])
 
 
 class Client:
@@ -168,10 +182,56 @@ class Client:
                 return
             cursor = page.next_cursor
 
-    def cancel_job(self, job_id: int) -> Job:
+    def cancel_job(self, job_id: int, reason: str | None = None) -> Job:
         """Cancel a job; a running one is cancelled by its queue's loop (then
         ``cancel_requested`` is true and the state follows at its next tick)."""
-        return self._model(calls.cancel_job(job_id), Job)
+        return self._model(calls.cancel_job(job_id, reason), Job)
+
+    def complete_job(self, job_id: int, result: Any = None) -> Job:
+        """Complete an open job with ``result`` (one in flight: by its queue's loop)."""
+        return self._model(calls.complete_job(job_id, result), Job)
+
+    def fail_job(self, job_id: int, reason: str) -> Job:
+        """Fail an open job for good (no retry); ``reason`` becomes its last_error."""
+        return self._model(calls.fail_job(job_id, reason), Job)
+
+    def reschedule_job(self, job_id: int, **fields: Unpack[Reschedule]) -> Job:
+        """Run a scheduled, failed or cancelled job later (or put a running one back):
+        ``run_at`` or ``run_in``, ``priority``, ``reset_attempts``, ``max_attempts``."""
+        return self._model(calls.reschedule_job(job_id, fields), Job)
+
+    def delete_job(self, job_id: int) -> Job:
+        """Delete a finished job and its attempts; returns it as it was."""
+        return self._model(calls.delete_job(job_id), Job)
+
+    def get_job_by_key(self, job_key: str) -> Job:
+        """The open job that holds ``job_key``."""
+        return self._model(calls.get_job_by_key(job_key), Job)
+
+    def cancel_job_by_key(self, job_key: str) -> Job:
+        """Cancel the open job that holds ``job_key``."""
+        return self._model(calls.cancel_job_by_key(job_key), Job)
+
+    def bulk(
+        self, action: BulkAction, filter: BulkFilter, **params: Unpack[BulkParams]
+    ) -> BulkOperation:
+        """Start ``action`` on every job ``filter`` matches; it runs on in bounded steps
+        (follow it with :meth:`get_bulk`)."""
+        return self._model(calls.start_bulk(action, filter, False, params), BulkOperation)
+
+    def bulk_dry_run(
+        self, action: BulkAction, filter: BulkFilter, **params: Unpack[BulkParams]
+    ) -> BulkCount:
+        """How many jobs :meth:`bulk` would touch now; changes nothing."""
+        return self._model(calls.start_bulk(action, filter, True, params), BulkCount)
+
+    def get_bulk(self, bulk_id: int) -> BulkOperation:
+        """A bulk operation and its progress."""
+        return self._model(calls.get_bulk(bulk_id), BulkOperation)
+
+    def list_bulk(self) -> list[BulkOperation]:
+        """The latest bulk operations, newest first."""
+        return _BULK.validate_python(self.send(calls.list_bulk()).json()["operations"])
 
     def retry_job(self, job_id: int, run_at: datetime | str | None = None) -> Job:
         """Run a failed or cancelled job again (a new attempt), now or at ``run_at``."""
@@ -220,6 +280,51 @@ class Client:
     def resume_queue(self, name: str) -> Queue:
         return self._model(calls.pause_queue(name, False), Queue)
 
+    def set_forbidden_flags(self, name: str, flags: Iterable[str]) -> Queue:
+        """Replace the queue's forbidden flags (jobs carrying one of them wait)."""
+        return self._model(calls.set_forbidden_flags(name, flags), Queue)
+
+    # -- schedules ----------------------------------------------------------------------
+
+    def list_schedules(self) -> list[Schedule]:
+        body = self.send(calls.list_schedules()).json()
+        return _SCHEDULES.validate_python(body["schedules"])
+
+    def get_schedule(self, name: str) -> Schedule:
+        return self._model(calls.get_schedule(name), Schedule)
+
+    def create_schedule(
+        self, name: str, cron: str, job: Mapping[str, Any], **fields: Unpack[ScheduleFields]
+    ) -> Schedule:
+        """A recurring job: ``job`` (the fields of add_job, with ``type``) at each fire
+        time of ``cron`` (five fields) in ``timezone``."""
+        body = {"name": name, "cron": cron, "job": job, **fields}
+        return self._model(calls.create_schedule(body), Schedule)
+
+    def change_schedule(self, name: str, **changes: Unpack[ScheduleChanges]) -> Schedule:
+        return self._model(calls.change_schedule(name, changes), Schedule)
+
+    def delete_schedule(self, name: str) -> None:
+        """Delete a schedule made through the API (its jobs stay)."""
+        self.send(calls.delete_schedule(name))  # 204, no body
+
+    def pause_schedule(self, name: str) -> Schedule:
+        return self._model(calls.pause_schedule(name, True), Schedule)
+
+    def resume_schedule(self, name: str) -> Schedule:
+        return self._model(calls.pause_schedule(name, False), Schedule)
+
+    def run_schedule(self, name: str) -> ScheduleRun:
+        """Make one job of the schedule now."""
+        return self._model(calls.run_schedule(name), ScheduleRun)
+
+    def next_fire_times(self, name: str, count: int = 10) -> FireTimes:
+        return self._model(calls.next_fire_times(name, count), FireTimes)
+
+    def schedule_fires(self, name: str, limit: int = 50) -> Fires:
+        """The schedule's latest fire times and what became of each."""
+        return self._model(calls.schedule_fires(name, limit), Fires)
+
     # -- responses ----------------------------------------------------------------------
 
     def list_responses(
@@ -264,7 +369,8 @@ class Client:
         self, response_id: int, job_id: int, *, accept_unsigned: bool = False
     ) -> Response:
         """Settle a running or awaiting job with this response (at its loop's next tick)."""
-        return self._model(calls.match_response(response_id, job_id, accept_unsigned), Response)
+        call = calls.match_response(response_id, job_id, accept_unsigned)
+        return self._model(call, Response)
 
     # -- readiness ----------------------------------------------------------------------
 

@@ -61,8 +61,8 @@ class Job(_Out):
     last_error: str | None
     waiting_reason: str | None
     cancel_requested: bool
-    attempts: list[Attempt] | None = None
     flags: list[str] | None = None
+    attempts: list[Attempt] | None = None
 
     @property
     def terminal(self) -> bool:
@@ -94,6 +94,7 @@ class Queue(_Out):
     batch_size: int
     throttlers: list[str]
     paused: bool
+    forbidden_flags: list[str] = []
     owner: str | None
     scheduled: int
     due: int
@@ -104,7 +105,6 @@ class Queue(_Out):
     in_use_by: dict[str, dict[str, int]] = {}
     held_by: dict[str, int] = {}
     throttler_errors: dict[str, int] = {}
-    forbidden_flags: list[str] = []
 
 
 class Response(_Out):

@@ -3,6 +3,7 @@ application does with it, and the errors it gets back."""
 
 from __future__ import annotations
 
+import time
 from datetime import UTC, datetime, timedelta
 
 import httpx
@@ -177,3 +178,72 @@ def test_responses_list_and_match(server: Server) -> None:
         assert not_in_flight.value.status == 409
         with pytest.raises(NotFound):
             hipq.match_response(pending[0].id, 987654)
+
+
+def test_operator_verbs_on_one_job_and_by_key(server: Server) -> None:
+    later = datetime.now(UTC) + timedelta(hours=1)
+    with Client(server.url) as hipq:
+        done = hipq.complete_job(hipq.add_job("ok", run_at=later).id, {"by": "hand"})
+        assert (done.state, done.result) == ("completed", {"by": "hand"})
+        failed = hipq.fail_job(hipq.add_job("ok", run_at=later).id, "not wanted")
+        assert (failed.state, failed.last_error) == ("failed", "not wanted")
+        moved = hipq.reschedule_job(failed.id, run_in="2h", priority=7, reset_attempts=True)
+        assert (moved.state, moved.priority, moved.attempt) == ("scheduled", 7, 0)
+        assert moved.run_at > later
+
+        gone = hipq.delete_job(done.id)
+        assert gone.id == done.id
+        with pytest.raises(NotFound):
+            hipq.get_job(done.id)
+
+        keyed = hipq.add_job("ok", run_at=later, job_key="client-nightly-report")
+        assert hipq.get_job_by_key("client-nightly-report").id == keyed.id
+        assert hipq.cancel_job_by_key("client-nightly-report").state == "cancelled"
+        with pytest.raises(NotFound):
+            hipq.get_job_by_key("client-nightly-report")  # no open job holds it now
+
+
+def test_bulk_operations_and_forbidden_flags(server: Server) -> None:
+    later = datetime.now(UTC) + timedelta(hours=1)
+    with Client(server.url) as hipq:
+        hipq.add_jobs([{"type": "ok", "run_at": later, "labels": {"case": "bulk"}}] * 6)
+        match = {"labels": {"case": "bulk"}, "states": ["scheduled"]}
+        assert hipq.bulk_dry_run("cancel", match).matched == 6
+        op = hipq.bulk("cancel", match, reason="region down")
+        for _ in range(100):
+            if op.state != "running":
+                break
+            time.sleep(0.1)
+            op = hipq.get_bulk(op.id)
+        assert (op.state, op.matched, op.changed) == ("done", 6, 6)
+        assert op.id in [o.id for o in hipq.list_bulk()]
+        states = {j.state for j in hipq.iter_jobs(labels={"case": "bulk"})}
+        assert states == {"cancelled"}
+
+        assert hipq.set_forbidden_flags("other", ["slow", "eu"]).forbidden_flags == ["eu", "slow"]
+        assert hipq.get_queue("other").forbidden_flags == ["eu", "slow"]
+        assert hipq.set_forbidden_flags("other", []).forbidden_flags == []
+
+
+def test_schedules(server: Server) -> None:
+    with Client(server.url) as hipq:
+        made = hipq.create_schedule(
+            "client-nightly", "0 2 * * *", {"type": "ok"}, timezone="Europe/Berlin"
+        )
+        assert (made.name, made.source, made.paused) == ("client-nightly", "api", False)
+        assert made.next_fire_time is not None
+        times = hipq.next_fire_times("client-nightly", 3).fire_times
+        assert len(times) == 3 and times == sorted(times)
+        ran = hipq.run_schedule("client-nightly")
+        assert ran.job.type == "ok"
+        assert [f.job_id for f in hipq.schedule_fires("client-nightly").fires] == [ran.job.id]
+        assert hipq.pause_schedule("client-nightly").next_fire_time is None
+        assert not hipq.resume_schedule("client-nightly").paused
+        assert hipq.change_schedule("client-nightly", cron="30 3 * * *").cron == "30 3 * * *"
+        assert "client-nightly" in [s.name for s in hipq.list_schedules()]
+        hipq.delete_schedule("client-nightly")
+        with pytest.raises(NotFound):
+            hipq.get_schedule("client-nightly")
+        with pytest.raises(InvalidRequest) as bad:
+            hipq.create_schedule("client-bad", "every night", {"type": "ok"})
+        assert bad.value.field == "cron"

@@ -10,6 +10,7 @@ import pytest
 from pydantic import BaseModel
 
 from hipq.api import models as api
+from hipq.api import schedules
 from hipq.api.responses import ResponseListOut, ResponseOut
 from hipq.client import calls, models
 from hipq.client.calls import Backoff, Call, Waiter
@@ -25,6 +26,13 @@ from hipq.client.calls import Backoff, Call, Waiter
         (models.Queue, api.QueueOut),
         (models.Response, ResponseOut),
         (models.ResponsePage, ResponseListOut),
+        (models.BulkCount, api.BulkCountOut),
+        (models.BulkOperation, api.BulkOut),
+        (models.Schedule, schedules.ScheduleOut),
+        (models.FireTimes, schedules.FireTimesOut),
+        (models.Fire, schedules.FireOut),
+        (models.Fires, schedules.FiresOut),
+        (models.ScheduleRun, schedules.RunOut),
     ],
 )
 def test_the_client_models_have_the_fields_the_api_answers(
@@ -41,6 +49,13 @@ def test_job_fields_cover_the_api_input() -> None:
     sent = set(models.NewJob.__annotations__) | set(models.JobFields.__annotations__)
     assert sent == set(api.JobIn.model_fields)
     assert set(models.JobChanges.__annotations__) == set(api.JobPatch.model_fields)
+    assert set(models.Reschedule.__annotations__) == set(api.RescheduleRequest.model_fields)
+    assert set(models.BulkFilter.__annotations__) == set(api.BulkFilterIn.model_fields)
+    bulk_params = set(models.BulkParams.__annotations__) | set(models.Reschedule.__annotations__)
+    assert bulk_params | {"action", "filter", "dry_run"} == set(api.BulkIn.model_fields)
+    schedule = set(models.ScheduleFields.__annotations__) | {"name", "cron", "job"}
+    assert schedule == set(schedules.ScheduleIn.model_fields)
+    assert set(models.ScheduleChanges.__annotations__) == set(schedules.SchedulePatch.model_fields)
 
 
 def _answer(status: int, **headers: str) -> httpx.Response:

@@ -1,4 +1,4 @@
-"""``hipq.client.AsyncClient``: the REST API from asyncio code (as :class:`Client`)."""
+"""``hipq.client.Client``: the REST API from ordinary (blocking) code."""
 
 from __future__ import annotations
 

@@ -240,8 +240,9 @@ def retry_job(job_id: int, run_at: datetime | str | None) -> Call:
 
 
 def change_job(job_id: int, changes: Mapping[str, Any]) -> Call:
-    # The same change twice leaves the job as once: safe to send again.
-    return Call("PATCH", f"/v1/jobs/{_segment(job_id)}", body=dict(changes), idempotent=True)
+    # Not sent again once it may have arrived: the job may have started meanwhile, and
+    # the second change's 409 would hide that the first one took effect.
+    return Call("PATCH", f"/v1/jobs/{_segment(job_id)}", body=dict(changes))
 
 
 # -- queues -------------------------------------------------------------------------------

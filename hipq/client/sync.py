@@ -1,4 +1,4 @@
-"""``hipq.Client``: the REST API from ordinary (blocking) code."""
+"""``hipq.client.Client``: the REST API from ordinary (blocking) code."""
 
 from __future__ import annotations
 

@@ -151,3 +151,25 @@ def test_wait_polls_with_growing_pauses_or_asks_the_server_to_hold() -> None:
     assert holding.pause(30, 0) == 0  # the server held it: ask again at once
     assert holding.next_call(7, 95).params == [("wait", "5s")]
     assert holding.pause(95.1, 95) == 0.05  # it answered early: an older server, poll
+
+
+def test_the_async_client_has_every_method_of_the_sync_one() -> None:
+    import inspect
+
+    from hipq.client import AsyncClient, Client
+
+    def public(cls: type) -> dict[str, inspect.Signature]:
+        return {
+            name: inspect.signature(member)
+            for name, member in vars(cls).items()
+            if callable(member) and not name.startswith("_") and name not in ("close", "aclose")
+        }
+
+    sync, aio = public(Client), public(AsyncClient)
+    assert sorted(sync) == sorted(aio)
+    for name, signature in sync.items():
+        assert list(signature.parameters) == list(aio[name].parameters), name
+        if name.startswith("iter_"):
+            assert inspect.isasyncgenfunction(getattr(AsyncClient, name)), name
+        else:
+            assert inspect.iscoroutinefunction(getattr(AsyncClient, name)), name

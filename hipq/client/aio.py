@@ -1,4 +1,5 @@
-"""``hipq.client.Client``: the REST API from ordinary (blocking) code."""
+"""``hipq.client.AsyncClient``: the REST API from asyncio code, method for method as
+:class:`~hipq.client.Client` (sync.py); tests/client/test_units.py keeps the two in step."""
 
 from __future__ import annotations
 

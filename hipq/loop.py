@@ -35,6 +35,7 @@ from hipq.faults import FaultReporter
 from hipq.job_types import JobTypes
 from hipq.jobs import Job
 from hipq.lifecycle import State
+from hipq.loop_recovery import Drain, reconcile, reread_owned
 from hipq.outcomes import Failed, Outcome, Settlement
 from hipq.plugins import RetryStrategies
 from hipq.reports import Reports, apply_reports, write_reports
@@ -68,8 +69,8 @@ class TickReport:
     loaded: int = 0
     full: bool = False  # the due scan filled a whole batch: more may be waiting
     # The next scheduled job after the tick's now, read in the tick's transaction when
-    # it claimed nothing; ``UNREAD`` when it did (read after the dispatch instead, so
-    # that the claimed jobs' handlers do not wait for it).
+    # it claimed nothing or also settled jobs; ``UNREAD`` when it only claimed (read
+    # after the dispatch instead, so that a new job's handler does not wait for it).
     next_run_at: datetime | Unread | None = Unread.UNREAD
 
 
@@ -104,9 +105,7 @@ class QueueLoop:
         self._reports = Reports()
         self.wake = asyncio.Event()
         self._stopping = False
-        # Draining (the process is stopping): ticks settle what transports report, and
-        # claim nothing.
-        self._draining = False
+        self._drain = Drain()
         self._task: asyncio.Task[None] | None = None
         # Cancel requests and inbox responses are looked for when something hinted at
         # them, and at least every RECHECK_SECONDS (a hint from another process may be
@@ -215,7 +214,7 @@ class QueueLoop:
                     committed.append(matched_event(self.name, used, self.in_flight, now))
                 claimed: list[Job] = []
                 self._paused_since_tick = time.monotonic() if batch.paused else None
-                if not batch.paused and not self._draining:
+                if not batch.paused and self._drain.claims:
                     done = {s.job_id for s in settled}
                     live = [j for j in self.in_flight.values() if j.id not in done]
                     admitted = await self.admission.admit(batch, live, now)
@@ -225,7 +224,9 @@ class QueueLoop:
                     report.admitted, report.held = len(claimed), admitted.held
                     report.deferred, report.loaded = admitted.deferred, admitted.loaded
                     report.full = admitted.full
-                if not claimed:
+                if not claimed or settled:
+                    # A tick that only claimed (a new job on an idle queue) reads it
+                    # after the dispatch; a busy one here, saving a transaction.
                     report.next_run_at = await batch.job_next_run_at(now)
         except LeaseLost:
             self._lose_lease()
@@ -239,7 +240,7 @@ class QueueLoop:
             self.events.emit(name, **fields)
         self._apply(reports, settled, claimed)
         report.settled = len(settled)
-        if not self._draining:  # else claimed mid-tick: left `running` for the next owner
+        if self._drain.claims:  # else claimed mid-tick: left `running` for the next owner
             self._dispatch(claimed)
         return report
 
@@ -288,7 +289,8 @@ class QueueLoop:
         wake = now + timedelta(seconds=self.config.batch_interval)
         # The lease must be renewed well within its TTL, even on an idle queue.
         wake = min(wake, now + timedelta(seconds=self.lease_ttl / 3))
-        if next_run_at is not None and not self._draining:  # due jobs wait for the next owner
+        next_run_at = self._drain.wake_at(next_run_at)
+        if next_run_at is not None:
             wake = min(wake, next_run_at)
         deadlines = [j.deadline for j in self.in_flight.values() if j.deadline is not None]
         if deadlines:
@@ -304,7 +306,7 @@ class QueueLoop:
         faults = FaultReporter(log, f"queue {self.name}")
         while not self._stopping:
             try:
-                if self.token is None and (self._draining or not await self.acquire()):
+                if self.token is None and (self._drain.requested or not await self.acquire()):
                     await self._sleep(self.lease_ttl / 3)
                     continue
                 report = await self.run_once()
@@ -326,32 +328,24 @@ class QueueLoop:
                 failures = await self._reload_after_failure(failures, faults)
 
     async def _reload_after_failure(self, failures: int, faults: FaultReporter) -> int:
-        """After a failed tick, wait, then take what this loop owns from the database,
-        as at takeover: a tick whose COMMIT's reply was lost did commit its claims and
-        settlements, which memory does not know. Newly claimed jobs are dispatched,
-        settled ones forgotten. Returns the failures counted so far."""
-        while not self._stopping:
-            await self._sleep(min(30.0, 0.5 * 2 ** min(failures, 6)))
-            if self.token is None:
-                return failures
-            try:
-                owned = {j.id: j for j in await self.store.job_in_flight(self.name)}
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:
-                failures += 1
-                faults.failed(exc)
-                continue
-            known, self.in_flight = self.in_flight, owned
-            for job_id in known.keys() - owned.keys():
-                self._transport_of(known[job_id]).abandon(job_id)
-            new = [
-                j
-                for i, j in owned.items()
-                if j.state == State.RUNNING and (i not in known or known[i].attempt != j.attempt)
-            ]
-            self._dispatch(new)
-            return failures
+        """After a failed tick, take what this loop owns from the database
+        (``hipq.loop_recovery``): newly claimed jobs are dispatched, settled ones
+        forgotten. Returns the failures counted so far."""
+        owned, failures = await reread_owned(
+            self.store,
+            self.name,
+            failures,
+            faults,
+            sleep=self._sleep,
+            stopping=lambda: self._stopping,
+            owns=lambda: self.token is not None,
+        )
+        if owned is not None:
+            now = reconcile(self.in_flight, owned)
+            self.in_flight = now.in_flight
+            for job in now.forgotten:
+                self._transport_of(job).abandon(job.id)
+            self._dispatch(now.to_dispatch)
         return failures
 
     async def _sleep(self, seconds: float) -> None:
@@ -373,17 +367,18 @@ class QueueLoop:
 
     async def start(self) -> None:
         """Run the loop in a task of its own until ``stop``."""
-        self._stopping = self._draining = False
+        self._stopping = False
+        self._drain = Drain()
         self._task = asyncio.create_task(self.run(), name=f"hipq-loop-{self.name}")
 
     def request_drain(self) -> None:
         """Claim nothing from now on; keep ticking to settle what is in flight."""
-        self._draining = True
+        self._drain.requested = True
         self.wake.set()
 
     @property
     def draining(self) -> bool:
-        return self._draining
+        return self._drain.requested
 
     @property
     def running(self) -> bool:

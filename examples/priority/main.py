@@ -46,7 +46,7 @@ async def main() -> None:
         app = create_app(service, manage_service=False)
         try:
             async with httpx.AsyncClient(
-                transport=httpx.ASGITransport(app), base_url="http://hipq"
+                transport=httpx.ASGITransport(app), base_url="http://localhost"
             ) as api:
                 await api.post("/v1/queues/default/pause")
                 for name, priority in jobs:

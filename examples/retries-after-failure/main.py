@@ -47,7 +47,7 @@ async def main() -> None:
         app = create_app(service, manage_service=False)
         try:
             async with httpx.AsyncClient(
-                transport=httpx.ASGITransport(app), base_url="http://hipq"
+                transport=httpx.ASGITransport(app), base_url="http://localhost"
             ) as api:
                 job = (await api.post("/v1/jobs", json={"type": "flaky"})).json()
                 for _ in range(200):

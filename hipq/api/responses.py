@@ -15,7 +15,7 @@ from hipq.api.models import MAX_ID, ErrorOut
 from hipq.api.paging import Cursor, json_size, within_budget
 from hipq.service import Service
 from hipq.storable_text import NUL_MESSAGE
-from hipq.store import Response
+from hipq.store import Conflict, Response
 
 router = APIRouter(prefix="/v1/responses", tags=["responses"], route_class=JSONBodyRoute)
 Status = Literal["pending", "matched", "duplicate", "late", "expired"]
@@ -144,6 +144,14 @@ async def get_response(response_id: ResponseId, request: Request) -> ResponseOut
 )
 async def match_response(response_id: ResponseId, body: MatchIn, request: Request) -> ResponseOut:
     service: Service = request.app.state.service
+    if not service.job_types.any_external:
+        # No queue's loop matches responses when every job type runs in process: the
+        # match would be recorded and never settle anything.
+        raise Conflict(
+            "no job type here takes responses (all run python handlers); to finish a job "
+            "by hand use POST /v1/jobs/{id}/complete or /fail",
+            field="job_id",
+        )
     response = await service.store.response_force_match(
         response_id,
         body.job_id,

@@ -15,6 +15,8 @@ by its busy timeout, PostgreSQL by ``statement_timeout`` and ``lock_timeout``.
 
 from __future__ import annotations
 
+import select
+import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -24,8 +26,9 @@ from typing import Any
 
 import orjson
 from sqlalchemy import ARRAY, BigInteger, Select, Table, bindparam, event, func, update
+from sqlalchemy import exc as sa_exc
 from sqlalchemy.dialects import postgresql, sqlite
-from sqlalchemy.engine import make_url
+from sqlalchemy.engine import URL, make_url
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 from sqlalchemy.sql import text
 
@@ -88,6 +91,10 @@ class Dialect(ABC):
     def prepare(self, engine: AsyncEngine) -> None:
         """Set up each new connection of ``engine``."""
         return None  # nothing to do by default
+
+    async def close(self) -> None:
+        """Release what the dialect opened itself (the store closes its engine)."""
+        return None  # nothing by default
 
     async def check(self, conn: AsyncConnection) -> None:
         """Refuse to run on a database that would not keep what hipq promises."""
@@ -291,23 +298,82 @@ def _set_timeouts(conn: Any, budget_ms: int | None, local: bool) -> None:
     )
 
 
+# Connections beyond the first that the one-statement insert may open at once.
+MAX_CONCURRENT_PLAIN_INSERTS = 4
+# A pooled connection returned longer ago than this is pinged before its next use.
+PING_AFTER_IDLE_SECONDS = 1.0
+_RETURNED_AT = "hipq_returned_at"
+
+
+def _checkout_ping(engine: AsyncEngine) -> None:
+    """A pooled connection that a restart or a reset killed is replaced before use
+    instead of failing the transaction that drew it, as ``pool_pre_ping`` does, but
+    the ping's round trip is paid only when the connection may be dead: when its
+    socket has something to read while nobody asked (the server's end, a reset, or
+    a message to look at: one poll, no round trip), or when it sat in the pool for
+    PING_AFTER_IDLE_SECONDS (a server restarted without the end reaching us yet).
+    Under load connections come back within milliseconds and are not pinged."""
+
+    @event.listens_for(engine.sync_engine, "connect")
+    def _on_connect(dbapi_conn: Any, record: Any) -> None:
+        record.info[_RETURNED_AT] = time.monotonic()
+
+    @event.listens_for(engine.sync_engine, "checkin")
+    def _on_checkin(dbapi_conn: Any, record: Any) -> None:
+        if record is not None:
+            record.info[_RETURNED_AT] = time.monotonic()
+
+    @event.listens_for(engine.sync_engine, "checkout")
+    def _on_checkout(dbapi_conn: Any, record: Any, proxy: Any) -> None:
+        returned = record.info.get(_RETURNED_AT)
+        fresh = returned is not None and time.monotonic() - returned < PING_AFTER_IDLE_SECONDS
+        if fresh and _quiet(getattr(dbapi_conn, "_connection", None)):
+            return
+        try:
+            dbapi_conn.ping()
+        except Exception as exc:
+            # The pool discards this connection and draws (or opens) another.
+            raise sa_exc.DisconnectionError(str(exc)) from exc
+
+
+def _quiet(driver: Any) -> bool:
+    """An asyncpg connection that is open and has nothing waiting on its socket."""
+    if driver is None or driver.is_closed():
+        return False
+    transport = getattr(driver, "_transport", None)
+    sock = transport.get_extra_info("socket") if transport is not None else None
+    if sock is None:
+        return False
+    poll = select.poll()
+    poll.register(sock.fileno(), select.POLLIN | select.POLLERR | select.POLLHUP)
+    return not poll.poll(0)
+
+
 class PostgresDialect(Dialect):
     name = "postgresql"
     single_process = False
 
+    def __init__(self) -> None:
+        # The one-statement insert's own small pool (``job_insert_committed``).
+        self._insert_engines: dict[int, AsyncEngine] = {}
+
     def engine_options(self) -> dict[str, Any]:
         # The API's concurrent requests and the loops share the pool; a small pool
-        # makes each request beyond it open a new connection. Pre-ping: a pooled
-        # connection that a restart or a reset killed is replaced before use
-        # instead of failing the request that drew it.
+        # makes each request beyond it open a new connection. No pre-ping on every
+        # checkout (a round trip per transaction): ``prepare`` pings only a
+        # connection that may have died (see ``_checkout_ping``).
         return {
             "pool_size": 20,
             "max_overflow": 20,
-            "pool_pre_ping": True,
+            # The most recently returned connection first: at low traffic the one in
+            # use stays warm (not pinged), the others age out of use together.
+            "pool_use_lifo": True,
             "connect_args": {"timeout": PG_CONNECT_TIMEOUT_SECONDS},
         }
 
     def prepare(self, engine: AsyncEngine) -> None:
+        _checkout_ping(engine)
+
         @event.listens_for(engine.sync_engine, "begin")
         def _on_begin(conn: Any) -> None:
             budget_ms = _budget_ms()
@@ -359,7 +425,17 @@ class PostgresDialect(Dialect):
         self, engine: AsyncEngine, rows: list[dict[str, Any]], payloads: Sequence[str]
     ) -> list[int] | None:
         # One autocommit statement is as durable as a transaction of one statement.
-        async with engine.connect() as conn:
+        # Its connections are its own: the request's time budget is a session setting
+        # here (see ``prepare``), which a transaction without one would reset (a round
+        # trip each, and one more to set it again) on a connection the two shared.
+        inserts = self._insert_engines.get(id(engine))
+        if inserts is None:
+            # Group commit writes one group at a time: one connection is the rule.
+            inserts = create_engine(
+                engine.url, self, pool_size=1, max_overflow=MAX_CONCURRENT_PLAIN_INSERTS
+            )
+            self._insert_engines[id(engine)] = inserts
+        async with inserts.connect() as conn:
             await conn.execution_options(isolation_level="AUTOCOMMIT")
             return await unnest.job_insert_rows_notify(conn, rows, CHANNEL, list(payloads))
 
@@ -371,6 +447,11 @@ class PostgresDialect(Dialect):
     def process_guard(self, database_url: str, on_payload: Callable[[str], None]) -> ProcessGuard:
         return PgListener(database_url, on_payload)
 
+    async def close(self) -> None:
+        engines, self._insert_engines = list(self._insert_engines.values()), {}
+        for inserts in engines:
+            await inserts.dispose()
+
     async def tables_empty(self, conn: AsyncConnection, tables: Sequence[Table]) -> None:
         names = ", ".join(t.name for t in tables)
         await conn.exec_driver_sql(f"TRUNCATE {names} RESTART IDENTITY CASCADE")
@@ -379,19 +460,27 @@ class PostgresDialect(Dialect):
 _DIALECTS: dict[str, type[Dialect]] = {"sqlite": SqliteDialect, "postgresql": PostgresDialect}
 
 
-def dialect_for(url: str) -> Dialect:
+def dialect_for(url: str | URL) -> Dialect:
     backend = make_url(url).get_backend_name()
     if backend not in _DIALECTS:
         raise StoreSetupError(f"unsupported database {backend!r}: use SQLite or PostgreSQL")
     return _DIALECTS[backend]()
 
 
-def create_engine(url: str, dialect: Dialect | None = None, **kwargs: Any) -> AsyncEngine:
+def _json_loads(value: str | bytes | float) -> Any:
+    # SQLite gives a JSON column numeric affinity: a JSON number written as text comes
+    # back as an int or float, already the value it stands for.
+    if isinstance(value, int | float):
+        return value
+    return orjson.loads(value)
+
+
+def create_engine(url: str | URL, dialect: Dialect | None = None, **kwargs: Any) -> AsyncEngine:
     dialect = dialect or dialect_for(url)
     for name, value in dialect.engine_options().items():
         kwargs.setdefault(name, value)
     engine = create_async_engine(
-        url, json_serializer=unnest.json_dumps, json_deserializer=orjson.loads, **kwargs
+        url, json_serializer=unnest.json_dumps, json_deserializer=_json_loads, **kwargs
     )
     dialect.prepare(engine)
     return engine

@@ -39,6 +39,7 @@ class Store(
         return cls(create_engine(url, dialect, **engine_kwargs), dialect)
 
     async def close(self) -> None:
+        await self.dialect.close()
         await self.engine.dispose()
 
     async def check(self) -> None:

@@ -28,9 +28,9 @@ def _json_or_null(value: Any) -> str | None:
 
 
 _SETTLE_FROM = ", ".join(f"'{s.value}'" for s in sorted(SETTLE.sources))
-# A whole tick's settlements in two statements.
-_SETTLE = text(
-    f"""
+# A whole tick's settlements; with attempt records, one statement for both tables
+# (two data-modifying parts of one WITH: one round trip).
+_SETTLE_SQL = f"""
     UPDATE hipq_jobs AS j
     SET state = u.state, run_at = u.run_at, payload = u.payload::jsonb,
         finished_at = u.finished_at, result = u.result::jsonb, last_error = u.last_error,
@@ -41,54 +41,53 @@ _SETTLE = text(
                 CAST(:errors AS text[]))
          AS u(id, attempt, state, run_at, payload, finished_at, result, last_error)
     WHERE j.id = u.id AND j.attempt = u.attempt AND j.state IN ({_SETTLE_FROM})
-    """
-)
+"""
 # A row already there (the same settlement again, after a lost COMMIT reply) is kept.
-_ATTEMPTS = text(
-    """
+_ATTEMPTS_SQL = """
     INSERT INTO hipq_attempts (job_id, attempt, started_at, finished_at, outcome, error, response)
-    SELECT u.job_id, u.attempt, u.started_at, u.finished_at, u.outcome, u.error,
-           u.response::jsonb
-    FROM unnest(CAST(:job_ids AS bigint[]), CAST(:attempts AS integer[]),
-                CAST(:started AS timestamptz[]), CAST(:finished AS timestamptz[]),
-                CAST(:outcomes AS text[]), CAST(:errors AS text[]), CAST(:responses AS text[]))
-         AS u(job_id, attempt, started_at, finished_at, outcome, error, response)
+    SELECT r.job_id, r.attempt, r.started_at, r.finished_at, r.outcome, r.error,
+           r.response::jsonb
+    FROM unnest(CAST(:r_job_ids AS bigint[]), CAST(:r_attempts AS integer[]),
+                CAST(:r_started AS timestamptz[]), CAST(:r_finished AS timestamptz[]),
+                CAST(:r_outcomes AS text[]), CAST(:r_errors AS text[]),
+                CAST(:r_responses AS text[]))
+         AS r(job_id, attempt, started_at, finished_at, outcome, error, response)
     ON CONFLICT DO NOTHING
-    """
+"""
+_SETTLE = text(_SETTLE_SQL)
+_SETTLE_AND_RECORD = text(
+    f"WITH settled AS ({_SETTLE_SQL}), recorded AS ({_ATTEMPTS_SQL}) SELECT 1"
 )
 
 
 async def job_settle(
     conn: AsyncConnection, settlements: Sequence[Settlement], now: datetime
 ) -> None:
-    await conn.execute(
-        _SETTLE,
-        {
-            "now": now,
-            "ids": [s.job_id for s in settlements],
-            "attempts": [s.attempt for s in settlements],
-            "states": [s.state.value for s in settlements],
-            "run_ats": [s.run_at for s in settlements],
-            "payloads": [json_dumps(s.payload) for s in settlements],
-            "finished": [s.finished_at for s in settlements],
-            "results": [_json_or_null(s.result) for s in settlements],
-            "errors": [s.last_error for s in settlements],
-        },
-    )
+    params: dict[str, Any] = {
+        "now": now,
+        "ids": [s.job_id for s in settlements],
+        "attempts": [s.attempt for s in settlements],
+        "states": [s.state.value for s in settlements],
+        "run_ats": [s.run_at for s in settlements],
+        "payloads": [json_dumps(s.payload) for s in settlements],
+        "finished": [s.finished_at for s in settlements],
+        "results": [_json_or_null(s.result) for s in settlements],
+        "errors": [s.last_error for s in settlements],
+    }
     records = [s.record for s in settlements if s.record is not None]
-    if records:
-        await conn.execute(
-            _ATTEMPTS,
-            {
-                "job_ids": [r.job_id for r in records],
-                "attempts": [r.attempt for r in records],
-                "started": [r.started_at for r in records],
-                "finished": [r.finished_at for r in records],
-                "outcomes": [r.outcome for r in records],
-                "errors": [r.error for r in records],
-                "responses": [_json_or_null(r.response) for r in records],
-            },
-        )
+    if not records:
+        await conn.execute(_SETTLE, params)
+        return
+    params.update(
+        r_job_ids=[r.job_id for r in records],
+        r_attempts=[r.attempt for r in records],
+        r_started=[r.started_at for r in records],
+        r_finished=[r.finished_at for r in records],
+        r_outcomes=[r.outcome for r in records],
+        r_errors=[r.error for r in records],
+        r_responses=[_json_or_null(r.response) for r in records],
+    )
+    await conn.execute(_SETTLE_AND_RECORD, params)
 
 
 _INSERT_JOBS = text(

@@ -43,3 +43,12 @@ async def test_every_listing_refuses_a_cursor_it_did_not_return(
     assert error["error"] == "invalid_request", error
     assert error["field"] == "cursor", error
     assert error["message"] == "cursor: not a cursor returned by this API", error
+
+
+async def test_a_match_by_hand_is_refused_where_no_job_type_takes_responses(api: Api) -> None:
+    # Every job type of this service runs a python handler: no loop matches responses,
+    # so a match would be stored and never settle the job.
+    r = await api.client.post("/v1/responses/1/match", json={"job_id": 1})
+    assert r.status_code == 409
+    assert r.json()["field"] == "job_id"
+    assert "complete" in r.json()["message"]

@@ -1,5 +1,6 @@
 """What a tick reads for the loop's sleep: the next due time, in the tick's own
-transaction when it claimed nothing, and after the dispatch when it claimed jobs."""
+transaction when it claimed nothing or also settled jobs, and after the dispatch when
+it only claimed jobs."""
 
 from __future__ import annotations
 
@@ -37,6 +38,24 @@ async def test_a_tick_that_claims_leaves_the_next_due_time_unread(services: Fact
     assert report.admitted == 1
     assert isinstance(report.next_run_at, Unread)
     assert await loop._next_run_at(report, clock()) == later
+
+
+async def test_a_tick_that_settles_and_claims_reads_the_next_due_time(
+    services: Factory,
+) -> None:
+    clock = FakeClock()
+    svc = await services(clock)
+    loop = await owned(svc)
+    transport = recording(svc)
+    later = clock() + timedelta(minutes=5)
+    first = await add(svc)
+    await tick(loop)
+    transport.succeed(first.id)
+    await add(svc)
+    await add(svc, run_at=later)
+    report = await tick(loop)
+    assert (report.settled, report.admitted) == (1, 1)
+    assert report.next_run_at == later
 
 
 async def test_a_paused_queue_reads_the_next_due_time_too(services: Factory) -> None:

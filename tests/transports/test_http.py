@@ -80,6 +80,7 @@ ANSWERS: dict[str, bytes] = {
     "declined": _reply(200, b'{"status": "declined"}', _JSON),
     "text": _reply(200, b"plain words"),
     "huge": _reply(200, b"x" * 5000),
+    "cookie": _reply(202, b"", {"set-cookie": "session=tenant-a; Path=/"}),
 }
 
 
@@ -326,6 +327,16 @@ async def test_redirects_are_not_followed(peer: Peer, transports: Any) -> None:
     assert failed.error.retryable
     assert "HTTP 302" in failed.error.message
     assert "redirect to /ok/elsewhere not followed" in failed.error.message
+
+
+async def test_a_cookie_one_target_sets_is_not_sent_with_the_next_job(
+    peer: Peer, transports: Any
+) -> None:
+    t = await transports(info(url=f"{peer.base}/cookie"))
+    assert await (await send(t, job(id=1))).one() == ("sent", None)
+    assert await (await send(t, job(id=2))).one() == ("sent", None)
+    assert len(peer.seen) == 2
+    assert all("cookie" not in s.headers for s in peer.seen)
 
 
 @pytest.mark.parametrize("path", ["huge", "huge-chunked"])

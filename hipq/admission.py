@@ -27,6 +27,7 @@ from hipq.throttling import (
     Stage,
     reads_free_capacity_only,
     scan_groups,
+    throttler_states,
 )
 
 
@@ -195,8 +196,13 @@ class Admission:
             "in_use_by": in_use,
             "throttler_errors": dict(self._errors),
         }
+        learned = throttler_states(self.stages)
+        if learned:
+            stats["throttler_state"] = learned
         if stats != self._stats:
             await batch.queue_write_stats({**stats, "updated_at": now.isoformat()})
+            if learned and learned != (self._stats or {}).get("throttler_state"):
+                self.events.emit("throttler_state", queue=self.queue, states=learned)
             self._stats = stats
 
 

@@ -152,6 +152,38 @@ def _host_allowed(host: str, pattern: str) -> bool:
     return host == pattern
 
 
+class StatusRequest(_Strict):
+    """Callback-or-poll: asked of the external system when a callback is overdue."""
+
+    # The request: templates over the job, as the http transport's.
+    method: str = "GET"
+    url: str
+    headers: dict[str, str] = Field(default_factory=dict)
+    body: Any = None  # a JSON template; null: no body
+    timeout: Seconds = Field(30.0, gt=0)
+    max_response_bytes: int = Field(1024 * 1024, ge=1)
+    allowed_hosts: list[str] | None = None  # as the http transport's
+    # Sent once this share of the job's timeout passed without a response ...
+    after: float = Field(0.5, gt=0, lt=1)
+    # ... and again this long after each "still working" answer (null: once).
+    every: Seconds | None = Field(None, gt=0)
+    # "Still working": an answer with one of these HTTP statuses, or whose outcome
+    # field (the job type's outcome rule's field or header) holds one of these values.
+    working_statuses: list[int] = Field(default_factory=lambda: [202])
+    working: list[str | int | float | bool] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _allowed_destination(self) -> StatusRequest:
+        if self.allowed_hosts is None:
+            return self
+        host = urlsplit(self.url.split("{", 1)[0]).hostname or ""
+        if not any(_host_allowed(host, pattern) for pattern in self.allowed_hosts):
+            raise ValueError(
+                f"the url's host {host!r} is not in allowed_hosts ({', '.join(self.allowed_hosts)})"
+            )
+        return self
+
+
 class KafkaTransport(_Strict):
     topic: str
     key: bool = True  # the correlation key as the message key
@@ -225,6 +257,12 @@ class JobTypeConfig(_Strict):
     # a Standard Webhooks signature, a token with the callbacks scope, or either.
     # Default: signature when callback_signature is set, else token.
     callback_auth: Literal["signature", "token", "either"] | None = None
+    # External jobs: POST /v1/callbacks/{key}/heartbeat moves the attempt's deadline to
+    # the heartbeat's time plus this; None: this type takes no heartbeats.
+    heartbeat_timeout: Seconds | None = Field(None, gt=0)
+    # External jobs: ask the system for the job's status when no response has come
+    # after a share of the timeout; its final answer settles the job as a callback would.
+    status_request: StatusRequest | None = None
 
     @model_validator(mode="after")
     def _signature_for_callback_auth(self) -> JobTypeConfig:

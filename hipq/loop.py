@@ -31,6 +31,7 @@ from hipq.chain import GuardedChain
 from hipq.config import QueueConfig
 from hipq.correlation import Correlation, Event, Matches, matched_event
 from hipq.events import Events
+from hipq.external_heartbeats import ExternalHeartbeats
 from hipq.faults import FaultReporter
 from hipq.job_types import JobTypes
 from hipq.jobs import Job
@@ -43,7 +44,7 @@ from hipq.retry import AttemptError
 from hipq.stopping import finish_or_cancel
 from hipq.store import LeaseLost, Store
 from hipq.store.requests import Requests, requests_pending
-from hipq.throttling import Stage
+from hipq.throttling import Stage, feed_back
 from hipq.transports.base import Transport
 
 log = logging.getLogger("hipq.loop")
@@ -99,6 +100,7 @@ class QueueLoop:
         self.lease_ttl = lease_ttl
         self.job_types = job_types or JobTypes({})
         self.correlation = Correlation(name, self.job_types, clock)
+        self.heartbeats = ExternalHeartbeats(self.job_types)
         self.admission = Admission(name, config, self.stages, self.events)
         self.token: int | None = None
         self.in_flight: dict[int, Job] = {}
@@ -122,10 +124,12 @@ class QueueLoop:
 
     def outcome(self, job: Job, outcome: Outcome) -> None:
         self._reports.outcomes.setdefault((job.id, job.attempt), outcome)
+        feed_back(self.stages, job, outcome, self.clock)
         self.wake.set()
 
     def sent(self, job: Job) -> None:
         self._reports.sent.add((job.id, job.attempt))
+        feed_back(self.stages, job, None, self.clock)
         self.wake.set()
 
     def heartbeat(self, job: Job, deadline: datetime) -> None:
@@ -200,6 +204,8 @@ class QueueLoop:
             ) as batch:
                 self._recheck_due()
                 cancels: Requests = {}  # operators' requests (hipq.operator_requests)
+                # Heartbeats of external jobs are hinted and rechecked with cancels.
+                await self.heartbeats.take(batch, self.in_flight, reports, self._check_cancels, now)
                 if self._check_cancels:
                     self._check_cancels = False
                     cancels = await requests_pending(batch)

@@ -99,6 +99,20 @@ class Metrics:
             ["queue", "type", "verdict", "error_kind"],
             registry=r,
         )
+        self.throttler_rate = Gauge(
+            "hipq_throttler_rate",
+            "The start rate an adaptive throttler allows now, in starts per its window, "
+            "per label value (* without a label)",
+            ["queue", "throttler", "key"],
+            registry=r,
+        )
+        self.status_polls = Counter(
+            "hipq_status_polls_total",
+            "Status requests sent for overdue callbacks, by job type and what the answer was"
+            " (final, working, error)",
+            ["type", "verdict"],
+            registry=r,
+        )
         events.subscribe(self.on_event)
 
     def on_event(self, name: str, f: dict[str, Any]) -> None:
@@ -133,6 +147,13 @@ class Metrics:
             self.stored.labels(f["source"]).inc(f["count"])
         elif name == "responses_parked":
             self.parked.labels(f["source"]).inc(f["count"])
+        elif name == "status_polled":
+            self.status_polls.labels(f["type"], f["verdict"]).inc()
+        elif name == "throttler_state":
+            for throttler, keys in f["states"].items():
+                for key, state in keys.items():
+                    if isinstance(state, dict) and isinstance(state.get("rate"), int | float):
+                        self.throttler_rate.labels(queue, throttler, key).set(state["rate"])
         elif name == "responses_settled":
             self.responses_settled.labels(f["status"]).inc(f["count"])
             for seconds in f.get("waits", ()):

@@ -22,6 +22,7 @@ from hipq.config import Settings
 from hipq.faults import unavailable
 from hipq.job_types_publisher import JobTypesPublisher
 from hipq.loop import QueueLoop
+from hipq.status_polls import status_polls_of
 from hipq.stopping import drain
 from hipq.store import Store
 from hipq.store.process_guard import ProcessGuard
@@ -190,6 +191,9 @@ class Service:
             activities.append(self.scheduler)
         if self.consumer is not None:
             activities.append(ConsumerActivity(self.consumer))
+        polls = status_polls_of(self)  # before the loops: it stops after them
+        if polls is not None:
+            activities.append(polls)
         activities.extend(LoopActivity(loop, self.run_loops) for loop in self.loops.values())
         return activities
 

@@ -12,6 +12,7 @@ instant, and a short reason for each one it holds. Decisions are pure functions 
 
 from __future__ import annotations
 
+import logging
 from abc import ABC, abstractmethod
 from collections import Counter
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
@@ -23,6 +24,13 @@ from hipq.jobs import Job, Start
 
 if TYPE_CHECKING:
     from pydantic import BaseModel
+
+    from hipq.outcomes import Outcome
+
+log = logging.getLogger("hipq.throttling")
+
+# HTTP statuses by which an external system says it is over its capacity.
+OVERLOAD_STATUSES = frozenset({429, 503})
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,6 +85,77 @@ class Verdict:
     admitted: list[int] = field(default_factory=list)  # job ids, in the order given
     deferred: dict[int, datetime] = field(default_factory=dict)  # not before this instant
     held: dict[int, str] = field(default_factory=dict)  # why it waits
+
+
+@dataclass(frozen=True, slots=True)
+class Feedback:
+    """What one attempt's send told of the external system, as it is reported to the
+    queue's loop: throttlers that adapt their rate (``on_feedback``) learn from it."""
+
+    job_id: int
+    labels: Mapping[str, str]
+    claimed_at: datetime | None
+    at: datetime
+    # From the claim to the report: the send's latency plus the dispatch's (small) delay.
+    latency_seconds: float | None
+    # The HTTP status of an error answer (None: the request left, or no HTTP answer).
+    status: int | None = None
+    # The system said it is over its capacity (HTTP 429 or 503).
+    overloaded: bool = False
+    retry_after: datetime | None = None
+
+
+def feedback_of(job: Job, outcome: Outcome | None, now: datetime) -> Feedback:
+    """The feedback of ``job``'s send: ``outcome`` None means the request left."""
+    status = None
+    retry_after = None
+    error = getattr(outcome, "error", None)
+    if error is not None:
+        retry_after = error.retry_after
+        response = getattr(outcome, "response", None)
+        if isinstance(response, Mapping) and isinstance(response.get("status"), int):
+            status = response["status"]
+    latency = None if job.claimed_at is None else max(0.0, (now - job.claimed_at).total_seconds())
+    return Feedback(
+        job.id,
+        job.labels,
+        job.claimed_at,
+        now,
+        latency,
+        status,
+        status in OVERLOAD_STATUSES,
+        retry_after,
+    )
+
+
+def feed_back(
+    stages: Sequence[Stage], job: Job, outcome: Outcome | None, clock: Callable[[], datetime]
+) -> None:
+    """Give the feedback of ``job``'s send to the stages that take it (none: nothing is
+    computed, the report path stays as cheap as before). A plugin that raises is
+    logged, never allowed to stop the report it rides on."""
+    takers = [s for s in stages if s.on_feedback is not None]
+    if not takers:
+        return
+    feedback = feedback_of(job, outcome, clock())
+    for stage in takers:
+        assert stage.on_feedback is not None
+        try:
+            stage.on_feedback(feedback)
+        except Exception:
+            log.exception("throttler %s failed on feedback", stage.name)
+
+
+def throttler_states(stages: Sequence[Stage]) -> dict[str, Any]:
+    """Stage name -> what its throttler learned (``state``), for the queue's stats."""
+    out: dict[str, Any] = {}
+    for stage in stages:
+        if stage.state is not None:
+            try:
+                out[stage.name] = dict(stage.state())
+            except Exception:
+                log.exception("throttler %s failed to report its state", stage.name)
+    return out
 
 
 @runtime_checkable
@@ -144,6 +223,12 @@ class ThrottlerBase(ABC):
         """The scan groups that could take a job at all (None: every group)."""
         return None
 
+    # Optional: ``on_feedback(feedback: Feedback) -> None``, called on the event loop
+    # as each send is reported (the request left, or it failed with an answer such as
+    # a 429). Not declared here, so that throttlers that do not adapt cost nothing.
+    # Optional: ``state() -> Mapping[str, Any]``, a small JSON-able picture of what the
+    # throttler learned; the queue view (GET /v1/queues/{name}) and metrics show it.
+
     @abstractmethod
     def decide(self, candidates: Sequence[Job], view: RunningView, now: datetime) -> Verdict:
         """Admit, defer or hold each candidate (see ``Throttler``)."""
@@ -165,6 +250,8 @@ class Stage:
     scan_groups: ScanGroups | None = None
     scan_room: ScanRoom | None = None
     defer_reason: str = ""
+    on_feedback: Callable[[Feedback], None] | None = None
+    state: Callable[[], Mapping[str, Any]] | None = None
 
     def __post_init__(self) -> None:
         if not self.defer_reason:
@@ -178,6 +265,8 @@ class Stage:
         room = getattr(t, "scan_room", None)
         label = getattr(t, "label", None)
         reason = getattr(t, "defer_reason", None)
+        feedback = getattr(t, "on_feedback", None)
+        state = getattr(t, "state", None)
         return cls(
             name,
             throttler,
@@ -189,6 +278,8 @@ class Stage:
             scan_groups=groups if isinstance(groups, ScanGroups) else None,
             scan_room=room if callable(room) else None,
             defer_reason=reason if isinstance(reason, str) else "",
+            on_feedback=feedback if callable(feedback) else None,
+            state=state if callable(state) else None,
         )
 
 

@@ -6,7 +6,8 @@ to the other processes (see ``hipq.store.process_guard.PgListener``). A payload 
 
 - ``<queue>``: new or changed jobs in a queue,
 - ``*``: new responses in the inbox (a response may be for any queue),
-- ``cancel:<queue>``: a running job of the queue was asked to stop.
+- ``cancel:<queue>``: a running job of the queue was asked to stop, or its external
+  system sent a heartbeat (the loop looks for both in the same step).
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Query, Request
@@ -57,6 +57,106 @@ def _only_signed(job_types: JobTypes) -> bool:
 
 def _unauthorized(reason: str) -> JSONResponse:
     return JSONResponse(error_body("unauthorized", [("webhook-signature", reason)]), 401)
+
+
+# A heartbeat's progress: a small JSON value, shown on the job; larger is refused.
+PROGRESS_MAX_BYTES = 4096
+
+
+class HeartbeatAccepted(BaseModel):
+    status: str = Field(default="accepted", description="accepted: stored now")
+    attempt: int = Field(description="the attempt of the job it was counted for")
+    deadline: datetime = Field(
+        description="the attempt's deadline once the queue's loop takes the heartbeat "
+        "(within a few seconds): send the next heartbeat before it"
+    )
+
+
+def _signature_refusal(
+    info: JobTypeInfo, request: Request, raw: bytes, service: Service
+) -> JSONResponse | None:
+    """A 401 unless the request carries what the job type's callbacks must carry."""
+    signature = info.config.callback_signature
+    if signature is None or token_proves_callback(request, info.config.callback_accepts):
+        return None
+    try:
+        verify(
+            signature.secret,
+            request.headers,
+            raw,
+            service.clock().timestamp(),
+            int(signature.tolerance),
+        )
+    except SignatureError as exc:
+        return _unauthorized(exc.reason)
+    return None
+
+
+def _progress(raw: bytes) -> tuple[bool, Any]:
+    """(given, progress) from a heartbeat's body: empty, or ``{"progress": <JSON>}``."""
+    if not raw.strip():
+        return False, None
+    if len(raw) > PROGRESS_MAX_BYTES:
+        raise InvalidParameter("progress", f"the body is over {PROGRESS_MAX_BYTES} bytes")
+    try:
+        body = loads(raw, "body")
+    except json.JSONDecodeError as exc:
+        raise InvalidParameter("body", f"not JSON: {exc.msg}") from None
+    if not isinstance(body, dict) or set(body) - {"progress"}:
+        raise InvalidParameter("body", 'a heartbeat\'s body is empty or {"progress": <JSON>}')
+    check_body(body, "progress")
+    return "progress" in body, body.get("progress")
+
+
+# Declared before the callback route: its `{key:path}` would take `.../heartbeat` too.
+@router.post(
+    "/v1/callbacks/{key:path}/heartbeat",
+    dependencies=[Depends(CallbackAccess())],
+    status_code=202,
+    response_model=HeartbeatAccepted,
+    responses={
+        401: {"model": ErrorOut},
+        404: {"model": ErrorOut},
+        409: {"model": ErrorOut},
+        422: {"model": ErrorOut},
+    },
+    summary="An external system says it is still working on a job (and how far it got)",
+    description=(
+        "For job types with a `heartbeat_timeout`: the attempt's deadline becomes now plus "
+        "that timeout (taken by the queue's loop within a few seconds), so a job that needs "
+        "hours stays alive while its system heartbeats, and fails its attempt (for its retry "
+        'strategy) when they stop. The body is empty or `{"progress": <JSON>}` of at most '
+        f"{PROGRESS_MAX_BYTES} bytes, shown as `heartbeat.progress` on GET /v1/jobs/{{id}}; "
+        "without it the last progress stays. `?type=` is required, and the request is "
+        "authenticated exactly as the callback of that type (a Standard Webhooks signature "
+        "over this body, or a token with the callbacks scope): else 401. No job of that type "
+        "in flight with the key: 404 (one that is scheduled: 409)."
+    ),
+)
+async def deliver_heartbeat(
+    key: str,
+    request: Request,
+    type: Annotated[str, Query(description="the job type (hipq adds it to the callback URL)")],
+) -> Any:
+    service: Service = request.app.state.service
+    raw = await request.body()
+    info = service.job_types.lookup(type)
+    if info is None:
+        raise InvalidParameter("type", f"unknown job type {type!r}")
+    refusal = _signature_refusal(info, request, raw, service)
+    if refusal is not None:
+        return refusal
+    timeout = info.config.heartbeat_timeout
+    if timeout is None:
+        raise InvalidParameter(
+            "type", f"job type {type!r} takes no heartbeats (it has no heartbeat_timeout)"
+        )
+    check_callback_key(key)
+    given, progress = _progress(raw)
+    beat = await service.store.heartbeat_record(
+        key, info.name, progress, service.clock(), timeout, keep_progress=not given
+    )
+    return HeartbeatAccepted(attempt=beat.attempt, deadline=beat.deadline)
 
 
 @router.post(

@@ -160,7 +160,7 @@ async def create_jobs(
 async def get_job(job_id: JobId, request: Request) -> JobOut:
     store = _service(request).store
     job = await store.job_get(job_id)
-    return JobOut.of(job, await store.job_attempts(job_id))
+    return JobOut.of(job, await store.job_attempts(job_id), await store.heartbeat_of(job_id))
 
 
 @router.get(

@@ -17,6 +17,7 @@ from pydantic import (
 )
 
 from hipq.jobs import Attempt, Job
+from hipq.store.heartbeats import Heartbeat
 from hipq.store.schema import KEY_MAX_LENGTH
 
 # Ids are BIGINT (PostgreSQL) / INTEGER (SQLite): a larger number is a 422, not a driver error.
@@ -179,6 +180,23 @@ class AttemptOut(BaseModel):
         )
 
 
+class HeartbeatOut(BaseModel):
+    at: datetime = Field(description="when hipq received the last heartbeat")
+    attempt: int = Field(description="the attempt it was for")
+    deadline: datetime = Field(
+        description="the deadline it asked for: its time plus the job type's heartbeat_timeout"
+    )
+    progress: Any = Field(description="the progress it reported (any JSON), or null")
+
+    @classmethod
+    def of(cls, beat: Heartbeat | None) -> HeartbeatOut | None:
+        if beat is None:
+            return None
+        return cls(
+            at=beat.beat_at, attempt=beat.attempt, deadline=beat.deadline, progress=beat.progress
+        )
+
+
 class JobOut(BaseModel):
     id: int
     type: str
@@ -207,9 +225,16 @@ class JobOut(BaseModel):
     cancel_requested: bool
     flags: list[str] | None = None
     attempts: list[AttemptOut] | None = None
+    heartbeat: HeartbeatOut | None = Field(
+        None,
+        description="the last heartbeat of an external job (POST /v1/callbacks/{key}/heartbeat)"
+        " and its progress; shown by GET /v1/jobs/{id}",
+    )
 
     @classmethod
-    def of(cls, job: Job, attempts: list[Attempt] | None = None) -> JobOut:
+    def of(
+        cls, job: Job, attempts: list[Attempt] | None = None, heartbeat: Heartbeat | None = None
+    ) -> JobOut:
         return cls(
             id=job.id,
             type=job.type,
@@ -238,6 +263,7 @@ class JobOut(BaseModel):
             cancel_requested=job.cancel_requested,
             flags=job.flags,
             attempts=None if attempts is None else [AttemptOut.of(a) for a in attempts],
+            heartbeat=HeartbeatOut.of(heartbeat),
         )
 
 
@@ -285,6 +311,11 @@ class QueueOut(BaseModel):
     )
     throttler_errors: dict[str, int] = Field(
         default_factory=dict, description="faults per throttler since this owner took the queue"
+    )
+    throttler_state: dict[str, Any] = Field(
+        default_factory=dict,
+        description="what adapting throttlers learned, per throttler (adaptive: the start "
+        "rate per label value, overload answers seen, a Retry-After pause)",
     )
 
 

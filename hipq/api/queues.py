@@ -41,6 +41,7 @@ async def queue_out(service: Service, name: str) -> QueueOut:
         in_use_by=counts.stats.get("in_use_by", {}),
         held_by=counts.stats.get("held_by", {}),
         throttler_errors=counts.stats.get("throttler_errors", {}),
+        throttler_state=counts.stats.get("throttler_state", {}),
     )
 
 

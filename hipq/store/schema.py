@@ -161,6 +161,27 @@ jobs = Table(
     ),
 )
 
+# The last heartbeat of an external job's attempt (POST /v1/callbacks/{key}/heartbeat):
+# written by the API, taken by the queue's loop, which alone moves the job's deadline
+# (``pending`` until it has). One row per job; deleted with it.
+job_heartbeats = Table(
+    "hipq_job_heartbeats",
+    metadata,
+    Column("job_id", Id, ForeignKey("hipq_jobs.id", ondelete="CASCADE"), primary_key=True),
+    Column("queue", String(200), nullable=False),
+    Column("attempt", Integer, nullable=False),
+    Column("beat_at", UTCDateTime, nullable=False),
+    Column("deadline", UTCDateTime, nullable=False),
+    Column("progress", Json, nullable=True),
+    Column("pending", Boolean, nullable=False),
+    Index(
+        "ix_hipq_job_heartbeats_pending",
+        "queue",
+        postgresql_where=text("pending"),
+        sqlite_where=text("pending"),
+    ),
+)
+
 attempts = Table(
     "hipq_attempts",
     metadata,

@@ -1,8 +1,8 @@
 """The one storage seam of hipq: noun-first methods over SQLAlchemy Core.
 
-``Store`` is the sum of one part per table (``jobs``, ``inbox``, ``queues``), all
-sharing one engine and one ``Dialect`` chosen from the URL; the queue loop's
-writes go through ``queue_batch`` (``hipq.store.batch``). Callers outside
+``Store`` is the sum of one part per table (``jobs``, ``inbox``, ``queues``,
+``heartbeats``), all sharing one engine and one ``Dialect`` chosen from the URL;
+the queue loop's writes go through ``queue_batch`` (``hipq.store.batch``). Callers outside
 ``hipq.store`` use only these methods, never the engine or the tables.
 """
 
@@ -17,6 +17,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from hipq import migrations
 from hipq.store.bulk import BulkTable
 from hipq.store.dialects import Dialect, create_engine, dialect_for
+from hipq.store.heartbeats import HeartbeatTable
 from hipq.store.inbox import InboxTable
 from hipq.store.job_types_mirror import JobTypesMirror
 from hipq.store.jobs import JobTable
@@ -28,7 +29,14 @@ from hipq.store.schema import metadata
 
 
 class Store(
-    JobTable, OperatorTable, BulkTable, InboxTable, QueueTable, JobTypesMirror, ScheduleTable
+    JobTable,
+    OperatorTable,
+    BulkTable,
+    InboxTable,
+    QueueTable,
+    JobTypesMirror,
+    ScheduleTable,
+    HeartbeatTable,
 ):
     def __init__(self, engine: AsyncEngine, dialect: Dialect | None = None) -> None:
         super().__init__(engine, dialect or dialect_for(engine.url.render_as_string()))

@@ -1,0 +1,134 @@
+"""Heartbeats of external jobs: the API records the last one of an attempt, the
+queue's loop takes the pending ones inside its tick (it alone moves deadlines).
+
+A heartbeat names its job by correlation key, as the callback does; only a job in
+flight (running or awaiting) can take one. The row keeps the attempt it was for,
+so that a heartbeat that raced a retry never moves the next attempt's deadline.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy import bindparam, select, update
+
+from hipq.store.batch import QueueBatch
+from hipq.store.records import Conflict, NotFound
+from hipq.store.schema import job_heartbeats, jobs
+from hipq.store.state_guards import OPEN_SQL
+from hipq.store.transactions import Transactions
+from hipq.wakeup import cancels_payload
+
+
+@dataclass(frozen=True, slots=True)
+class Heartbeat:
+    """The last heartbeat of a job's attempt, as stored."""
+
+    job_id: int
+    queue: str
+    attempt: int
+    beat_at: datetime
+    deadline: datetime
+    progress: Any
+
+
+def _heartbeat(row: Any) -> Heartbeat:
+    return Heartbeat(row.job_id, row.queue, row.attempt, row.beat_at, row.deadline, row.progress)
+
+
+class HeartbeatTable(Transactions):
+    async def heartbeat_record(
+        self,
+        correlation_key: str,
+        job_type: str,
+        progress: Any,
+        now: datetime,
+        timeout_seconds: float,
+        keep_progress: bool = False,
+    ) -> Heartbeat:
+        """Record a heartbeat for the open job of ``job_type`` holding ``correlation_key``:
+        its deadline becomes ``now + timeout_seconds`` once its loop takes it. With
+        ``keep_progress`` the last progress stays (a heartbeat that reports none)."""
+        async with self._write() as conn:
+            row = (
+                await conn.execute(
+                    select(jobs.c.id, jobs.c.queue, jobs.c.type, jobs.c.state, jobs.c.attempt)
+                    .where(jobs.c.correlation_key == correlation_key, jobs.c.state.in_(OPEN_SQL))
+                    .limit(1)
+                )
+            ).first()
+            if row is None or row.type != job_type:
+                raise NotFound(
+                    f"no open job of type {job_type!r} has correlation key {correlation_key!r}",
+                    field="key",
+                )
+            if row.state not in ("running", "awaiting"):
+                raise Conflict(
+                    f"job {row.id} is {row.state}: only a job in flight takes heartbeats",
+                    field="key",
+                )
+            beat = Heartbeat(
+                row.id,
+                row.queue,
+                row.attempt,
+                now,
+                now + timedelta(seconds=timeout_seconds),
+                progress,
+            )
+            values = {
+                "queue": beat.queue,
+                "attempt": beat.attempt,
+                "beat_at": beat.beat_at,
+                "deadline": beat.deadline,
+                "progress": beat.progress,
+                "pending": True,
+            }
+            upsert = self.dialect.insert(job_heartbeats).values(job_id=beat.job_id, **values)
+            if keep_progress:
+                del values["progress"]
+            stored = await conn.execute(
+                upsert.on_conflict_do_update(
+                    index_elements=[job_heartbeats.c.job_id], set_=values
+                ).returning(job_heartbeats.c.progress)
+            )
+            beat = replace(beat, progress=stored.scalar_one())
+            # The loop reads heartbeats where it reads cancel requests: news of a job
+            # in flight, looked for on a hint and at least every few seconds.
+            await self._notify(conn, {cancels_payload(beat.queue)})
+        return beat
+
+    async def heartbeat_of(self, job_id: int) -> Heartbeat | None:
+        """The last heartbeat of ``job_id`` (of whichever attempt), if any."""
+        async with self._read() as conn:
+            row = (
+                await conn.execute(select(job_heartbeats).where(job_heartbeats.c.job_id == job_id))
+            ).first()
+        return None if row is None else _heartbeat(row)
+
+
+async def heartbeat_take(batch: QueueBatch) -> list[Heartbeat]:
+    """Inside a tick: the queue's pending heartbeats, marked taken. The caller keeps
+    those of its jobs in flight in the attempt they name."""
+    conn = batch.conn
+    rows = (
+        await conn.execute(
+            select(job_heartbeats).where(
+                job_heartbeats.c.queue == batch.queue, job_heartbeats.c.pending.is_(True)
+            )
+        )
+    ).all()
+    if rows:
+        # Only the rows read: one written since (a newer heartbeat of the same job)
+        # stays pending for the next tick.
+        await conn.execute(
+            update(job_heartbeats)
+            .where(
+                job_heartbeats.c.job_id == bindparam("b_id"),
+                job_heartbeats.c.beat_at == bindparam("b_at"),
+            )
+            .values(pending=False),
+            [{"b_id": r.job_id, "b_at": r.beat_at} for r in rows],
+        )
+    return [_heartbeat(r) for r in rows]

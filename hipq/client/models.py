@@ -33,6 +33,15 @@ class Attempt(_Out):
     response: Any = None
 
 
+class Heartbeat(_Out):
+    """The last heartbeat an external system sent for a job, with its progress."""
+
+    at: datetime
+    attempt: int
+    deadline: datetime
+    progress: Any
+
+
 class Job(_Out):
     """A job as ``GET /v1/jobs/{id}`` answers it (``attempts`` only from that route)."""
 
@@ -63,6 +72,7 @@ class Job(_Out):
     cancel_requested: bool
     flags: list[str] | None = None
     attempts: list[Attempt] | None = None
+    heartbeat: Heartbeat | None = None
 
     @property
     def terminal(self) -> bool:
@@ -105,6 +115,7 @@ class Queue(_Out):
     in_use_by: dict[str, dict[str, int]] = {}
     held_by: dict[str, int] = {}
     throttler_errors: dict[str, int] = {}
+    throttler_state: dict[str, Any] = {}
 
 
 class Response(_Out):

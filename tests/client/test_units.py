@@ -20,6 +20,7 @@ from hipq.client.calls import Backoff, Call, Waiter
     ("mirror", "served"),
     [
         (models.Attempt, api.AttemptOut),
+        (models.Heartbeat, api.HeartbeatOut),
         (models.Job, api.JobOut),
         (models.JobRef, api.JobRef),
         (models.JobPage, api.JobListOut),

@@ -11,16 +11,18 @@ import os
 import signal
 import socket
 import sys
+from collections.abc import Iterator
 from typing import Annotated, Any, NoReturn
 
-import httpx
 import typer
+from pydantic import BaseModel
 
 from hipq import cli_healthcheck
 from hipq.cli_flags import flags_app
 from hipq.cli_jobs_bulk import add_verbs, bulk_app
 from hipq.cli_responses import responses_app
 from hipq.cli_tokens import tokens_app
+from hipq.client import ApiError, Backoff, Client, HipqError
 from hipq.config import ConfigError, Settings, load_settings
 from hipq.tokens import TokenConfigError, Tokens, exposure_problem, load_tokens
 
@@ -233,33 +235,33 @@ def migrate(config: ConfigOpt = None) -> None:
 
 # -- the API client ------------------------------------------------------------------
 
+# A CLI call rides out a server that is starting (503 with Retry-After) or restarting,
+# but does not keep an operator waiting long for one that is down.
+CLI_BACKOFF = Backoff(budget=5.0)
+
 
 def _base_url(url: str | None, config: str | None) -> str:
+    """--url, else the host and port of the config ``hipq serve`` reads (--config or
+    HIPQ_CONFIG, then HIPQ_SERVER__* variables): the same server, on any port."""
     if url:
         return url.rstrip("/")
-    if config or os.environ.get("HIPQ_CONFIG"):
-        return settings_or_fail(config).server.base_url()
-    return "http://127.0.0.1:8000"
+    server = settings_or_fail(config).server
+    host = {"": "127.0.0.1", "0.0.0.0": "127.0.0.1", "::": "::1"}.get(server.host, server.host)
+    return f"http://{f'[{host}]' if ':' in host else host}:{server.port}"
 
 
-def call(method: str, url: str, path: str, **kwargs: Any) -> Any:
-    token = os.environ.get("HIPQ_TOKEN")
-    if token and not token.isascii():
-        fail("HIPQ_TOKEN holds characters no token has (see `hipq tokens new`)")
-    if token:
-        kwargs["headers"] = {**kwargs.get("headers", {}), "Authorization": f"Bearer {token}"}
+@contextlib.contextmanager
+def api(url: str | None, config: str | None) -> Iterator[Client]:
+    """The client of the API that --url or the config names (the token from HIPQ_TOKEN);
+    an error it raises ends the command with one line."""
+    base = _base_url(url, config)
     try:
-        response = httpx.request(method, url + path, timeout=30, **kwargs)
-    except httpx.HTTPError as exc:
-        fail(f"cannot reach hipq at {url}: {exc}")
-    try:
-        body = response.json()
-    except ValueError:
-        body = None
-    if response.status_code >= 400:
-        message = body.get("message") if isinstance(body, dict) else None
-        fail(message or f"HTTP {response.status_code}")
-    return body
+        with Client(base, backoff=CLI_BACKOFF) as client:
+            yield client
+    except ApiError as exc:
+        fail(exc.message)
+    except HipqError as exc:
+        fail(str(exc))
 
 
 def _parse_json(text: str, what: str) -> Any:
@@ -269,18 +271,31 @@ def _parse_json(text: str, what: str) -> Any:
         fail(f"{what} is not valid JSON: {exc}")
 
 
-def _labels(items: list[str] | None) -> dict[str, str]:
+def _labels(items: list[str] | None, option: str = "--label") -> dict[str, str]:
+    """``name:value`` items, the spelling the API's ``label=`` filter uses too. The
+    former ``name=value`` is still read, with a line that names the new spelling."""
     out = {}
     for item in items or []:
-        name, sep, value = item.partition("=")
+        name, sep, value = item.partition(":")
+        if "=" in name:  # name=value (a label name holds no "=": it cannot be name:value)
+            name, sep, value = item.partition("=")
+            typer.echo(
+                f"warning: {option} {item!r}: name=value is deprecated, write {name}:{value}",
+                err=True,
+            )
         if not sep or not name:
-            fail(f"--label {item!r} must look like name=value")
+            fail(f"{option} {item!r} must look like name:value")
         out[name] = value
     return out
 
 
 def _print(body: Any) -> None:
+    if isinstance(body, BaseModel):
+        body = body.model_dump(mode="json")
     typer.echo(json.dumps(body, indent=2, sort_keys=False))
+
+
+LabelOpt = Annotated[list[str] | None, typer.Option(help="name:value, repeatable")]
 
 
 @jobs_app.command("add")
@@ -291,7 +306,7 @@ def jobs_add(
     run_at: Annotated[str | None, typer.Option(help="RFC 3339 instant")] = None,
     priority: int | None = None,
     weight: int | None = None,
-    label: Annotated[list[str] | None, typer.Option(help="name=value, repeatable")] = None,
+    label: LabelOpt = None,
     timeout: Annotated[str | None, typer.Option(help="e.g. 30s, 24h")] = None,
     job_key: str | None = None,
     correlation_key: str | None = None,
@@ -300,8 +315,7 @@ def jobs_add(
     config: ConfigOpt = None,
 ) -> None:
     """Create a job and print it."""
-    body: dict[str, Any] = {"type": type, "payload": _parse_json(payload, "--payload")}
-    optional = {
+    fields: dict[str, Any] = {
         "queue": queue,
         "run_at": run_at,
         "priority": priority,
@@ -309,13 +323,12 @@ def jobs_add(
         "timeout": timeout,
         "job_key": job_key,
         "correlation_key": correlation_key,
+        "labels": _labels(label) if label else None,
+        "critical": True if critical else None,
     }
-    body.update({k: v for k, v in optional.items() if v is not None})
-    if label:
-        body["labels"] = _labels(label)
-    if critical:
-        body["critical"] = True
-    _print(call("POST", _base_url(url, config), "/v1/jobs", json=body))
+    body = _parse_json(payload, "--payload")
+    with api(url, config) as client:
+        _print(client.add_job(type, body, **{k: v for k, v in fields.items() if v is not None}))
 
 
 @jobs_app.command("list")
@@ -323,7 +336,7 @@ def jobs_list(
     queue: str | None = None,
     state: Annotated[list[str] | None, typer.Option(help="repeatable")] = None,
     type: str | None = None,
-    label: Annotated[list[str] | None, typer.Option(help="name=value, repeatable")] = None,
+    label: LabelOpt = None,
     limit: int = 50,
     cursor: str | None = None,
     as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
@@ -331,43 +344,58 @@ def jobs_list(
     config: ConfigOpt = None,
 ) -> None:
     """List jobs, newest first."""
-    params: list[tuple[str, Any]] = [("limit", limit)]
-    params += [("queue", queue)] if queue else []
-    params += [("type", type)] if type else []
-    params += [("cursor", cursor)] if cursor else []
-    params += [("state", s) for s in state or []]
-    params += [("label", f"{k}:{v}") for k, v in _labels(label).items()]
-    body = call("GET", _base_url(url, config), "/v1/jobs", params=params)
+    labels = _labels(label)
+    with api(url, config) as client:
+        page = client.list_jobs(
+            queue=queue, states=state, type=type, labels=labels, limit=limit, cursor=cursor
+        )
     if as_json:
-        _print(body)
+        _print(page)
         return
     typer.echo(f"{'ID':>8}  {'STATE':<10} {'QUEUE':<12} {'TYPE':<20} {'ATT':>3}  RUN_AT / WAITING")
-    for job in body["jobs"]:
-        note = job["waiting_reason"] or job["last_error"] or ""
+    for job in page.jobs:
+        note = job.waiting_reason or job.last_error or ""
+        run_at = job.model_dump(mode="json", include={"run_at"})["run_at"]
         typer.echo(
-            f"{job['id']:>8}  {job['state']:<10} {job['queue']:<12} {job['type']:<20} "
-            f"{job['attempt']:>3}  {job['run_at']}  {note}"
+            f"{job.id:>8}  {job.state:<10} {job.queue:<12} {job.type:<20} "
+            f"{job.attempt:>3}  {run_at}  {note}"
         )
-    if body["next_cursor"]:
-        typer.echo(f"more: --cursor {body['next_cursor']}")
+    if page.next_cursor:
+        typer.echo(f"more: --cursor {page.next_cursor}")
 
 
 @jobs_app.command("show")
 def jobs_show(job_id: int, url: UrlOpt = None, config: ConfigOpt = None) -> None:
     """A job with its attempts."""
-    _print(call("GET", _base_url(url, config), f"/v1/jobs/{job_id}"))
+    with api(url, config) as client:
+        _print(client.get_job(job_id))
 
 
 @jobs_app.command("cancel")
 def jobs_cancel(job_id: int, url: UrlOpt = None, config: ConfigOpt = None) -> None:
     """Cancel a job (a running one at its queue's next tick)."""
-    _print(call("POST", _base_url(url, config), f"/v1/jobs/{job_id}/cancel"))
+    with api(url, config) as client:
+        _print(client.cancel_job(job_id))
 
 
 @jobs_app.command("retry")
 def jobs_retry(job_id: int, url: UrlOpt = None, config: ConfigOpt = None) -> None:
     """Run a failed or cancelled job again."""
-    _print(call("POST", _base_url(url, config), f"/v1/jobs/{job_id}/retry"))
+    with api(url, config) as client:
+        _print(client.retry_job(job_id))
+
+
+@jobs_app.command("wait")
+def jobs_wait(
+    job_id: int,
+    timeout: Annotated[float, typer.Option(help="seconds to wait at most")] = 60.0,
+    url: UrlOpt = None,
+    config: ConfigOpt = None,
+) -> None:
+    """Wait until a job is completed, failed or cancelled, and print it (exit 1 if it
+    is still open after --timeout)."""
+    with api(url, config) as client:
+        _print(client.wait(job_id, timeout))
 
 
 @app.command()
@@ -379,28 +407,30 @@ def queues(
     config: ConfigOpt = None,
 ) -> None:
     """Queues with live counts; --pause / --resume one."""
-    base = _base_url(url, config)
     if (pause or resume) and not name:
         fail("--pause and --resume need a queue name")
     if pause and resume:
         fail("choose one of --pause and --resume")
-    if pause or resume:
-        _print(call("POST", base, f"/v1/queues/{name}/{'pause' if pause else 'resume'}"))
-        return
-    if name:
-        _print(call("GET", base, f"/v1/queues/{name}"))
-        return
-    body = call("GET", base, "/v1/queues")
+    with api(url, config) as client:
+        if name:
+            if pause:
+                _print(client.pause_queue(name))
+            elif resume:
+                _print(client.resume_queue(name))
+            else:
+                _print(client.get_queue(name))
+            return
+        found = client.list_queues()
     typer.echo(
         f"{'QUEUE':<14} {'SCHED':>7} {'DUE':>7} {'RUN':>6} {'AWAIT':>6} {'FAILED':>6} "
         f"{'IN USE':>8}  OWNER"
     )
-    for q in body["queues"]:
-        cap = f"{q['capacity_in_use']}/{q['concurrency'] or '∞'}"
+    for q in found:
+        cap = f"{q.capacity_in_use}/{q.concurrency or '∞'}"
         typer.echo(
-            f"{q['name']:<14} {q['scheduled']:>7} {q['due']:>7} {q['running']:>6} "
-            f"{q['awaiting']:>6} {q['failed']:>6} {cap:>8}  "
-            f"{'paused ' if q['paused'] else ''}{q['owner'] or '-'}"
+            f"{q.name:<14} {q.scheduled:>7} {q.due:>7} {q.running:>6} "
+            f"{q.awaiting:>6} {q.failed:>6} {cap:>8}  "
+            f"{'paused ' if q.paused else ''}{q.owner or '-'}"
         )
 
 

@@ -3,7 +3,8 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from collections.abc import Callable
+from typing import Annotated
 
 import typer
 
@@ -22,43 +23,42 @@ ConfigOpt = Annotated[
 Flags = Annotated[list[str], typer.Argument(help="one or more flags")]
 
 
-def _queue(url: str | None, config: str | None, queue: str) -> tuple[str, dict[str, Any]]:
+def _show(queue: str, flags: list[str]) -> None:
+    typer.echo(f"{queue}: forbidden flags: {', '.join(flags) or '(none)'}")
+
+
+def _change(
+    url: str | None, config: str | None, queue: str, change: Callable[[set[str]], set[str]]
+) -> None:
     from hipq import cli  # the shared client helpers; imported late: cli imports this module
 
-    base = cli._base_url(url, config)
-    return base, cli.call("GET", base, f"/v1/queues/{queue}")
-
-
-def _set(base: str, queue: str, flags: list[str]) -> None:
-    from hipq import cli
-
-    out = cli.call("PUT", base, f"/v1/queues/{queue}/forbidden-flags", json={"flags": flags})
-    typer.echo(f"{queue}: forbidden flags: {', '.join(out['forbidden_flags']) or '(none)'}")
+    with cli.api(url, config) as client:
+        now = set(client.get_queue(queue).forbidden_flags)
+        _show(queue, client.set_forbidden_flags(queue, sorted(change(now))).forbidden_flags)
 
 
 @flags_app.command("show")
 def flags_show(queue: str, url: UrlOpt = None, config: ConfigOpt = None) -> None:
     """The queue's forbidden flags."""
-    _base, q = _queue(url, config, queue)
-    typer.echo(f"{queue}: forbidden flags: {', '.join(q['forbidden_flags']) or '(none)'}")
+    from hipq import cli
+
+    with cli.api(url, config) as client:
+        _show(queue, client.get_queue(queue).forbidden_flags)
 
 
 @flags_app.command("forbid")
 def flags_forbid(queue: str, flags: Flags, url: UrlOpt = None, config: ConfigOpt = None) -> None:
     """Forbid flags on the queue (added to those already forbidden)."""
-    base, q = _queue(url, config, queue)
-    _set(base, queue, sorted({*q["forbidden_flags"], *flags}))
+    _change(url, config, queue, lambda now: now | set(flags))
 
 
 @flags_app.command("allow")
 def flags_allow(queue: str, flags: Flags, url: UrlOpt = None, config: ConfigOpt = None) -> None:
     """Allow flags again on the queue."""
-    base, q = _queue(url, config, queue)
-    _set(base, queue, sorted(set(q["forbidden_flags"]) - set(flags)))
+    _change(url, config, queue, lambda now: now - set(flags))
 
 
 @flags_app.command("clear")
 def flags_clear(queue: str, url: UrlOpt = None, config: ConfigOpt = None) -> None:
     """Allow every flag on the queue."""
-    base, _q = _queue(url, config, queue)
-    _set(base, queue, [])
+    _change(url, config, queue, lambda _now: set())

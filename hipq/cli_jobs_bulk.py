@@ -23,10 +23,10 @@ ConfigOpt = Annotated[
 ]
 
 
-def _post(url: str | None, config: str | None, path: str, body: dict[str, Any] | None) -> Any:
+def _api(url: str | None, config: str | None) -> Any:
     from hipq import cli  # the shared client helpers; imported late: cli imports this module
 
-    return cli.call("POST", cli._base_url(url, config), path, json=body)
+    return cli.api(url, config)
 
 
 def _show(body: Any) -> None:
@@ -48,8 +48,9 @@ def add_verbs(jobs_app: typer.Typer) -> None:
         """Complete an open job with a result (a running one at its queue's next tick)."""
         from hipq import cli
 
-        body = {"result": cli._parse_json(result, "--result")}
-        _show(_post(url, config, f"/v1/jobs/{job_id}/complete", body))
+        value = cli._parse_json(result, "--result")
+        with _api(url, config) as client:
+            _show(client.complete_job(job_id, value))
 
     @jobs_app.command("fail")
     def jobs_fail(
@@ -59,7 +60,8 @@ def add_verbs(jobs_app: typer.Typer) -> None:
         config: ConfigOpt = None,
     ) -> None:
         """Fail an open job for good (no retry)."""
-        _show(_post(url, config, f"/v1/jobs/{job_id}/fail", {"reason": reason}))
+        with _api(url, config) as client:
+            _show(client.fail_job(job_id, reason))
 
     @jobs_app.command("reschedule")
     def jobs_reschedule(
@@ -73,15 +75,15 @@ def add_verbs(jobs_app: typer.Typer) -> None:
         config: ConfigOpt = None,
     ) -> None:
         """Run a scheduled, failed or cancelled job later, or put a running one back."""
-        body = _reschedule_body(run_at, run_in, priority, reset_attempts, max_attempts)
-        _show(_post(url, config, f"/v1/jobs/{job_id}/reschedule", body))
+        fields = _reschedule_body(run_at, run_in, priority, reset_attempts, max_attempts)
+        with _api(url, config) as client:
+            _show(client.reschedule_job(job_id, **fields))
 
     @jobs_app.command("delete")
     def jobs_delete(job_id: int, url: UrlOpt = None, config: ConfigOpt = None) -> None:
         """Delete a finished job and its attempts."""
-        from hipq import cli
-
-        _show(cli.call("DELETE", cli._base_url(url, config), f"/v1/jobs/{job_id}"))
+        with _api(url, config) as client:
+            _show(client.delete_job(job_id))
 
     @jobs_app.command("by-key")
     def jobs_by_key(
@@ -91,15 +93,8 @@ def add_verbs(jobs_app: typer.Typer) -> None:
         config: ConfigOpt = None,
     ) -> None:
         """The open job that holds a job_key; --cancel cancels it."""
-        from urllib.parse import quote
-
-        from hipq import cli
-
-        path = f"/v1/jobs/by-key/{quote(job_key, safe='')}"
-        if cancel:
-            _show(_post(url, config, f"{path}/cancel", None))
-        else:
-            _show(cli.call("GET", cli._base_url(url, config), path))
+        with _api(url, config) as client:
+            _show(client.cancel_job_by_key(job_key) if cancel else client.get_job_by_key(job_key))
 
 
 def _reschedule_body(
@@ -163,29 +158,31 @@ def _bulk(
         }.items()
         if v
     }
-    body = {"action": action, "filter": flt, "dry_run": dry_run, **params}
-    base = cli._base_url(url, config)
-    op = cli.call("POST", base, "/v1/jobs/bulk", json=body)
-    if dry_run or not wait:
-        cli._print(op)
-        return
-    while op["state"] == "running":
-        typer.echo(
-            f"bulk {op['id']} {action}: {op['matched']} matched, {op['changed']} changed, "
-            f"{op['requested']} requested, {op['skipped']} skipped",
-            err=True,
-        )
-        time.sleep(1)
-        op = cli.call("GET", base, f"/v1/jobs/bulk/{op['id']}")
+    with cli.api(url, config) as client:
+        if dry_run:
+            cli._print(client.bulk_dry_run(action, flt, **params))  # type: ignore[arg-type]
+            return
+        op = client.bulk(action, flt, **params)  # type: ignore[arg-type]
+        if not wait:
+            cli._print(op)
+            return
+        while op.state == "running":
+            typer.echo(
+                f"bulk {op.id} {action}: {op.matched} matched, {op.changed} changed, "
+                f"{op.requested} requested, {op.skipped} skipped",
+                err=True,
+            )
+            time.sleep(1)
+            op = client.get_bulk(op.id)
     cli._print(op)
-    if op["state"] == "failed":
-        cli.fail(f"bulk operation {op['id']} failed: {op['error']}")
+    if op.state == "failed":
+        cli.fail(f"bulk operation {op.id} failed: {op.error}")
 
 
 Queue = Annotated[str | None, typer.Option(help="jobs of this queue")]
 States = Annotated[list[str] | None, typer.Option("--state", help="repeatable")]
 Type = Annotated[str | None, typer.Option("--type", help="jobs of this type")]
-Labels = Annotated[list[str] | None, typer.Option("--label", help="name=value, repeatable")]
+Labels = Annotated[list[str] | None, typer.Option("--label", help="name:value, repeatable")]
 Ids = Annotated[list[int] | None, typer.Option("--id", help="repeatable")]
 JobKey = Annotated[str | None, typer.Option(help="jobs with this job_key")]
 Instant = Annotated[str | None, typer.Option(help="RFC 3339 instant")]
@@ -265,6 +262,5 @@ for _action, _doc in (
 @bulk_app.command("show")
 def bulk_show(bulk_id: int, url: UrlOpt = None, config: ConfigOpt = None) -> None:
     """A bulk operation and its progress."""
-    from hipq import cli
-
-    cli._print(cli.call("GET", cli._base_url(url, config), f"/v1/jobs/bulk/{bulk_id}"))
+    with _api(url, config) as client:
+        _show(client.get_bulk(bulk_id))

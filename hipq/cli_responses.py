@@ -21,10 +21,10 @@ ConfigOpt = Annotated[
 ]
 
 
-def _call(method: str, url: str | None, config: str | None, path: str, **kwargs: Any) -> Any:
+def _api(url: str | None, config: str | None) -> Any:
     from hipq import cli  # the shared client helpers; imported late: cli imports this module
 
-    return cli.call(method, cli._base_url(url, config), path, **kwargs)
+    return cli.api(url, config)
 
 
 @responses_app.command("list")
@@ -44,24 +44,27 @@ def responses_list(
     """Responses, newest first."""
     from hipq import cli
 
-    params: list[tuple[str, Any]] = [("limit", limit)]
-    params += [("status", s) for s in status or []]
-    params += [("matched", "false")] if unmatched else []
-    params += [("key", key)] if key else []
-    params += [("cursor", cursor)] if cursor else []
-    body = _call("GET", url, config, "/v1/responses", params=params)
+    with _api(url, config) as client:
+        page = client.list_responses(
+            statuses=status,
+            matched=False if unmatched else None,
+            key=key or None,
+            limit=limit,
+            cursor=cursor or None,
+        )
     if as_json:
-        cli._print(body)
+        cli._print(page)
         return
     typer.echo(f"{'ID':>8}  {'STATUS':<9} {'SOURCE':<8} {'JOB':>8}  {'RECEIVED':<32} KEY")
-    for r in body["responses"]:
-        job = r["forced_job_id"] or r["job_id"] or ""
+    for r in page.responses:
+        job = r.forced_job_id or r.job_id or ""
+        received = r.model_dump(mode="json", include={"received_at"})["received_at"]
         typer.echo(
-            f"{r['id']:>8}  {r['status']:<9} {r['source'][:8]:<8} {job!s:>8}  "
-            f"{r['received_at']:<32} {r['correlation_key']}"
+            f"{r.id:>8}  {r.status:<9} {r.source[:8]:<8} {job!s:>8}  "
+            f"{received:<32} {r.correlation_key}"
         )
-    if body["next_cursor"]:
-        typer.echo(f"more: --cursor {body['next_cursor']}")
+    if page.next_cursor:
+        typer.echo(f"more: --cursor {page.next_cursor}")
 
 
 @responses_app.command("show")
@@ -69,7 +72,8 @@ def responses_show(response_id: int, url: UrlOpt = None, config: ConfigOpt = Non
     """One response with its body and headers."""
     from hipq import cli
 
-    cli._print(_call("GET", url, config, f"/v1/responses/{response_id}"))
+    with _api(url, config) as client:
+        cli._print(client.get_response(response_id))
 
 
 @responses_app.command("match")
@@ -82,5 +86,5 @@ def responses_match(
     """Match a response to a job by hand (settled at the job's loop's next tick)."""
     from hipq import cli
 
-    body = {"job_id": job_id}
-    cli._print(_call("POST", url, config, f"/v1/responses/{response_id}/match", json=body))
+    with _api(url, config) as client:
+        cli._print(client.match_response(response_id, job_id))

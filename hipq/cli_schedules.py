@@ -6,15 +6,11 @@ from typing import Annotated, Any
 
 import typer
 
-from hipq.cli import ConfigOpt, UrlOpt, _base_url, _labels, _parse_json, _print, call, fail
+from hipq.cli import ConfigOpt, UrlOpt, _labels, _parse_json, _print, api, fail
 
 app = typer.Typer(
     help="Recurring jobs: list, add, change, pause, resume, run now.", no_args_is_help=True
 )
-
-
-def _api(url: str | None, config: str | None) -> str:
-    return _base_url(url, config)
 
 
 @app.command("list")
@@ -24,20 +20,22 @@ def schedules_list(
     as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
 ) -> None:
     """Every schedule with its next fire time."""
-    body = call("GET", _api(url, config), "/v1/schedules")
+    with api(url, config) as client:
+        found = client.list_schedules()
     if as_json:
-        _print(body)
+        _print({"schedules": [s.model_dump(mode="json") for s in found]})
         return
     typer.echo(f"{'NAME':<24} {'SOURCE':<7} {'CRON':<16} {'TIMEZONE':<18} NEXT")
-    for s in body["schedules"]:
-        nxt = "paused" if s["paused"] else s["next_fire_time"]
-        typer.echo(f"{s['name']:<24} {s['source']:<7} {s['cron']:<16} {s['timezone']:<18} {nxt}")
+    for s in found:
+        nxt = "paused" if s.paused else s.model_dump(mode="json")["next_fire_time"]
+        typer.echo(f"{s.name:<24} {s.source:<7} {s.cron:<16} {s.timezone:<18} {nxt}")
 
 
 @app.command("show")
 def schedules_show(name: str, url: UrlOpt = None, config: ConfigOpt = None) -> None:
     """One schedule."""
-    _print(call("GET", _api(url, config), f"/v1/schedules/{name}"))
+    with api(url, config) as client:
+        _print(client.get_schedule(name))
 
 
 @app.command("add")
@@ -47,7 +45,7 @@ def schedules_add(
     type: Annotated[str, typer.Option("--type", help="job type from the config")],
     timezone: Annotated[str, typer.Option(help="IANA zone")] = "UTC",
     payload: Annotated[str, typer.Option(help="JSON object; strings may use {fire.date}")] = "{}",
-    label: Annotated[list[str] | None, typer.Option(help="name=value, repeatable")] = None,
+    label: Annotated[list[str] | None, typer.Option(help="name:value, repeatable")] = None,
     priority: Annotated[int | None, typer.Option()] = None,
     queue: Annotated[str | None, typer.Option()] = None,
     job_key: Annotated[str | None, typer.Option(help="e.g. '{schedule}-{fire.date}'")] = None,
@@ -64,16 +62,14 @@ def schedules_add(
     for key, value in (("priority", priority), ("queue", queue), ("job_key", job_key)):
         if value is not None:
             job[key] = value
-    body = {
-        "name": name,
-        "cron": cron,
+    fields: dict[str, Any] = {
         "timezone": timezone,
-        "job": job,
         "catch_up": catch_up,
         "backfill": backfill,
         "overlap": overlap,
     }
-    _print(call("POST", _api(url, config), "/v1/schedules", json=body))
+    with api(url, config) as client:
+        _print(client.create_schedule(name, cron, job, **fields))
 
 
 @app.command("change")
@@ -104,32 +100,37 @@ def schedules_change(
         body["job"] = _parse_json(job, "--job")
     if not body:
         fail("nothing to change: give at least one option")
-    _print(call("PATCH", _api(url, config), f"/v1/schedules/{name}", json=body))
+    with api(url, config) as client:
+        _print(client.change_schedule(name, **body))
 
 
 @app.command("delete")
 def schedules_delete(name: str, url: UrlOpt = None, config: ConfigOpt = None) -> None:
     """Delete a schedule made through the API (its jobs stay)."""
-    call("DELETE", _api(url, config), f"/v1/schedules/{name}")
+    with api(url, config) as client:
+        client.delete_schedule(name)
     typer.echo(f"deleted schedule {name}")
 
 
 @app.command("pause")
 def schedules_pause(name: str, url: UrlOpt = None, config: ConfigOpt = None) -> None:
     """Make no jobs until resumed."""
-    _print(call("POST", _api(url, config), f"/v1/schedules/{name}/pause"))
+    with api(url, config) as client:
+        _print(client.pause_schedule(name))
 
 
 @app.command("resume")
 def schedules_resume(name: str, url: UrlOpt = None, config: ConfigOpt = None) -> None:
     """Fire again from now on."""
-    _print(call("POST", _api(url, config), f"/v1/schedules/{name}/resume"))
+    with api(url, config) as client:
+        _print(client.resume_schedule(name))
 
 
 @app.command("run")
 def schedules_run(name: str, url: UrlOpt = None, config: ConfigOpt = None) -> None:
     """Make one job of the schedule now."""
-    _print(call("POST", _api(url, config), f"/v1/schedules/{name}/run"))
+    with api(url, config) as client:
+        _print(client.run_schedule(name))
 
 
 @app.command("next")
@@ -140,6 +141,7 @@ def schedules_next(
     config: ConfigOpt = None,
 ) -> None:
     """The next fire times."""
-    body = call("GET", _api(url, config), f"/v1/schedules/{name}/next", params={"count": count})
-    for fire in body["fire_times"]:
+    with api(url, config) as client:
+        times = client.next_fire_times(name, count)
+    for fire in times.model_dump(mode="json")["fire_times"]:
         typer.echo(fire)

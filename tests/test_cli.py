@@ -222,7 +222,7 @@ def test_jobs_add_show_list_cancel_retry(server: Server) -> None:
             "--payload",
             '{"n": 1}',
             "--label",
-            "region=east",
+            "region:east",
             "--priority",
             "5",
             "--timeout",
@@ -264,7 +264,7 @@ def test_jobs_add_show_list_cancel_retry(server: Server) -> None:
     table, closed, east, paged = hipq_many(
         ["jobs", "list", *url],
         ["jobs", "list", "--state", "failed", "--state", "cancelled", "--json", *url],
-        ["jobs", "list", "--label", "region=east", "--json", *url],
+        ["jobs", "list", "--label", "region:east", "--json", *url],
         ["jobs", "list", "--limit", "1", *url],
     )
     assert table.code == 0, table

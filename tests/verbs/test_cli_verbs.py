@@ -43,10 +43,10 @@ def test_bulk_dry_run_then_cancel_with_progress(server: Server) -> None:
     url = ["--url", server.url]
     jobs = [{"type": "ok", "run_in": "1h", "labels": {"batch": "cli-bulk"}} for _ in range(30)]
     ids = [j["id"] for j in api_post(server, "/v1/jobs/batch", {"jobs": jobs})["jobs"]]
-    counted = hipq("jobs", "bulk", "cancel", "--label", "batch=cli-bulk", "--dry-run", *url)
+    counted = hipq("jobs", "bulk", "cancel", "--label", "batch:cli-bulk", "--dry-run", *url)
     assert counted.json() == {"dry_run": True, "matched": 30}
     assert job_state(server, ids[0]) == "scheduled"
-    finished = hipq("jobs", "bulk", "cancel", "--label", "batch=cli-bulk", "--reason", "x", *url)
+    finished = hipq("jobs", "bulk", "cancel", "--label", "batch:cli-bulk", "--reason", "x", *url)
     op = finished.json()
     assert op["state"] == "done" and op["changed"] == 30
     wait_state(server, ids[-1], "cancelled")

@@ -1,0 +1,89 @@
+"""hipq's Python client: the REST API, sync (:class:`Client`) and async
+(:class:`AsyncClient`), with typed results. See docs/howto-client.md.
+
+    from hipq.client import Client
+
+    with Client("http://127.0.0.1:8000") as hipq:
+        job = hipq.add_job("charge_card", {"order_id": "A-17"}, labels={"region": "east"})
+        done = hipq.wait(job.id, timeout=120)
+"""
+
+from hipq.client.aio import AsyncClient
+from hipq.client.calls import Backoff
+from hipq.client.errors import (
+    ApiError,
+    Conflict,
+    ConnectionFailed,
+    HipqError,
+    InvalidRequest,
+    NotFound,
+    ServerError,
+    Unauthorized,
+    WaitTimeout,
+)
+from hipq.client.models import (
+    TERMINAL_STATES,
+    Attempt,
+    BulkCount,
+    BulkFilter,
+    BulkOperation,
+    BulkParams,
+    Fire,
+    Fires,
+    FireTimes,
+    Heartbeat,
+    Job,
+    JobChanges,
+    JobFields,
+    JobPage,
+    JobRef,
+    NewJob,
+    Queue,
+    Reschedule,
+    Response,
+    ResponsePage,
+    Schedule,
+    ScheduleChanges,
+    ScheduleFields,
+    ScheduleRun,
+)
+from hipq.client.sync import Client
+
+__all__ = [
+    "TERMINAL_STATES",
+    "ApiError",
+    "AsyncClient",
+    "Attempt",
+    "Backoff",
+    "BulkCount",
+    "BulkFilter",
+    "BulkOperation",
+    "BulkParams",
+    "Client",
+    "Conflict",
+    "ConnectionFailed",
+    "Fire",
+    "FireTimes",
+    "Fires",
+    "Heartbeat",
+    "HipqError",
+    "InvalidRequest",
+    "Job",
+    "JobChanges",
+    "JobFields",
+    "JobPage",
+    "JobRef",
+    "NewJob",
+    "NotFound",
+    "Queue",
+    "Reschedule",
+    "Response",
+    "ResponsePage",
+    "Schedule",
+    "ScheduleChanges",
+    "ScheduleFields",
+    "ScheduleRun",
+    "ServerError",
+    "Unauthorized",
+    "WaitTimeout",
+]

@@ -71,6 +71,7 @@ class Job(_Out):
     waiting_reason: str | None
     cancel_requested: bool
     flags: list[str] | None = None
+    notify: list[str] | None = None  # the notification targets told of its outcome
     attempts: list[Attempt] | None = None
     heartbeat: Heartbeat | None = None
 
@@ -228,6 +229,7 @@ class JobFields(TypedDict, total=False):
     job_key_mode: Literal["replace", "preserve_run_at", "unsafe_dedupe"]
     critical: bool
     flags: Sequence[str]
+    notify: Sequence[str]  # names of notifications.targets; [] tells no one
 
 
 class NewJob(JobFields, total=False):

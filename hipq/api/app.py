@@ -12,7 +12,8 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from hipq import __version__
-from hipq.api import auth, bulk, callbacks, errors, jobs, queues, responses, schedules
+from hipq.api import auth, bulk, callbacks, contract, errors, jobs, queues, responses, schedules
+from hipq.api.models import ReadyOut
 from hipq.api.request_guards import RequestGuards
 from hipq.faults import FaultReporter, unavailable
 from hipq.metrics import Metrics
@@ -81,7 +82,13 @@ def create_app(
             if manage_service:
                 await service.stop()
 
-    app = FastAPI(title="hipq", version=__version__, description=DESCRIPTION, lifespan=lifespan)
+    app = FastAPI(
+        title="hipq",
+        version=__version__,
+        description=DESCRIPTION,
+        lifespan=lifespan,
+        generate_unique_id_function=contract.operation_id,
+    )
     app.state.service = service
     app.state.metrics = Metrics(service.events)
     faults = FaultReporter(log, "API")
@@ -106,7 +113,13 @@ def create_app(
     async def healthz() -> dict[str, str]:
         return {"status": "ok"}
 
-    @app.get("/readyz", tags=["ops"], summary="Ready to serve: a job can be accepted now")
+    @app.get(
+        "/readyz",
+        tags=["ops"],
+        summary="Ready to serve: a job can be accepted now",
+        response_model=ReadyOut,
+        responses={503: {"model": ReadyOut, "description": "Not ready: `problems` says why"}},
+    )
     async def readyz(request: Request) -> JSONResponse:
         problems: dict[str, str] = {}
         if not service.started:
@@ -142,9 +155,17 @@ def create_app(
         tags=["ops"],
         summary="Prometheus metrics",
         dependencies=metrics_scope,
+        response_class=Response,
+        responses={
+            200: {
+                "description": "The Prometheus text exposition format",
+                "content": {CONTENT_TYPE_LATEST.split(";")[0]: {"schema": {"type": "string"}}},
+            }
+        },
     )
     async def metrics() -> Response:
         return Response(generate_latest(app.state.metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
     auth.document(app)
+    contract.document(app)  # last: it completes what the routes and auth declared
     return app

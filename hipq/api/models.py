@@ -292,6 +292,27 @@ class QueueListOut(BaseModel):
     queues: list[QueueOut]
 
 
+class ReadyOut(BaseModel):
+    status: Literal["ready", "not ready"] = Field(description="ready: a job can be accepted now")
+    problems: dict[str, str] = Field(
+        description="what keeps hipq from being ready, by part (database, service, listen, "
+        "kafka_producer, kafka_consumer); empty when ready"
+    )
+    owner: str | None = Field(
+        None, description="this process (host:pid:id); only for a caller with the read scope"
+    )
+    queues_owned: list[str] = Field(description="the queues whose loop this process runs")
+    listener: bool | None = Field(
+        description="PostgreSQL LISTEN connection up; null where it is not used"
+    )
+    kafka_producer: bool | None = Field(
+        description="connected to the Kafka broker; null without Kafka transports"
+    )
+    kafka_consumer: bool | None = Field(
+        description="consuming response topics; null without Kafka responses"
+    )
+
+
 class ErrorItem(BaseModel):
     field: str | None
     message: str

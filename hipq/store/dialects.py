@@ -386,12 +386,20 @@ def dialect_for(url: str) -> Dialect:
     return _DIALECTS[backend]()
 
 
+def _json_loads(value: str | bytes | int | float) -> Any:
+    """A stored JSON value. SQLite gives a JSON column NUMERIC affinity: a value that is
+    a bare number (a callback's body ``5``) is stored as a number and read back as one."""
+    if isinstance(value, int | float):
+        return value
+    return orjson.loads(value)
+
+
 def create_engine(url: str, dialect: Dialect | None = None, **kwargs: Any) -> AsyncEngine:
     dialect = dialect or dialect_for(url)
     for name, value in dialect.engine_options().items():
         kwargs.setdefault(name, value)
     engine = create_async_engine(
-        url, json_serializer=unnest.json_dumps, json_deserializer=orjson.loads, **kwargs
+        url, json_serializer=unnest.json_dumps, json_deserializer=_json_loads, **kwargs
     )
     dialect.prepare(engine)
     return engine

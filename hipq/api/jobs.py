@@ -37,11 +37,23 @@ from hipq.store import JobFilter
 
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"], route_class=JSONBodyRoute)
 
-_ERRORS: dict[int | str, dict[str, Any]] = {
-    404: {"model": ErrorOut},
-    409: {"model": ErrorOut},
-    413: {"model": ErrorOut},
-    422: {"model": ErrorOut},
+# Each route's own answers; the errors every route shares (422, 413, 503, the guards'
+# and the token's) are declared by hipq.api.contract.
+_Responses = dict[int | str, dict[str, Any]]
+_NOT_FOUND: _Responses = {404: {"model": ErrorOut, "description": "no such job"}}
+_ERRORS: _Responses = {
+    **_NOT_FOUND,
+    409: {
+        "model": ErrorOut,
+        "description": "the job's state does not allow it, or its key is held by another open job",
+    },
+}
+_CREATE_ERRORS: _Responses = {
+    409: {
+        "model": ErrorOut,
+        "description": "the Idempotency-Key was used with another body, or the "
+        "correlation_key is held by an open job",
+    },
 }
 IdempotencyKey = Annotated[
     str | None,
@@ -106,7 +118,7 @@ async def _insert(
     dependencies=[Depends(require("submit"))],
     status_code=201,
     response_model=JobOut,
-    responses=_ERRORS,
+    responses=_CREATE_ERRORS,
     summary="Create a job",
 )
 async def create_job(
@@ -124,7 +136,7 @@ async def create_job(
     dependencies=[Depends(require("submit"))],
     status_code=201,
     response_model=JobBatchOut,
-    responses=_ERRORS,
+    responses=_CREATE_ERRORS,
     summary="Create many jobs in one transaction (all or none)",
 )
 async def create_jobs(
@@ -154,7 +166,7 @@ async def create_jobs(
     "/{job_id}",
     dependencies=[Depends(require("read"))],
     response_model=JobOut,
-    responses=_ERRORS,
+    responses=_NOT_FOUND,
     summary="A job and its attempts",
 )
 async def get_job(job_id: JobId, request: Request) -> JobOut:
@@ -167,7 +179,6 @@ async def get_job(job_id: JobId, request: Request) -> JobOut:
     "",
     dependencies=[Depends(require("read"))],
     response_model=JobListOut,
-    responses=_ERRORS,
     summary="List jobs, newest first",
 )
 async def list_jobs(
@@ -308,7 +319,7 @@ JobKey = Annotated[str, Path(min_length=1, max_length=500, description="a job_ke
     "/by-key/{job_key:path}",
     dependencies=[Depends(require("read"))],
     response_model=JobOut,
-    responses=_ERRORS,
+    responses=_NOT_FOUND,
     summary="The open job that holds a job_key",
 )
 async def get_job_by_key(job_key: JobKey, request: Request) -> JobOut:

@@ -35,7 +35,7 @@ from tests.auth.conftest import authed as authed  # a fixture: the API with toke
 from tests.auth.conftest import tokens as tokens  # a fixture: one token per scope
 from tests.peers import serve_app
 
-EXAMPLES = 1500  # per engine and token setting
+EXAMPLES = 300  # per engine and token setting
 CHECKS: list[Callable[..., Any]] = [
     not_a_server_error,
     status_code_conformance,
@@ -139,7 +139,6 @@ async def _run(api: Api, headers: dict[str, str]) -> None:
             case.validate_response(response, checks=CHECKS + _rejection(case), headers=headers)
 
         await asyncio.to_thread(check)
-    print(sorted(__import__("collections").Counter(statuses).items()))
     assert len(statuses) >= EXAMPLES
     # The seeded ids reached real objects: some answers were successes.
     assert any(200 <= s < 300 for s in statuses), statuses

@@ -104,8 +104,8 @@ def _declare(path: str, method: str, operation: dict[str, Any]) -> None:
     if path.startswith("/v1/callbacks/"):
         _declare_signed_callback(operation)
     reads_body = "requestBody" in operation
-    for status, said in possible_refusals(path, method.upper(), reads_body).items():
-        _add(responses, status, said)
+    for refusal, said in possible_refusals(path, method.upper(), reads_body).items():
+        _add(responses, refusal, said)
     _add(responses, 413, _DESCRIPTIONS["413"])
     if path.startswith("/v1/"):
         _add(responses, 503, _DESCRIPTIONS["503"], headers=_RETRY_AFTER)
@@ -164,6 +164,9 @@ def _declare_signed_callback(operation: dict[str, Any]) -> None:
     # The route's pattern matches no line break: no correlation key holds one.
     _add(operation["responses"], 404, "No such route: a key holding a line break")
     parameters = operation.setdefault("parameters", [])
+    for parameter in parameters:
+        if parameter["name"] == "key" and parameter["in"] == "path":
+            parameter.setdefault("description", "the job's correlation key")
     named = {(p["in"], p["name"].lower()) for p in parameters}
     for name, said in _SIGNATURE_HEADERS.items():
         if ("header", name) not in named:

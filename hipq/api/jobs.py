@@ -183,14 +183,14 @@ async def get_job(job_id: JobId, request: Request) -> JobOut:
 )
 async def list_jobs(
     request: Request,
-    queue: str | None = None,
+    queue: Annotated[str | None, Query(description="jobs of this queue")] = None,
     state: Annotated[list[State] | None, Query(description="repeat for several")] = None,
-    type: str | None = None,
+    type: Annotated[str | None, Query(description="jobs of this job type")] = None,
     label: Annotated[list[str] | None, Query(description="name:value, repeat for several")] = None,
     job_key: Annotated[
         str | None, Query(max_length=500, description="jobs with this job_key")
     ] = None,
-    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+    limit: Annotated[int, Query(ge=1, le=1000, description="jobs per page at most")] = 100,
     after: Cursor = None,
 ) -> JobListOut:
     for name, value in (("queue", queue), ("type", type), ("label", label), ("job_key", job_key)):

@@ -88,7 +88,7 @@ async def list_responses(
     status: Annotated[list[Status] | None, Query(description="repeat for several")] = None,
     matched: Annotated[bool | None, Query(description="false: pending, late and expired")] = None,
     key: Annotated[str | None, Query(description="correlation key")] = None,
-    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+    limit: Annotated[int, Query(ge=1, le=1000, description="responses per page at most")] = 100,
     after: Cursor = None,
 ) -> ResponseListOut:
     if key is not None and "\x00" in key:
@@ -114,7 +114,9 @@ async def list_responses(
     summary="Kafka messages that could not become responses, with the reason",
 )
 async def list_parked(
-    request: Request, limit: Annotated[int, Query(ge=1, le=1000)] = 100, after: Cursor = None
+    request: Request,
+    limit: Annotated[int, Query(ge=1, le=1000, description="messages per page at most")] = 100,
+    after: Cursor = None,
 ) -> list[ParkedOut]:
     service: Service = request.app.state.service
     return [ParkedOut(**p) for p in await service.store.parked_list(after, limit)]

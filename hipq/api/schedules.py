@@ -307,7 +307,7 @@ async def next_fire_times(
 async def schedule_fires(
     name: Name,
     request: Request,
-    limit: Annotated[int, Query(ge=1, le=1000)] = 50,
+    limit: Annotated[int, Query(ge=1, le=1000, description="fire times at most")] = 50,
 ) -> FiresOut:
     scheduler = _scheduler(request)
     await scheduler.store.schedule_get(name)

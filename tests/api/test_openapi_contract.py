@@ -106,6 +106,16 @@ async def test_every_field_has_a_description(schema: dict[str, Any]) -> None:
     assert missing == []
 
 
+async def test_every_parameter_has_a_description(schema: dict[str, Any]) -> None:
+    missing = [
+        (method, path, parameter["name"])
+        for method, path, op in _operations(schema)
+        for parameter in op.get("parameters", [])
+        if not parameter.get("description")
+    ]
+    assert missing == []
+
+
 async def test_the_guards_refusals_are_declared_where_they_apply(
     sqlite_api: Api, schema: dict[str, Any]
 ) -> None:

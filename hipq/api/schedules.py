@@ -11,7 +11,7 @@ from datetime import datetime
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Depends, Path, Query, Request, Response
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 from hipq.api.auth import require
 from hipq.api.errors import InvalidParameter
@@ -20,6 +20,7 @@ from hipq.api.models import ErrorOut, JobOut
 from hipq.schedules import ScheduleError, Scheduler, build_schedule
 from hipq.schedules.scheduler import schedule_fields, to_row
 from hipq.service import Service
+from hipq.storable_text import NUL_MESSAGE
 from hipq.store import Conflict
 from hipq.store.schedules import ScheduleRow
 
@@ -31,7 +32,19 @@ _409: _Responses = {
     409: {"model": ErrorOut, "description": "defined in the config, or the name is taken"}
 }
 _422: _Responses = {422: {"model": ErrorOut, "description": "a field refused; `field` names it"}}
-Name = Annotated[str, Path(min_length=1, max_length=200, description="the schedule's name")]
+
+
+def _storable(value: str) -> str:
+    # PostgreSQL cannot store or compare text holding U+0000: refused, not a 500.
+    if "\x00" in value:
+        raise ValueError(NUL_MESSAGE)
+    return value
+
+
+StorableText = Annotated[str, AfterValidator(_storable)]
+Name = Annotated[
+    StorableText, Path(min_length=1, max_length=200, description="the schedule's name")
+]
 
 
 class _In(BaseModel):
@@ -39,7 +52,7 @@ class _In(BaseModel):
 
 
 class ScheduleIn(_In):
-    name: str = Field(min_length=1, max_length=200, description="unique among schedules")
+    name: StorableText = Field(min_length=1, max_length=200, description="unique among schedules")
     cron: str = Field(
         max_length=200, description="five fields: minute hour day-of-month month day-of-week"
     )

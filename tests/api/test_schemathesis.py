@@ -176,3 +176,15 @@ async def test_a_callback_body_that_is_a_too_large_integer_is_refused(api: Api) 
     )
     assert response.status_code == 422, response.text
     assert response.json()["field"] == "body"
+
+
+async def test_a_schedule_name_holding_nul_is_refused(api: Api) -> None:
+    # PostgreSQL cannot compare text holding U+0000: the lookup was a 500 there.
+    read = await api.client.get("/v1/schedules/%00")
+    assert read.status_code == 422, read.text
+    assert read.json()["field"] == "name"
+    created = await api.client.post(
+        "/v1/schedules", json={"name": "a\u0000b", "cron": "0 3 * * *", "job": {"type": "ok"}}
+    )
+    assert created.status_code == 422, created.text
+    assert created.json()["field"] == "name"

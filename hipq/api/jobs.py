@@ -49,6 +49,11 @@ _ERRORS: _Responses = {
     },
 }
 _CREATE_ERRORS: _Responses = {
+    403: {
+        "model": ErrorOut,
+        "description": "A valid token without the submit scope, or restricted to other "
+        "queues or job types (`field` names the job's queue or type)",
+    },
     409: {
         "model": ErrorOut,
         "description": "the Idempotency-Key was used with another body, or the "

@@ -17,7 +17,7 @@ from typing import Annotated, Any, NoReturn
 import typer
 from pydantic import BaseModel
 
-from hipq import cli_healthcheck
+from hipq import cli_healthcheck, cli_openapi
 from hipq.cli_flags import flags_app
 from hipq.cli_jobs_bulk import add_verbs, bulk_app
 from hipq.cli_responses import responses_app
@@ -41,6 +41,7 @@ jobs_app.add_typer(bulk_app, name="bulk")
 add_verbs(jobs_app)
 app.add_typer(responses_app, name="responses")
 app.add_typer(flags_app, name="flags")
+app.add_typer(cli_openapi.app, name="openapi")
 
 ConfigOpt = Annotated[
     str | None, typer.Option("--config", "-c", envvar="HIPQ_CONFIG", help="YAML config file")

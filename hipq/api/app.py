@@ -16,6 +16,7 @@ from hipq.api import (
     auth,
     bulk,
     callbacks,
+    contract,
     errors,
     jobs,
     notifications,
@@ -23,6 +24,7 @@ from hipq.api import (
     responses,
     schedules,
 )
+from hipq.api.models import ReadyOut
 from hipq.api.request_guards import RequestGuards
 from hipq.faults import FaultReporter, unavailable
 from hipq.metrics import Metrics
@@ -99,6 +101,7 @@ def create_app(
         lifespan=lifespan,
         docs_url=None,
         redoc_url=None,
+        generate_unique_id_function=contract.operation_id,
     )
     app.state.service = service
     app.state.metrics = Metrics(service.events)
@@ -126,7 +129,13 @@ def create_app(
     async def healthz() -> dict[str, str]:
         return {"status": "ok"}
 
-    @app.get("/readyz", tags=["ops"], summary="Ready to serve: a job can be accepted now")
+    @app.get(
+        "/readyz",
+        tags=["ops"],
+        summary="Ready to serve: a job can be accepted now",
+        response_model=ReadyOut,
+        responses={503: {"model": ReadyOut, "description": "Not ready: `problems` says why"}},
+    )
     async def readyz(request: Request) -> JSONResponse:
         problems: dict[str, str] = {}
         if not service.started:
@@ -162,9 +171,17 @@ def create_app(
         tags=["ops"],
         summary="Prometheus metrics",
         dependencies=metrics_scope,
+        response_class=Response,
+        responses={
+            200: {
+                "description": "The Prometheus text exposition format",
+                "content": {CONTENT_TYPE_LATEST.split(";")[0]: {"schema": {"type": "string"}}},
+            }
+        },
     )
     async def metrics() -> Response:
         return Response(generate_latest(app.state.metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
     auth.document(app)
+    contract.document(app)  # last: it completes what the routes and auth declared
     return app

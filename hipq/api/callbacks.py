@@ -45,7 +45,7 @@ class CallbackAccepted(BaseModel):
         description="accepted (stored now), or duplicate (a replayed signed message, "
         "stored before under response_id)",
     )
-    response_id: int
+    response_id: int = Field(description="the stored response (see GET /v1/responses/{id})")
 
 
 def _only_signed(job_types: JobTypes) -> bool:

@@ -40,11 +40,28 @@ from hipq.store import JobFilter
 
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"], route_class=JSONBodyRoute)
 
-_ERRORS: dict[int | str, dict[str, Any]] = {
-    404: {"model": ErrorOut},
-    409: {"model": ErrorOut},
-    413: {"model": ErrorOut},
-    422: {"model": ErrorOut},
+# Each route's own answers; the errors every route shares (422, 413, 503, the guards'
+# and the token's) are declared by hipq.api.contract.
+_Responses = dict[int | str, dict[str, Any]]
+_NOT_FOUND: _Responses = {404: {"model": ErrorOut, "description": "no such job"}}
+_ERRORS: _Responses = {
+    **_NOT_FOUND,
+    409: {
+        "model": ErrorOut,
+        "description": "the job's state does not allow it, or its key is held by another open job",
+    },
+}
+_CREATE_ERRORS: _Responses = {
+    403: {
+        "model": ErrorOut,
+        "description": "A valid token without the submit scope, or restricted to other "
+        "queues or job types (`field` names the job's queue or type)",
+    },
+    409: {
+        "model": ErrorOut,
+        "description": "the Idempotency-Key was used with another body, or the "
+        "correlation_key is held by an open job",
+    },
 }
 IdempotencyKey = Annotated[
     str | None,
@@ -120,7 +137,7 @@ async def _insert(
     dependencies=[Depends(require("submit"))],
     status_code=201,
     response_model=JobOut,
-    responses=_ERRORS,
+    responses=_CREATE_ERRORS,
     summary="Create a job",
 )
 async def create_job(
@@ -138,7 +155,7 @@ async def create_job(
     dependencies=[Depends(require("submit"))],
     status_code=201,
     response_model=JobBatchOut,
-    responses=_ERRORS,
+    responses=_CREATE_ERRORS,
     summary="Create many jobs in one transaction (all or none)",
 )
 async def create_jobs(
@@ -168,7 +185,7 @@ async def create_jobs(
     "/{job_id}",
     dependencies=[Depends(require("read"))],
     response_model=JobOut,
-    responses=_ERRORS,
+    responses=_NOT_FOUND,
     summary="A job and its attempts; with ?wait=, once it is finished or the wait ends",
 )
 async def get_job(
@@ -199,19 +216,18 @@ async def get_job(
     "",
     dependencies=[Depends(require("read"))],
     response_model=JobListOut,
-    responses=_ERRORS,
     summary="List jobs, newest first",
 )
 async def list_jobs(
     request: Request,
-    queue: str | None = None,
+    queue: Annotated[str | None, Query(description="jobs of this queue")] = None,
     state: Annotated[list[State] | None, Query(description="repeat for several")] = None,
-    type: str | None = None,
+    type: Annotated[str | None, Query(description="jobs of this job type")] = None,
     label: Annotated[list[str] | None, Query(description="name:value, repeat for several")] = None,
     job_key: Annotated[
         str | None, Query(max_length=500, description="jobs with this job_key")
     ] = None,
-    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+    limit: Annotated[int, Query(ge=1, le=1000, description="jobs per page at most")] = 100,
     after: Cursor = None,
 ) -> JobListOut:
     for name, value in (("queue", queue), ("type", type), ("label", label), ("job_key", job_key)):
@@ -340,7 +356,7 @@ JobKey = Annotated[str, Path(min_length=1, max_length=500, description="a job_ke
     "/by-key/{job_key:path}",
     dependencies=[Depends(require("read"))],
     response_model=JobOut,
-    responses=_ERRORS,
+    responses=_NOT_FOUND,
     summary="The open job that holds a job_key",
 )
 async def get_job_by_key(job_key: JobKey, request: Request) -> JobOut:

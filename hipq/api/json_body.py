@@ -105,6 +105,10 @@ def check(value: Any, where: str = "") -> None:
     """Refuse nesting deeper than ``MAX_DEPTH`` and integers outside 64 bits (floats that
     overflow are invalid JSON), iteratively: a recursive walk fails on the very inputs
     it must refuse."""
+    if type(value) is int and not _INT_MIN <= value <= _INT_MAX:  # the whole body
+        raise JSONRefused(where or "body", "an integer must fit in 64 bits (signed)")
+    if type(value) is float and math.isinf(value):
+        raise json.JSONDecodeError("number out of range", "", 0)
     if not isinstance(value, dict | list):
         return
     stack: list[tuple[Any, int, str]] = [(value, 0, where)]

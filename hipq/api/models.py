@@ -71,7 +71,9 @@ class WindowIn(_In):
 class RetryIn(BaseModel):
     model_config = ConfigDict(extra="allow")
     strategy: str | None = Field(None, description="exponential, fixed, none, or a plugin")
-    max_attempts: StrictInt | None = Field(None, ge=1, le=10_000)
+    max_attempts: StrictInt | None = Field(
+        None, ge=1, le=10_000, description="attempts in all, the first one included"
+    )
 
 
 class JobIn(_In):
@@ -85,12 +87,31 @@ class JobIn(_In):
     priority: StrictInt | None = Field(None, ge=-_INT32, le=_INT32, description="lower runs first")
     weight: StrictInt | None = Field(None, ge=1, le=1_000_000, description="capacity units")
     labels: dict[str, str] = Field(default_factory=dict, description="used by throttlers")
-    windows: list[WindowIn] | None = Field(None, max_length=100)
+    windows: list[WindowIn] | None = Field(
+        None, max_length=100, description="time-of-day windows it may start in"
+    )
     timeout: Duration | None = Field(None, description="seconds, or a duration such as '24h'")
-    retry: RetryIn | None = None
-    correlation_key: str | None = Field(None, min_length=1, max_length=KEY_MAX_LENGTH)
-    job_key: str | None = Field(None, min_length=1, max_length=KEY_MAX_LENGTH)
-    job_key_mode: Literal["replace", "preserve_run_at", "unsafe_dedupe"] | None = None
+    retry: RetryIn | None = Field(
+        None, description="the retry strategy; without strategy, merged into the job type's"
+    )
+    correlation_key: str | None = Field(
+        None,
+        min_length=1,
+        max_length=KEY_MAX_LENGTH,
+        description="the key its response carries, unique among open jobs; no control "
+        "characters; default: built from the job type's template",
+    )
+    job_key: str | None = Field(
+        None,
+        min_length=1,
+        max_length=KEY_MAX_LENGTH,
+        description="at most one open job per key (see job_key_mode)",
+    )
+    job_key_mode: Literal["replace", "preserve_run_at", "unsafe_dedupe"] | None = Field(
+        None,
+        description="for a job_key an open job holds: replace (default) its fields, the "
+        "same but preserve_run_at, or unsafe_dedupe (return that job unchanged)",
+    )
     critical: StrictBool = Field(
         False, description="passes throttlers that let critical work through"
     )
@@ -124,21 +145,25 @@ class JobIn(_In):
 
 
 class JobBatchIn(_In):
-    jobs: list[JobIn] = Field(min_length=1)
+    jobs: list[JobIn] = Field(
+        min_length=1, description="stored all or none; at most server.max_batch_jobs"
+    )
 
 
 class JobPatch(_In):
-    run_at: RunAt | None = None
-    priority: StrictInt | None = Field(None, ge=-_INT32, le=_INT32)
-    payload: dict[str, Any] | None = None
-    weight: StrictInt | None = Field(None, ge=1, le=1_000_000)
-    labels: dict[str, str] | None = None
-    windows: list[WindowIn] | None = None
-    timeout: Duration | None = None
+    run_at: RunAt | None = Field(None, description="not before this instant (RFC 3339)")
+    priority: StrictInt | None = Field(None, ge=-_INT32, le=_INT32, description="lower runs first")
+    payload: dict[str, Any] | None = Field(None, description="replaces the payload")
+    weight: StrictInt | None = Field(None, ge=1, le=1_000_000, description="capacity units")
+    labels: dict[str, str] | None = Field(None, description="replaces the labels")
+    windows: list[WindowIn] | None = Field(
+        None, description="replaces the windows (null: none); moves run_at to their next opening"
+    )
+    timeout: Duration | None = Field(None, description="seconds, or a duration such as '24h'")
 
 
 class RetryRequest(_In):
-    run_at: RunAt | None = None
+    run_at: RunAt | None = Field(None, description="run not before this instant; default now")
 
 
 class CompleteRequest(_In):
@@ -170,12 +195,12 @@ class RescheduleRequest(_In):
 
 
 class AttemptOut(BaseModel):
-    attempt: int
-    started_at: datetime | None
-    finished_at: datetime
-    outcome: str
-    error: str | None = None
-    response: Any = None
+    attempt: int = Field(description="1 for the first attempt")
+    started_at: datetime | None = Field(description="when it was sent (null if never sent)")
+    finished_at: datetime = Field(description="when it ended")
+    outcome: str = Field(description="completed, failed, retried, timeout, cancelled, ...")
+    error: str | None = Field(None, description="why it did not complete")
+    response: Any = Field(None, description="the external system's response that settled it")
 
     @classmethod
     def of(cls, a: Attempt) -> AttemptOut:
@@ -207,36 +232,38 @@ class HeartbeatOut(BaseModel):
 
 
 class JobOut(BaseModel):
-    id: int
-    type: str
-    queue: str
-    state: str
-    payload: dict[str, Any]
-    run_at: datetime
-    priority: int
-    weight: int
-    labels: dict[str, str]
-    windows: list[dict[str, Any]] | None
+    id: int = Field(description="the job's id")
+    type: str = Field(description="its job type")
+    queue: str = Field(description="the queue it runs in")
+    state: str = Field(description="scheduled, running, awaiting, completed, failed, cancelled")
+    payload: dict[str, Any] = Field(description="the JSON object it was given")
+    run_at: datetime = Field(description="not before this instant")
+    priority: int = Field(description="lower runs first")
+    weight: int = Field(description="capacity units it holds in flight")
+    labels: dict[str, str] = Field(description="read by throttlers")
+    windows: list[dict[str, Any]] | None = Field(description="time-of-day windows it may start in")
     timeout: float = Field(description="seconds")
-    retry: dict[str, Any]
-    critical: bool
-    correlation_key: str | None
-    job_key: str | None
-    attempt: int
-    created_at: datetime
-    updated_at: datetime
-    claimed_at: datetime | None
-    deadline: datetime | None
-    finished_at: datetime | None
-    result: Any
-    last_error: str | None
+    retry: dict[str, Any] = Field(description="its retry strategy, resolved")
+    critical: bool = Field(description="passes throttlers that let critical work through")
+    correlation_key: str | None = Field(description="the key its response carries")
+    job_key: str | None = Field(description="at most one open job holds it")
+    attempt: int = Field(description="attempts started so far")
+    created_at: datetime = Field(description="when it was created")
+    updated_at: datetime = Field(description="when it last changed")
+    claimed_at: datetime | None = Field(description="when its current attempt started")
+    deadline: datetime | None = Field(description="when its current attempt times out")
+    finished_at: datetime | None = Field(description="when it reached a final state")
+    result: Any = Field(description="its result, once completed")
+    last_error: str | None = Field(description="the last failure, or an operator's reason")
     waiting_reason: str | None = Field(description="why a due job still waits (its throttler)")
-    cancel_requested: bool
-    flags: list[str] | None = None
+    cancel_requested: bool = Field(description="an operator's verb waits for its queue's loop")
+    flags: list[str] | None = Field(None, description="flags an operator may forbid on its queue")
     notify: list[str] | None = Field(
         None, description="the notification targets of its outcome (GET .../notifications)"
     )
-    attempts: list[AttemptOut] | None = None
+    attempts: list[AttemptOut] | None = Field(
+        None, description="its attempts (when one job is read; null in lists)"
+    )
     heartbeat: HeartbeatOut | None = Field(
         None,
         description="the last heartbeat of an external job (POST /v1/callbacks/{key}/heartbeat)"
@@ -281,39 +308,39 @@ class JobOut(BaseModel):
 
 
 class JobRef(BaseModel):
-    id: int
-    state: str
-    queue: str
-    run_at: datetime
+    id: int = Field(description="the job's id")
+    state: str = Field(description="its state")
+    queue: str = Field(description="the queue it runs in")
+    run_at: datetime = Field(description="not before this instant")
 
 
 class JobBatchOut(BaseModel):
-    count: int
-    jobs: list[JobRef]
+    count: int = Field(description="jobs created (or replayed)")
+    jobs: list[JobRef] = Field(description="one per job of the request, in its order")
 
 
 class JobListOut(BaseModel):
-    jobs: list[JobOut]
+    jobs: list[JobOut] = Field(description="a page of jobs, newest first")
     next_cursor: str | None = Field(description="pass as ?cursor= for the next page")
 
 
 class QueueOut(BaseModel):
-    name: str
+    name: str = Field(description="the queue's name in the config")
     concurrency: int | None = Field(description="capacity units; null is unlimited")
-    order: str
-    batch_interval: float
-    batch_size: int
-    throttlers: list[str]
-    paused: bool
+    order: str = Field(description="the order due jobs are admitted in")
+    batch_interval: float = Field(description="seconds between the loop's ticks")
+    batch_size: int = Field(description="due jobs read per tick at most")
+    throttlers: list[str] = Field(description="its throttlers, in order")
+    paused: bool = Field(description="admits no job while paused")
     forbidden_flags: list[str] = Field(
         default_factory=list, description="jobs with one of these flags wait"
     )
     owner: str | None = Field(description="the process whose loop runs this queue now")
-    scheduled: int
-    due: int
-    running: int
-    awaiting: int
-    failed: int
+    scheduled: int = Field(description="jobs scheduled (due or not)")
+    due: int = Field(description="scheduled jobs whose run_at has come")
+    running: int = Field(description="jobs being sent or run")
+    awaiting: int = Field(description="jobs sent, awaiting their response")
+    failed: int = Field(description="jobs failed for good")
     capacity_in_use: int = Field(description="weight held by running and awaiting jobs")
     in_use_by: dict[str, dict[str, int]] = Field(
         default_factory=dict,
@@ -333,45 +360,72 @@ class QueueOut(BaseModel):
 
 
 class QueueListOut(BaseModel):
-    queues: list[QueueOut]
+    queues: list[QueueOut] = Field(description="every configured queue, by name")
+
+
+class ReadyOut(BaseModel):
+    status: Literal["ready", "not ready"] = Field(description="ready: a job can be accepted now")
+    problems: dict[str, str] = Field(
+        description="what keeps hipq from being ready, by part (database, service, listen, "
+        "kafka_producer, kafka_consumer); empty when ready"
+    )
+    owner: str | None = Field(
+        None, description="this process (host:pid:id); only for a caller with the read scope"
+    )
+    queues_owned: list[str] = Field(description="the queues whose loop this process runs")
+    listener: bool | None = Field(
+        description="PostgreSQL LISTEN connection up; null where it is not used"
+    )
+    kafka_producer: bool | None = Field(
+        description="connected to the Kafka broker; null without Kafka transports"
+    )
+    kafka_consumer: bool | None = Field(
+        description="consuming response topics; null without Kafka responses"
+    )
 
 
 class ErrorItem(BaseModel):
-    field: str | None
-    message: str
+    field: str | None = Field(description="the field at fault, as a path (jobs[2].type)")
+    message: str = Field(description="what is wrong with it")
 
 
 class ErrorOut(BaseModel):
     error: str = Field(description="a short code, e.g. invalid_request, not_found, conflict")
     field: str | None = Field(description="the first field at fault")
-    message: str
-    errors: list[ErrorItem] = Field(default_factory=list)
+    message: str = Field(description="the first problem, prefixed with its field")
+    errors: list[ErrorItem] = Field(default_factory=list, description="every problem found")
 
 
 class BulkFilterIn(_In):
     """Which jobs a bulk operation touches: every condition given must hold."""
 
-    queue: str | None = Field(None, min_length=1, max_length=200)
+    queue: str | None = Field(None, min_length=1, max_length=200, description="in this queue")
     states: list[
         Literal["scheduled", "running", "awaiting", "completed", "failed", "cancelled"]
-    ] = Field(default_factory=list, max_length=6)
-    type: str | None = Field(None, min_length=1, max_length=200)
-    labels: dict[str, str] = Field(default_factory=dict, max_length=20)
-    ids: list[Annotated[int, Field(ge=1, le=MAX_ID)]] = Field(
-        default_factory=list, max_length=10_000
+    ] = Field(default_factory=list, max_length=6, description="in one of these states")
+    type: str | None = Field(None, min_length=1, max_length=200, description="of this job type")
+    labels: dict[str, str] = Field(
+        default_factory=dict, max_length=20, description="with every one of these labels"
     )
-    job_key: str | None = Field(None, min_length=1, max_length=KEY_MAX_LENGTH)
-    created_after: RunAt | None = None
-    created_before: RunAt | None = None
-    finished_after: RunAt | None = None
-    finished_before: RunAt | None = None
+    ids: list[Annotated[int, Field(ge=1, le=MAX_ID)]] = Field(
+        default_factory=list, max_length=10_000, description="one of these ids"
+    )
+    job_key: str | None = Field(
+        None, min_length=1, max_length=KEY_MAX_LENGTH, description="holding this job_key"
+    )
+    created_after: RunAt | None = Field(None, description="created at or after this instant")
+    created_before: RunAt | None = Field(None, description="created before this instant")
+    finished_after: RunAt | None = Field(None, description="finished at or after this instant")
+    finished_before: RunAt | None = Field(None, description="finished before this instant")
     error_contains: str | None = Field(
         None, min_length=1, max_length=1000, description="text in the job's last_error"
     )
 
 
 class BulkIn(_In):
-    action: Literal["cancel", "retry", "reschedule", "complete", "fail", "delete"]
+    action: Literal["cancel", "retry", "reschedule", "complete", "fail", "delete"] = Field(
+        description="the verb applied to each job the filter matches"
+    )
     filter: BulkFilterIn = Field(description="at least one condition")
     dry_run: StrictBool = Field(False, description="only count the jobs the filter matches")
     reason: str | None = Field(None, min_length=1, max_length=2000, description="cancel, fail")
@@ -384,25 +438,25 @@ class BulkIn(_In):
 
 
 class BulkCountOut(BaseModel):
-    dry_run: bool = True
+    dry_run: bool = Field(True, description="always true: nothing was changed")
     matched: int = Field(description="jobs the filter matches now")
 
 
 class BulkOut(BaseModel):
-    id: int
-    action: str
-    filter: dict[str, Any]
-    params: dict[str, Any]
-    state: Literal["running", "done", "failed"]
+    id: int = Field(description="the bulk operation's id")
+    action: str = Field(description="the verb it applies")
+    filter: dict[str, Any] = Field(description="the jobs it applies to")
+    params: dict[str, Any] = Field(description="the verb's parameters")
+    state: Literal["running", "done", "failed"] = Field(description="where it stands")
     matched: int = Field(description="jobs the filter matched so far")
     changed: int = Field(description="jobs changed at once")
     requested: int = Field(description="jobs in flight, asked of their queue's loop")
     skipped: int = Field(description="jobs the action does not apply to in their state")
-    error: str | None
-    created_at: datetime
-    updated_at: datetime
-    finished_at: datetime | None
+    error: str | None = Field(description="why it failed")
+    created_at: datetime = Field(description="when it was asked for")
+    updated_at: datetime = Field(description="when its counts last moved")
+    finished_at: datetime | None = Field(description="when it was done or failed")
 
 
 class BulkListOut(BaseModel):
-    operations: list[BulkOut]
+    operations: list[BulkOut] = Field(description="the latest operations, newest first")

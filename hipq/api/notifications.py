@@ -22,7 +22,7 @@ _ERRORS: dict[int | str, dict[str, Any]] = {404: {"model": ErrorOut}, 422: {"mod
 
 class NotificationOut(BaseModel):
     id: int = Field(description="also the receiver's message id: webhook-id hipq-notification-<id>")
-    job_id: int
+    job_id: int = Field(description="the job whose outcome it tells")
     target: str = Field(description="the name of the target in notifications.targets")
     job_state: str = Field(description="the terminal state it tells: completed, failed, cancelled")
     attempt: int = Field(description="the job's attempt that ended so")
@@ -31,7 +31,7 @@ class NotificationOut(BaseModel):
     next_attempt_at: datetime = Field(description="when it is tried next, unless sent")
     last_error: str | None = Field(description="why the last try failed")
     created_at: datetime = Field(description="when the job reached the state")
-    sent_at: datetime | None
+    sent_at: datetime | None = Field(description="when the receiver accepted it")
 
     @classmethod
     def of(cls, n: Notification) -> NotificationOut:
@@ -39,7 +39,7 @@ class NotificationOut(BaseModel):
 
 
 class NotificationListOut(BaseModel):
-    notifications: list[NotificationOut]
+    notifications: list[NotificationOut] = Field(description="this page, newest first")
     next_cursor: str | None = Field(description="pass as ?cursor= for the next page")
 
 
@@ -69,7 +69,7 @@ async def list_notifications(
     request: Request,
     status: Annotated[Status | None, Query(description="only those in this status")] = None,
     job_id: Annotated[int | None, Query(ge=1, le=MAX_ID, description="only this job's")] = None,
-    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+    limit: Annotated[int, Query(ge=1, le=1000, description="notifications per page")] = 100,
     after: Cursor = None,
 ) -> NotificationListOut:
     service: Service = request.app.state.service

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Request
+from fastapi import APIRouter, Depends, Path, Request
 
 from hipq.api.auth import require
 from hipq.api.errors import StrictJSONRoute
@@ -15,6 +15,7 @@ from hipq.store import NotFound
 router = APIRouter(prefix="/v1/queues", tags=["queues"], route_class=StrictJSONRoute)
 _ERRORS: dict[int | str, dict[str, Any]] = {404: {"model": ErrorOut}}
 _BODY_ERRORS: dict[int | str, dict[str, Any]] = {**_ERRORS, 422: {"model": ErrorOut}}
+Name = Annotated[str, Path(description="a queue of the configuration")]
 
 
 async def queue_out(service: Service, name: str) -> QueueOut:
@@ -65,7 +66,7 @@ async def list_queues(request: Request) -> QueueListOut:
     responses=_ERRORS,
     summary="One queue",
 )
-async def get_queue(name: str, request: Request) -> QueueOut:
+async def get_queue(name: Name, request: Request) -> QueueOut:
     return await queue_out(request.app.state.service, name)
 
 
@@ -76,7 +77,7 @@ async def get_queue(name: str, request: Request) -> QueueOut:
     responses=_ERRORS,
     summary="Stop admitting jobs (in-flight jobs still finish)",
 )
-async def pause_queue(name: str, request: Request) -> QueueOut:
+async def pause_queue(name: Name, request: Request) -> QueueOut:
     service: Service = request.app.state.service
     await queue_out(service, name)
     await service.store.queue_set_paused(name, True)
@@ -90,7 +91,7 @@ async def pause_queue(name: str, request: Request) -> QueueOut:
     responses=_ERRORS,
     summary="Admit again",
 )
-async def resume_queue(name: str, request: Request) -> QueueOut:
+async def resume_queue(name: Name, request: Request) -> QueueOut:
     service: Service = request.app.state.service
     await queue_out(service, name)
     await service.store.queue_set_paused(name, False)
@@ -104,7 +105,7 @@ async def resume_queue(name: str, request: Request) -> QueueOut:
     responses=_BODY_ERRORS,
     summary="Set the flags whose jobs wait on this queue (an empty list allows all)",
 )
-async def set_forbidden_flags(name: str, body: ForbiddenFlagsIn, request: Request) -> QueueOut:
+async def set_forbidden_flags(name: Name, body: ForbiddenFlagsIn, request: Request) -> QueueOut:
     service: Service = request.app.state.service
     await queue_out(service, name)
     await service.store.queue_set_forbidden_flags(name, body.flags)

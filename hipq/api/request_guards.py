@@ -18,7 +18,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from hipq.api.errors import error_body
 from hipq.config import ServerConfig
 
-__all__ = ["RequestGuards", "allowed_hosts"]
+__all__ = ["RequestGuards", "allowed_hosts", "possible_refusals"]
 
 _STATE_CHANGING = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 # Probes (a container orchestrator's) address the process by its IP: they are
@@ -36,6 +36,21 @@ def allowed_hosts(server: ServerConfig) -> frozenset[str]:
     if server.public_url:
         names.add(urlsplit(server.public_url).hostname or "")
     return frozenset(n.lower() for n in names if n)
+
+
+def possible_refusals(path: str, method: str, reads_body: bool) -> dict[int, str]:
+    """What ``RequestGuards`` may answer for a route, for its OpenAPI declaration (kept
+    beside the checks it describes)."""
+    refusals: dict[int, str] = {}
+    if path not in _PROBES:
+        refusals[421] = "The Host header names a host not served here (`server.allowed_hosts`)"
+    if method in _STATE_CHANGING:
+        refusals[403] = "A request from another site (its Origin is not allowed)"
+        if path.startswith("/v1/") and not path.startswith("/v1/callbacks/"):
+            refusals[415] = "A body that is not JSON (send `content-type: application/json`)"
+    if reads_body:
+        refusals[408] = "The request body did not arrive within `server.body_read_timeout`"
+    return refusals
 
 
 def _host_name(value: str) -> str:

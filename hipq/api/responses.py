@@ -23,22 +23,22 @@ _UNMATCHED = ("pending", "late", "expired")
 
 
 class ResponseOut(BaseModel):
-    id: int
-    correlation_key: str
-    source: str
-    received_at: datetime
-    expires_at: datetime
-    succeeded: bool
-    reason: str | None
-    body: Any
-    headers: dict[str, str] | None
-    job_type: str | None
+    id: int = Field(description="the response's id")
+    correlation_key: str = Field(description="the key it carried")
+    source: str = Field(description="webhook (a callback), or kafka:<topic>")
+    received_at: datetime = Field(description="when it was received")
+    expires_at: datetime = Field(description="an unmatched response is kept until then")
+    succeeded: bool = Field(description="whether the job type's outcome rule read a success")
+    reason: str | None = Field(description="the outcome rule's reason for a failure")
+    body: Any = Field(description="its body: JSON, or text")
+    headers: dict[str, str] | None = Field(description="its headers, credentials left out")
+    job_type: str | None = Field(description="the job type it named (?type=)")
     status: str = Field(
         description="pending (early or unknown key), matched, duplicate, late, expired"
     )
-    job_id: int | None
+    job_id: int | None = Field(description="the job it settled")
     forced_job_id: int | None = Field(description="set when an operator matched it by hand")
-    settled_at: datetime | None
+    settled_at: datetime | None = Field(description="when it settled its job")
 
     @classmethod
     def of(cls, r: Response) -> ResponseOut:
@@ -46,8 +46,8 @@ class ResponseOut(BaseModel):
 
 
 class ResponseListOut(BaseModel):
-    responses: list[ResponseOut]
-    next_cursor: str | None
+    responses: list[ResponseOut] = Field(description="a page of responses, newest first")
+    next_cursor: str | None = Field(description="pass as ?cursor= for the next page")
 
 
 class MatchIn(BaseModel):
@@ -67,14 +67,14 @@ ResponseId = Annotated[int, Path(ge=1, le=MAX_ID, description="the response's id
 
 
 class ParkedOut(BaseModel):
-    id: int
-    source: str
-    partition: int | None
-    offset: int | None
-    reason: str
-    key: str | None
-    value: str | None
-    received_at: datetime
+    id: int = Field(description="the parked message's id")
+    source: str = Field(description="kafka:<topic> it came from")
+    partition: int | None = Field(description="its partition")
+    offset: int | None = Field(description="its offset in the partition")
+    reason: str = Field(description="why it could not become a response")
+    key: str | None = Field(description="its key, as text")
+    value: str | None = Field(description="its value, as text")
+    received_at: datetime = Field(description="when it was consumed")
 
 
 @router.get(
@@ -88,7 +88,7 @@ async def list_responses(
     status: Annotated[list[Status] | None, Query(description="repeat for several")] = None,
     matched: Annotated[bool | None, Query(description="false: pending, late and expired")] = None,
     key: Annotated[str | None, Query(description="correlation key")] = None,
-    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+    limit: Annotated[int, Query(ge=1, le=1000, description="responses per page at most")] = 100,
     after: Cursor = None,
 ) -> ResponseListOut:
     if key is not None and "\x00" in key:
@@ -114,7 +114,9 @@ async def list_responses(
     summary="Kafka messages that could not become responses, with the reason",
 )
 async def list_parked(
-    request: Request, limit: Annotated[int, Query(ge=1, le=1000)] = 100, after: Cursor = None
+    request: Request,
+    limit: Annotated[int, Query(ge=1, le=1000, description="messages per page at most")] = 100,
+    after: Cursor = None,
 ) -> list[ParkedOut]:
     service: Service = request.app.state.service
     return [ParkedOut(**p) for p in await service.store.parked_list(after, limit)]
@@ -125,6 +127,7 @@ async def list_parked(
     dependencies=[Depends(require("read"))],
     response_model=ResponseOut,
     responses={404: {"model": ErrorOut}},
+    summary="One response of the inbox",
 )
 async def get_response(response_id: ResponseId, request: Request) -> ResponseOut:
     service: Service = request.app.state.service

@@ -34,16 +34,16 @@ _409: _Responses = {
 _422: _Responses = {422: {"model": ErrorOut, "description": "a field refused; `field` names it"}}
 
 
-def _storable(name: str) -> str:
-    if "\x00" in name:  # PostgreSQL cannot compare a text with NUL in it
+def _storable(value: str) -> str:
+    # PostgreSQL cannot store or compare text holding U+0000: refused, not a 500.
+    if "\x00" in value:
         raise ValueError(NUL_MESSAGE)
-    return name
+    return value
 
 
+StorableText = Annotated[str, AfterValidator(_storable)]
 Name = Annotated[
-    str,
-    Path(min_length=1, max_length=200, description="the schedule's name"),
-    AfterValidator(_storable),
+    StorableText, Path(min_length=1, max_length=200, description="the schedule's name")
 ]
 
 
@@ -52,7 +52,7 @@ class _In(BaseModel):
 
 
 class ScheduleIn(_In):
-    name: str = Field(min_length=1, max_length=200)
+    name: StorableText = Field(min_length=1, max_length=200, description="unique among schedules")
     cron: str = Field(
         max_length=200, description="five fields: minute hour day-of-month month day-of-week"
     )
@@ -69,57 +69,63 @@ class ScheduleIn(_In):
     overlap: Literal["allow", "skip"] = Field(
         "allow", description="skip: no job while the schedule's previous job is open"
     )
-    paused: bool = False
+    paused: bool = Field(False, description="makes no job while paused")
 
 
 class SchedulePatch(_In):
-    cron: str | None = Field(None, max_length=200)
-    timezone: str | None = Field(None, max_length=100)
-    job: dict[str, Any] | None = None
-    catch_up: Literal["none", "latest", "all"] | None = None
-    backfill: float | str | None = None
-    overlap: Literal["allow", "skip"] | None = None
+    cron: str | None = Field(None, max_length=200, description="replaces the cron expression")
+    timezone: str | None = Field(None, max_length=100, description="replaces the IANA zone")
+    job: dict[str, Any] | None = Field(None, description="replaces the job made")
+    catch_up: Literal["none", "latest", "all"] | None = Field(
+        None, description="replaces what becomes of missed fire times"
+    )
+    backfill: float | str | None = Field(
+        None, description="replaces how far back missed fire times count"
+    )
+    overlap: Literal["allow", "skip"] | None = Field(
+        None, description="replaces what a fire time does while the previous job is open"
+    )
 
 
 class ScheduleOut(BaseModel):
-    name: str
+    name: str = Field(description="the schedule's name")
     source: Literal["config", "api"] = Field(description="config: read-only here")
-    cron: str
-    timezone: str
-    job: dict[str, Any]
-    catch_up: str
-    backfill_seconds: float
-    overlap: str
-    paused: bool
+    cron: str = Field(description="five fields: minute hour day-of-month month day-of-week")
+    timezone: str = Field(description="the IANA zone its cron is read in")
+    job: dict[str, Any] = Field(description="the job made at each fire time")
+    catch_up: str = Field(description="none, latest or all: missed fire times")
+    backfill_seconds: float = Field(description="how far back missed fire times count")
+    overlap: str = Field(description="allow, or skip while the previous job is open")
+    paused: bool = Field(description="makes no job while paused")
     next_fire_time: datetime | None = Field(description="null while paused")
     checked_until: datetime = Field(description="fire times up to here are decided")
-    created_at: datetime
-    updated_at: datetime
+    created_at: datetime = Field(description="when it was created")
+    updated_at: datetime = Field(description="when it last changed")
 
 
 class ScheduleListOut(BaseModel):
-    schedules: list[ScheduleOut]
+    schedules: list[ScheduleOut] = Field(description="every schedule, by name")
 
 
 class FireTimesOut(BaseModel):
-    name: str
-    fire_times: list[datetime]
+    name: str = Field(description="the schedule's name")
+    fire_times: list[datetime] = Field(description="its next fire times, soonest first")
 
 
 class FireOut(BaseModel):
-    fire_time: datetime
+    fire_time: datetime = Field(description="the fire time decided")
     outcome: str = Field(description="created, run_now, skipped (overlap), invalid, conflict")
-    job_id: int | None
+    job_id: int | None = Field(description="the job it made, if any")
 
 
 class FiresOut(BaseModel):
-    name: str
-    fires: list[FireOut]
+    name: str = Field(description="the schedule's name")
+    fires: list[FireOut] = Field(description="its latest fire times, newest first")
 
 
 class RunOut(BaseModel):
-    fire_time: datetime
-    job: JobOut
+    fire_time: datetime = Field(description="the fire time recorded for this run")
+    job: JobOut = Field(description="the job it made")
 
 
 def _service(request: Request) -> Service:
@@ -314,7 +320,7 @@ async def next_fire_times(
 async def schedule_fires(
     name: Name,
     request: Request,
-    limit: Annotated[int, Query(ge=1, le=1000)] = 50,
+    limit: Annotated[int, Query(ge=1, le=1000, description="fire times at most")] = 50,
 ) -> FiresOut:
     scheduler = _scheduler(request)
     await scheduler.store.schedule_get(name)

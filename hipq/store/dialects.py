@@ -467,9 +467,9 @@ def dialect_for(url: str | URL) -> Dialect:
     return _DIALECTS[backend]()
 
 
-def _json_loads(value: str | bytes | float) -> Any:
-    # SQLite gives a JSON column numeric affinity: a JSON number written as text comes
-    # back as an int or float, already the value it stands for.
+def _json_loads(value: str | bytes | int | float) -> Any:
+    """A stored JSON value. SQLite gives a JSON column NUMERIC affinity: a value that is
+    a bare number (a callback's body ``5``) is stored as a number and read back as one."""
     if isinstance(value, int | float):
         return value
     return orjson.loads(value)

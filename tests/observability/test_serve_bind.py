@@ -58,3 +58,28 @@ async def test_a_port_in_use_ends_serve_with_one_line_and_takes_no_lease(
     assert result.stderr == f"error: cannot listen on 127.0.0.1:{port}: Address already in use\n"
     assert result.stdout == ""
     assert await _lease_rows(database_url) == []
+
+
+async def test_connections_to_the_bound_socket_send_without_waiting_for_acks() -> None:
+    # hipq binds its listening socket itself; asyncio turns Nagle's algorithm off only on
+    # connections of a socket that says it is TCP. With Nagle on, every answer waited
+    # ~40 ms for the client's delayed ACK (25 requests a second on one connection).
+    from hipq.cli import _listen
+
+    listener = _listen("127.0.0.1", 0)
+    port = listener.getsockname()[1]
+    nodelay: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+
+    def accepted(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        sock = writer.get_extra_info("socket")
+        nodelay.set_result(sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY))
+        writer.close()
+
+    server = await asyncio.start_server(accepted, sock=listener)
+    try:
+        _, writer = await asyncio.open_connection("127.0.0.1", port)
+        assert await asyncio.wait_for(nodelay, 5) != 0
+        writer.close()
+    finally:
+        server.close()
+        await server.wait_closed()

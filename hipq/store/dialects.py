@@ -61,6 +61,11 @@ def time_budget(seconds: float | None) -> Iterator[None]:
         _budget.reset(token)
 
 
+def budget_seconds() -> float | None:
+    """The ``time_budget`` in force here, if any."""
+    return _budget.get()
+
+
 def _budget_ms() -> int | None:
     seconds = _budget.get()
     return None if seconds is None else max(1, int(seconds * 1000))
@@ -95,6 +100,10 @@ class Dialect(ABC):
     async def close(self) -> None:
         """Release what the dialect opened itself (the store closes its engine)."""
         return None  # nothing by default
+
+    def budgeted(self, engine: AsyncEngine) -> AsyncEngine:
+        """The engine for transactions begun under ``time_budget`` (the API's)."""
+        return engine  # the same engine by default
 
     async def check(self, conn: AsyncConnection) -> None:
         """Refuse to run on a database that would not keep what hipq promises."""
@@ -281,21 +290,26 @@ def _attempt_row(r: Attempt) -> dict[str, Any]:
 
 # The budget in force as this PostgreSQL connection's session setting, if any.
 _SESSION_BUDGET = "hipq_session_budget_ms"
+# An engine whose transactions' budget is the session's (``PostgresDialect.budgeted``).
+_SESSION_SCOPED = "hipq_session_budget"
 
 
-def _set_timeouts(conn: Any, budget_ms: int | None, local: bool) -> None:
+def _timeouts_sql(budget_ms: int | None, local: bool) -> str:
     """statement_timeout and lock_timeout to ``budget_ms``; None: the server's defaults."""
     if budget_ms is None:
-        conn.exec_driver_sql(
+        return (
             "SELECT set_config(name, reset_val, false) FROM pg_settings "
             "WHERE name IN ('statement_timeout', 'lock_timeout')"
         )
-        return
     scope = "true" if local else "false"
-    conn.exec_driver_sql(
+    return (
         f"SELECT set_config('statement_timeout', '{budget_ms}', {scope}), "
         f"set_config('lock_timeout', '{budget_ms}', {scope})"
     )
+
+
+def _set_timeouts(conn: Any, budget_ms: int | None, local: bool) -> None:
+    conn.exec_driver_sql(_timeouts_sql(budget_ms, local))
 
 
 # Connections beyond the first that the one-statement insert may open at once.
@@ -356,6 +370,8 @@ class PostgresDialect(Dialect):
     def __init__(self) -> None:
         # The one-statement insert's own small pool (``job_insert_committed``).
         self._insert_engines: dict[int, AsyncEngine] = {}
+        # The API's transactions' own pool (``budgeted``).
+        self._budget_engines: dict[int, AsyncEngine] = {}
 
     def engine_options(self) -> dict[str, Any]:
         # The API's concurrent requests and the loops share the pool; a small pool
@@ -378,10 +394,12 @@ class PostgresDialect(Dialect):
         def _on_begin(conn: Any) -> None:
             budget_ms = _budget_ms()
             info = conn.connection.info
-            if conn.get_execution_options().get("isolation_level") == "AUTOCOMMIT":
-                # Each statement is its own transaction (the one-statement insert):
-                # a transaction-local setting would be gone before it runs, so the
-                # budget is the session's, set only when it changes.
+            options = conn.get_execution_options()
+            if options.get(_SESSION_SCOPED) or options.get("isolation_level") == "AUTOCOMMIT":
+                # The API's own pool (``budgeted``), where every transaction has the
+                # same budget, or a statement that is its own transaction: the budget
+                # is the session's, set only when it changes (no round trip per
+                # transaction).
                 if info.get(_SESSION_BUDGET) != budget_ms:
                     _set_timeouts(conn, budget_ms, local=False)
                     info[_SESSION_BUDGET] = budget_ms
@@ -436,7 +454,14 @@ class PostgresDialect(Dialect):
             )
             self._insert_engines[id(engine)] = inserts
         async with inserts.connect() as conn:
-            await conn.execution_options(isolation_level="AUTOCOMMIT")
+            # On the driver connection, outside any transaction: asyncpg runs it as its
+            # own (autocommit). SQLAlchemy begins nothing on this connection, so its
+            # ``begin`` event does not set the budget: done here, when it changes.
+            raw = await conn.get_raw_connection()
+            budget_ms = _budget_ms()
+            if raw.info.get(_SESSION_BUDGET) != budget_ms:
+                await raw.driver_connection.execute(_timeouts_sql(budget_ms, local=False))
+                raw.info[_SESSION_BUDGET] = budget_ms
             return await unnest.job_insert_rows_notify(conn, rows, CHANNEL, list(payloads))
 
     async def job_settle(
@@ -447,10 +472,27 @@ class PostgresDialect(Dialect):
     def process_guard(self, database_url: str, on_payload: Callable[[str], None]) -> ProcessGuard:
         return PgListener(database_url, on_payload)
 
+    def budgeted(self, engine: AsyncEngine) -> AsyncEngine:
+        # A transaction-local budget cost a round trip (``set_config``) at every BEGIN
+        # of a request; in a pool of its own the budget stays set in each session, and
+        # the loops' transactions (no budget) never meet it.
+        budgeted = self._budget_engines.get(id(engine))
+        if budgeted is None:
+            budgeted = create_engine(
+                engine.url,
+                self,
+                pool_size=10,
+                max_overflow=20,
+                execution_options={_SESSION_SCOPED: True},
+            )
+            self._budget_engines[id(engine)] = budgeted
+        return budgeted
+
     async def close(self) -> None:
-        engines, self._insert_engines = list(self._insert_engines.values()), {}
-        for inserts in engines:
-            await inserts.dispose()
+        engines = [*self._insert_engines.values(), *self._budget_engines.values()]
+        self._insert_engines, self._budget_engines = {}, {}
+        for own in engines:
+            await own.dispose()
 
     async def tables_empty(self, conn: AsyncConnection, tables: Sequence[Table]) -> None:
         names = ", ".join(t.name for t in tables)

@@ -11,7 +11,7 @@ from sqlalchemy import select, update
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from hipq.jobs import Job
-from hipq.store.dialects import Dialect, time_budget
+from hipq.store.dialects import Dialect, budget_seconds, time_budget
 from hipq.store.records import Conflict, NotFound
 from hipq.store.rows import row_to_job
 from hipq.store.schema import jobs
@@ -27,9 +27,13 @@ class Transactions:
         self.listeners: list[Callable[[str], None]] = []
         self._notices: dict[int, set[str]] = {}  # open write transaction -> payloads
 
+    def _engine(self) -> AsyncEngine:
+        """The API's transactions (begun under ``time_budget``) have a pool of their own."""
+        return self.engine if budget_seconds() is None else self.dialect.budgeted(self.engine)
+
     @asynccontextmanager
     async def _write(self) -> AsyncIterator[AsyncConnection]:
-        async with self.engine.connect() as conn:
+        async with self._engine().connect() as conn:
             await conn.execution_options(hipq_write=True)
             sent: set[str] = set()
             self._notices[id(conn)] = sent
@@ -47,7 +51,7 @@ class Transactions:
         table, begun and rolled back, within ``within_seconds`` (connecting included)."""
         async with asyncio.timeout(within_seconds):
             with time_budget(within_seconds):
-                async with self.engine.connect() as conn:
+                async with self._engine().connect() as conn:
                     await conn.execution_options(hipq_write=True)
                     async with conn.begin() as transaction:
                         await self.dialect.write_probe(conn)
@@ -62,7 +66,7 @@ class Transactions:
 
     @asynccontextmanager
     async def _read(self) -> AsyncIterator[AsyncConnection]:
-        async with self.engine.connect() as conn, conn.begin():
+        async with self._engine().connect() as conn, conn.begin():
             yield conn
 
     async def _job_locked(self, conn: AsyncConnection, job_id: int) -> Job:

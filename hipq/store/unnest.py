@@ -16,6 +16,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.sql import text
 
 from hipq.outcomes import Settlement
+from hipq.store.driver import DriverStatement
 from hipq.store.state_guards import SETTLE
 
 
@@ -125,6 +126,8 @@ _INSERT_JOBS_NOTIFY = text(
     "FROM unnest(CAST(:notices AS text[])) AS p) "
     "SELECT ins.id FROM ins, sent"
 )
+# Run on the driver connection: the single-job POST's one statement (``hipq.store.driver``).
+_INSERT_JOBS_NOTIFY_DRIVER = DriverStatement(_INSERT_JOBS_NOTIFY)
 
 
 async def job_insert_rows(conn: AsyncConnection, rows: list[dict[str, Any]]) -> list[int]:
@@ -142,8 +145,7 @@ async def job_insert_rows_notify(
 ) -> list[int]:
     """``job_insert_rows`` and the NOTIFY of ``notices`` in one statement."""
     params = {**_insert_params(rows), "channel": channel, "notices": notices}
-    result = await conn.execute(_INSERT_JOBS_NOTIFY, params)
-    return sorted(result.scalars().all())
+    return sorted(row[0] for row in await _INSERT_JOBS_NOTIFY_DRIVER.fetch(conn, params))
 
 
 def _insert_params(rows: list[dict[str, Any]]) -> dict[str, Any]:

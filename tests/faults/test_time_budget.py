@@ -87,3 +87,34 @@ async def test_a_plain_post_behind_a_locked_jobs_table_is_503_within_the_budget(
         again = await api.client.post("/v1/jobs", json={"type": "ok"})
         assert again.status_code == 201, again.text
         assert await api.count_jobs() == 1
+
+
+@pytest.mark.postgres
+async def test_a_read_is_bounded_by_the_budget_and_the_loops_transactions_are_not(
+    postgres_url_fresh: str,
+) -> None:
+    # The API's transactions have a pool of their own whose sessions keep the budget
+    # set; a transaction outside any budget (the loops', upkeep's) must not inherit it.
+    async with open_api(postgres_url_fresh, api_db_timeout="0.5s") as api:
+        created = await api.client.post("/v1/jobs", json={"type": "ok"})
+        assert created.status_code == 201, created.text
+        job_id = created.json()["id"]
+        assert (await api.client.get(f"/v1/jobs/{job_id}")).status_code == 200
+        holder = await asyncpg.connect(**asyncpg_connect_kwargs(postgres_url_fresh))
+        try:
+            locked = holder.transaction()
+            await locked.start()
+            await holder.execute("LOCK TABLE hipq_jobs IN ACCESS EXCLUSIVE MODE")
+            unbounded = asyncio.ensure_future(api.service.store.job_get(job_id))
+            refused = await asyncio.wait_for(api.client.get(f"/v1/jobs/{job_id}"), 20)
+            assert refused.status_code == 503, refused.text
+            assert refused.json()["error"] == "database_unavailable"
+            await asyncio.sleep(0.6)  # past the budget: the unbounded read still waits
+            assert not unbounded.done()
+            await locked.rollback()
+        finally:
+            await holder.close()
+        job = await asyncio.wait_for(unbounded, 20)
+        assert job.id == job_id
+        again = await api.client.get(f"/v1/jobs/{job_id}")
+        assert again.status_code == 200, again.text

@@ -1,0 +1,52 @@
+"""PostgreSQL statements run on the asyncpg connection itself, for the hottest paths.
+
+SQLAlchemy Core costs a statement about 0.4 ms of CPU here (building the parameters,
+the greenlet hop, the cursor adapter); asyncpg alone about a third of that. A
+``DriverStatement`` is a ``text()`` statement compiled once for asyncpg (``$n``
+placeholders and the order of its parameters); ``fetch`` runs it on the pooled
+connection's driver connection, where asyncpg keeps it prepared.
+
+Errors keep the store's contract: a constraint the statement violates is raised as
+SQLAlchemy's ``IntegrityError`` (``hipq.store.rows.conflict_from`` reads it); any
+other driver error is raised as it is (the API's ``FaultRecovery`` and the pool's
+checkout ping know asyncpg's).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import asyncpg  # type: ignore[import-untyped]
+from sqlalchemy import exc as sa_exc
+from sqlalchemy.dialects.postgresql.asyncpg import dialect as asyncpg_dialect
+from sqlalchemy.ext.asyncio import AsyncConnection
+from sqlalchemy.sql.elements import TextClause
+
+_DIALECT = asyncpg_dialect()
+
+
+class DriverStatement:
+    """A ``text()`` statement compiled once for asyncpg."""
+
+    def __init__(self, statement: TextClause) -> None:
+        compiled = statement.compile(dialect=_DIALECT)
+        self.sql = str(compiled)
+        self.names: tuple[str, ...] = tuple(compiled.positiontup or ())
+
+    def arguments(self, params: Mapping[str, Any]) -> list[Any]:
+        return [params[name] for name in self.names]
+
+    async def fetch(self, conn: AsyncConnection, params: Mapping[str, Any]) -> list[Any]:
+        """Run on ``conn``'s driver connection; the rows (asyncpg ``Record``s)."""
+        driver = await driver_connection(conn)
+        try:
+            return list(await driver.fetch(self.sql, *self.arguments(params)))
+        except asyncpg.IntegrityConstraintViolationError as exc:
+            raise sa_exc.IntegrityError(self.sql, None, exc) from exc
+
+
+async def driver_connection(conn: AsyncConnection) -> Any:
+    """The asyncpg connection under a checked-out SQLAlchemy connection."""
+    raw = await conn.get_raw_connection()
+    return raw.driver_connection

@@ -20,6 +20,7 @@ import tempfile
 import time
 import uuid
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from engines import add_engine_options, chosen_engines
 
-from hipq.bench import _free_port, fresh_database, serving
+from hipq.bench import _free_port, cpu_seconds, fresh_database, serving
 from hipq.store import Store
 from hipq.store.schema import jobs
 from tests.peers import CallbackService, serve_app
@@ -109,7 +110,14 @@ async def latencies(url: str) -> tuple[int, float, float]:
     return len(done), done[len(done) // 2], done[min(len(done) - 1, int(len(done) * 0.99))]
 
 
-async def run_http(url: str, workdir: Path, count: int, concurrency: int) -> tuple[float, int]:
+@dataclass(frozen=True)
+class Run:
+    seconds: float  # from the first POST to the last job completed
+    count: int
+    cpu: float  # utime + stime of `hipq serve` over the same span (/proc)
+
+
+async def run_http(url: str, workdir: Path, count: int, concurrency: int) -> Run:
     peer = CallbackService(delay=(0.0, 0.0))
     async with serve_app(peer.app) as external:
         config = base_config(url, _free_port(), concurrency)
@@ -120,10 +128,12 @@ async def run_http(url: str, workdir: Path, count: int, concurrency: int) -> tup
             }
         }
         async with serving(workdir, config, "http") as serve:
+            cpu = cpu_seconds(serve.pid)
             started = await post_jobs(serve.base_url, "charge", count)
             ended = await wait_drained(serve.base_url, count, within=600)
+            cpu = cpu_seconds(serve.pid) - cpu
     await peer.close()
-    return ended - started, count
+    return Run(ended - started, count, cpu)
 
 
 async def responder(bootstrap: str, requests: str, responses: str, stop: asyncio.Event) -> None:
@@ -153,7 +163,7 @@ async def responder(bootstrap: str, requests: str, responses: str, stop: asyncio
         await producer.stop()
 
 
-async def run_kafka(url: str, workdir: Path, count: int, concurrency: int) -> tuple[float, int]:
+async def run_kafka(url: str, workdir: Path, count: int, concurrency: int) -> Run:
     broker = start_tansu()
     suffix = uuid.uuid4().hex[:6]
     requests, responses = f"bench.requests.{suffix}", f"bench.responses.{suffix}"
@@ -182,13 +192,15 @@ async def run_kafka(url: str, workdir: Path, count: int, concurrency: int) -> tu
             ],
         }
         async with serving(workdir, config, "kafka") as serve:
+            cpu = cpu_seconds(serve.pid)
             started = await post_jobs(serve.base_url, "order", count)
             ended = await wait_drained(serve.base_url, count, within=600)
+            cpu = cpu_seconds(serve.pid) - cpu
     finally:
         stop.set()
         await asyncio.gather(task, return_exceptions=True)
         broker.stop()
-    return ended - started, count
+    return Run(ended - started, count, cpu)
 
 
 async def main() -> None:
@@ -200,7 +212,7 @@ async def main() -> None:
     args = parser.parse_args()
     engines, opts = chosen_engines(args)
     paths = ["http", "kafka"] if args.path == "both" else [args.path]
-    runners: dict[str, Callable[[str, Path, int, int], Awaitable[tuple[float, int]]]] = {
+    runners: dict[str, Callable[[str, Path, int, int], Awaitable[Run]]] = {
         "http": run_http,
         "kafka": run_kafka,
     }
@@ -212,14 +224,13 @@ async def main() -> None:
         for engine in engines:
             for path in paths:
                 async with fresh_database(engine, opts, Path(tmp), f"{path}-{engine}") as url:
-                    seconds, count = await runners[path](
-                        url, Path(tmp), args.jobs, args.concurrency
-                    )
+                    run = await runners[path](url, Path(tmp), args.jobs, args.concurrency)
                     done, median, p99 = await latencies(url)
                 print(
-                    f"  {engine:<8} {path:<6} {count / seconds:>9,.0f} jobs/s completed   "
+                    f"  {engine:<8} {path:<6} {run.count / run.seconds:>9,.0f} jobs/s completed   "
                     f"latency median {median:>8,.0f} ms   p99 {p99:>8,.0f} ms   "
-                    f"({done}/{count} completed in {seconds:.1f}s)",
+                    f"({done}/{run.count} completed in {run.seconds:.1f}s; hipq serve CPU "
+                    f"{run.cpu * 1000 / run.count:.2f} ms per job)",
                     flush=True,
                 )
 

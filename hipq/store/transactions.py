@@ -66,8 +66,11 @@ class Transactions:
 
     @asynccontextmanager
     async def _read(self) -> AsyncIterator[AsyncConnection]:
-        async with self._engine().connect() as conn, conn.begin():
-            yield conn
+        async with self._engine().connect() as conn:
+            if self.dialect.reads_autocommit:
+                await conn.execution_options(isolation_level="AUTOCOMMIT")
+            async with conn.begin():
+                yield conn
 
     async def _job_locked(self, conn: AsyncConnection, job_id: int) -> Job:
         query = self.dialect.for_update(select(jobs).where(jobs.c.id == job_id))

@@ -18,8 +18,8 @@ from __future__ import annotations
 import select
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from contextlib import asynccontextmanager, contextmanager
 from contextvars import ContextVar
 from datetime import datetime
 from typing import Any
@@ -155,6 +155,13 @@ class Dialect(ABC):
         """Insert job rows and send their wake-ups as one statement that commits on its
         own (no BEGIN/COMMIT round trips); their ids in order. None where the engine
         has no such statement: the caller then uses a transaction."""
+        return None
+
+    async def response_insert_committed(
+        self, engine: AsyncEngine, rows: list[dict[str, Any]], payload: str
+    ) -> list[int] | None:
+        """Insert pending responses and send ``payload`` as one statement that commits
+        on its own; their ids in order. None where the engine has no such statement."""
         return None
 
     @abstractmethod
@@ -449,27 +456,41 @@ class PostgresDialect(Dialect):
     async def job_insert_committed(
         self, engine: AsyncEngine, rows: list[dict[str, Any]], payloads: Sequence[str]
     ) -> list[int] | None:
-        # One autocommit statement is as durable as a transaction of one statement.
-        # Its connections are its own: the request's time budget is a session setting
-        # here (see ``prepare``), which a transaction without one would reset (a round
-        # trip each, and one more to set it again) on a connection the two shared.
+        async with self._autocommit(engine) as conn:
+            return await unnest.job_insert_rows_notify(conn, rows, CHANNEL, list(payloads))
+
+    async def response_insert_committed(
+        self, engine: AsyncEngine, rows: list[dict[str, Any]], payload: str
+    ) -> list[int] | None:
+        async with self._autocommit(engine) as conn:
+            return await unnest.response_insert_rows_notify(conn, rows, CHANNEL, payload)
+
+    @asynccontextmanager
+    async def _autocommit(self, engine: AsyncEngine) -> AsyncIterator[AsyncConnection]:
+        """A connection for one statement that commits on its own, run on its driver
+        connection (``hipq.store.driver``) with the request's budget in force.
+
+        One autocommit statement is as durable as a transaction of one statement.
+        These connections are a pool of their own: the budget is a session setting
+        here, which a transaction without one would reset (a round trip each, and one
+        more to set it again) on a connection the two shared."""
         inserts = self._insert_engines.get(id(engine))
         if inserts is None:
-            # Group commit writes one group at a time: one connection is the rule.
+            # Group commit writes one group at a time, per writer (jobs, responses).
             inserts = create_engine(
-                engine.url, self, pool_size=1, max_overflow=MAX_CONCURRENT_PLAIN_INSERTS
+                engine.url, self, pool_size=2, max_overflow=MAX_CONCURRENT_PLAIN_INSERTS
             )
             self._insert_engines[id(engine)] = inserts
         async with inserts.connect() as conn:
-            # On the driver connection, outside any transaction: asyncpg runs it as its
-            # own (autocommit). SQLAlchemy begins nothing on this connection, so its
-            # ``begin`` event does not set the budget: done here, when it changes.
+            # asyncpg runs a statement outside a transaction as its own. SQLAlchemy
+            # begins nothing on this connection, so its ``begin`` event does not set
+            # the budget: done here, when it changes.
             raw = await conn.get_raw_connection()
             budget_ms = _budget_ms()
             if raw.info.get(_SESSION_BUDGET) != budget_ms:
                 await raw.driver_connection.execute(_timeouts_sql(budget_ms, local=False))
                 raw.info[_SESSION_BUDGET] = budget_ms
-            return await unnest.job_insert_rows_notify(conn, rows, CHANNEL, list(payloads))
+            yield conn
 
     async def job_settle(
         self, conn: AsyncConnection, settlements: Sequence[Settlement], now: datetime

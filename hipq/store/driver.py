@@ -6,10 +6,10 @@ the greenlet hop, the cursor adapter); asyncpg alone about a third of that. A
 placeholders and the order of its parameters); ``fetch`` runs it on the pooled
 connection's driver connection, where asyncpg keeps it prepared.
 
-Errors keep the store's contract: a constraint the statement violates is raised as
-SQLAlchemy's ``IntegrityError`` (``hipq.store.rows.conflict_from`` reads it); any
-other driver error is raised as it is (the API's ``FaultRecovery`` and the pool's
-checkout ping know asyncpg's).
+Errors keep the store's contract, raised as SQLAlchemy raises asyncpg's: a violated
+constraint as ``IntegrityError`` (``hipq.store.rows.conflict_from`` reads it), any
+other error the server reports as ``DBAPIError``, and a lost connection as an
+``OperationalError`` marked invalidated (the pool's checkout ping replaces it).
 """
 
 from __future__ import annotations
@@ -44,6 +44,11 @@ class DriverStatement:
             return list(await driver.fetch(self.sql, *self.arguments(params)))
         except asyncpg.IntegrityConstraintViolationError as exc:
             raise sa_exc.IntegrityError(self.sql, None, exc) from exc
+        except asyncpg.PostgresError as exc:
+            raise sa_exc.DBAPIError(self.sql, None, exc) from exc
+        except (asyncpg.InterfaceError, OSError) as exc:
+            # The connection is gone; the pool's checkout ping replaces it before reuse.
+            raise sa_exc.OperationalError(self.sql, None, exc, connection_invalidated=True) from exc
 
 
 async def driver_connection(conn: AsyncConnection) -> Any:

@@ -22,6 +22,23 @@ from hipq.store.transactions import Transactions
 from hipq.wakeup import responses_payload
 
 
+def _response_rows(
+    new: Sequence[NewResponse], now: datetime, expires: datetime
+) -> list[dict[str, Any]]:
+    return [
+        {
+            **asdict(r),
+            "received_at": now,
+            "expires_at": expires,
+            "status": "pending",
+            "job_id": None,
+            "forced_job_id": None,
+            "settled_at": None,
+        }
+        for r in new
+    ]
+
+
 class InboxTable(Transactions):
     async def response_insert_many(
         self,
@@ -33,20 +50,17 @@ class InboxTable(Transactions):
         """Store responses (and parked messages) durably, in one transaction."""
         expires = now + timedelta(seconds=ttl)
         ids: list[int] = []
+        if new and not parked:
+            done = await self.dialect.response_insert_committed(
+                self.engine, _response_rows(new, now, expires), responses_payload()
+            )
+            if done is not None:
+                for listener in self.listeners:  # committed: tell this process's loops
+                    listener(responses_payload())
+                return done
         async with self._write() as conn:
             if new:
-                rows = [
-                    {
-                        **asdict(r),
-                        "received_at": now,
-                        "expires_at": expires,
-                        "status": "pending",
-                        "job_id": None,
-                        "forced_job_id": None,
-                        "settled_at": None,
-                    }
-                    for r in new
-                ]
+                rows = _response_rows(new, now, expires)
                 stmt = responses.insert().returning(responses.c.id, sort_by_parameter_order=True)
                 ids = list((await conn.execute(stmt, rows)).scalars().all())
                 await self._notify(conn, {responses_payload()})

@@ -168,3 +168,54 @@ def _insert_params(rows: list[dict[str, Any]]) -> dict[str, Any]:
         "trace_contexts": [r["trace_context"] for r in rows],
         "notifies": [_json_or_null(r["notify"]) for r in rows],
     }
+
+
+# Pending responses (webhooks, Kafka) and their wake-up as one autocommit statement, as
+# the jobs' insert above: one round trip where BEGIN, INSERT, NOTIFY and COMMIT took
+# four. JSON travels as text: None as JSON null, as SQLAlchemy's JSON type stores it.
+_INSERT_RESPONSES_NOTIFY = DriverStatement(
+    text(
+        """
+        WITH ins AS (
+            INSERT INTO hipq_responses (correlation_key, source, received_at, expires_at,
+                                        succeeded, reason, body, headers, job_type, status,
+                                        fingerprint)
+            SELECT u.correlation_key, u.source, :received_at, :expires_at, u.succeeded,
+                   u.reason, u.body::jsonb, u.headers::jsonb, u.job_type, 'pending',
+                   u.fingerprint
+            FROM unnest(CAST(:keys AS text[]), CAST(:sources AS text[]),
+                        CAST(:succeeded AS boolean[]), CAST(:reasons AS text[]),
+                        CAST(:bodies AS text[]), CAST(:headers AS text[]),
+                        CAST(:job_types AS text[]), CAST(:fingerprints AS text[]))
+                 WITH ORDINALITY
+                 AS u(correlation_key, source, succeeded, reason, body, headers, job_type,
+                      fingerprint, ord)
+            ORDER BY u.ord
+            RETURNING id
+        ), sent AS (SELECT pg_notify(:channel, :payload) AS n)
+        SELECT ins.id FROM ins, sent
+        """
+    )
+)
+
+
+async def response_insert_rows_notify(
+    conn: AsyncConnection, rows: list[dict[str, Any]], channel: str, payload: str
+) -> list[int]:
+    """Insert pending response rows and NOTIFY ``payload``, in one statement; their
+    ids in the order given (drawn from the sequence in ``ord`` order)."""
+    params = {
+        "received_at": rows[0]["received_at"],
+        "expires_at": rows[0]["expires_at"],
+        "keys": [r["correlation_key"] for r in rows],
+        "sources": [r["source"] for r in rows],
+        "succeeded": [r["succeeded"] for r in rows],
+        "reasons": [r["reason"] for r in rows],
+        "bodies": [json_dumps(r["body"]) for r in rows],
+        "headers": [json_dumps(r["headers"]) for r in rows],
+        "job_types": [r["job_type"] for r in rows],
+        "fingerprints": [r["fingerprint"] for r in rows],
+        "channel": channel,
+        "payload": payload,
+    }
+    return sorted(row[0] for row in await _INSERT_RESPONSES_NOTIFY.fetch(conn, params))

@@ -16,6 +16,7 @@ by its busy timeout, PostgreSQL by ``statement_timeout`` and ``lock_timeout``.
 from __future__ import annotations
 
 import select
+import sqlite3
 import time
 from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
@@ -37,7 +38,7 @@ from hipq.outcomes import Settlement
 from hipq.store import unnest
 from hipq.store.process_guard import PgListener, ProcessGuard, SqliteFileLock
 from hipq.store.records import StoreSetupError
-from hipq.store.schema import attempts, jobs
+from hipq.store.schema import attempts, jobs, responses
 from hipq.store.state_guards import SETTLE
 from hipq.wakeup import CHANNEL
 
@@ -180,9 +181,22 @@ class Dialect(ABC):
             await conn.execute(table.delete())
 
 
+def _sqlalchemy_error(sql: str, exc: sqlite3.Error) -> sa_exc.DBAPIError:
+    """A sqlite3 error raised by the driver itself, as SQLAlchemy would raise it."""
+    if isinstance(exc, sqlite3.IntegrityError):
+        return sa_exc.IntegrityError(sql, None, exc)
+    if isinstance(exc, sqlite3.OperationalError):
+        return sa_exc.OperationalError(sql, None, exc)
+    return sa_exc.DBAPIError(sql, None, exc)
+
+
 class SqliteDialect(Dialect):
     name = "sqlite"
     single_process = True
+
+    def __init__(self) -> None:
+        # Per engine and column list: the insert and its columns' bind processors.
+        self._insert_plans: dict[tuple[int, str, tuple[str, ...]], tuple[str, list[Any]]] = {}
 
     def prepare(self, engine: AsyncEngine) -> None:
         @event.listens_for(engine.sync_engine, "connect")
@@ -232,6 +246,71 @@ class SqliteDialect(Dialect):
     def epoch_seconds(self, column: Any) -> Any:
         # Our SQLite timestamps are ISO strings in UTC, which julianday() reads.
         return (func.julianday(column) - 2440587.5) * 86400.0
+
+    async def job_insert_committed(
+        self, engine: AsyncEngine, rows: list[dict[str, Any]], payloads: Sequence[str]
+    ) -> list[int] | None:
+        return await self._insert_committed(engine, jobs, rows)
+
+    async def response_insert_committed(
+        self, engine: AsyncEngine, rows: list[dict[str, Any]], payload: str
+    ) -> list[int] | None:
+        return await self._insert_committed(engine, responses, rows)
+
+    async def _insert_committed(
+        self, engine: AsyncEngine, table: Table, rows: list[dict[str, Any]]
+    ) -> list[int]:
+        """Insert ``rows`` in a transaction of their own; their ids in order.
+
+        On aiosqlite every call is a hop to the connection's thread and back, and
+        SQLAlchemy's adapter makes four of each statement (cursor, execute, fetch,
+        close): a single-job POST's transaction took 13. On the driver connection it
+        takes five: BEGIN IMMEDIATE, the insert, its last rowid, COMMIT, and the
+        pool's reset. The values are converted by the columns' own bind processors,
+        exactly as SQLAlchemy would store them."""
+        columns = tuple(rows[0])
+        sql, convert = self._insert_plan(engine, table, columns)
+        params = [
+            tuple(c(r[k]) if c else r[k] for k, c in zip(columns, convert, strict=True))
+            for r in rows
+        ]
+        async with engine.connect() as conn:
+            raw = await conn.get_raw_connection()
+            driver = raw.driver_connection
+            busy_ms = _budget_ms() or SQLITE_BUSY_TIMEOUT_MS
+            try:
+                if raw.info.get("hipq_busy_ms") != busy_ms:
+                    await driver.execute(f"PRAGMA busy_timeout={busy_ms}")
+                    raw.info["hipq_busy_ms"] = busy_ms
+                await driver.execute("BEGIN IMMEDIATE")
+                try:
+                    await driver.executemany(sql, params)
+                    last = (await driver.execute_fetchall("SELECT last_insert_rowid()"))[0][0]
+                    await driver.commit()
+                except BaseException:
+                    await driver.rollback()
+                    raise
+            except sqlite3.Error as exc:
+                raise _sqlalchemy_error(sql, exc) from exc
+        # Writers are serialised and INTEGER PRIMARY KEY takes max(rowid) + 1: the
+        # ids are consecutive, ending at the last (as ``job_insert_rows``).
+        return list(range(last - len(rows) + 1, last + 1))
+
+    def _insert_plan(
+        self, engine: AsyncEngine, table: Table, columns: tuple[str, ...]
+    ) -> tuple[str, list[Any]]:
+        """The INSERT of ``columns`` and each column's bind processor (or None)."""
+        key = (id(engine), table.name, columns)
+        plan = self._insert_plans.get(key)
+        if plan is None:
+            dialect = engine.sync_engine.dialect
+            marks = ", ".join("?" * len(columns))
+            plan = (
+                f"INSERT INTO {table.name} ({', '.join(columns)}) VALUES ({marks})",
+                [table.c[name].type.bind_processor(dialect) for name in columns],
+            )
+            self._insert_plans[key] = plan
+        return plan
 
     async def job_insert_rows(self, conn: AsyncConnection, rows: list[dict[str, Any]]) -> list[int]:
         # SQLAlchemy can only return ids in order by inserting row by row on SQLite.

@@ -3,10 +3,12 @@ and PostgreSQL. Time is pinned by each test (see test_conformance)."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import timedelta
 from typing import Any
 
 import pytest
+from sqlalchemy import text
 
 from hipq.jobs import Job
 from hipq.lifecycle import State
@@ -336,3 +338,37 @@ async def test_accept_late_ignores_a_late_failure(store: Store) -> None:
     assert await accept_late(store, ["lenient"], at(4)) == []
     assert (await store.job_get(job.id)).state == State.FAILED
     assert (await store.response_get(rid)).status == "late"
+
+
+@pytest.mark.parametrize("body", [{"status": "ok", "n": [1, None]}, "text", 5, None])
+async def test_a_lone_response_is_stored_as_one_with_parked_messages_is(
+    store: Store, body: Any
+) -> None:
+    # Responses alone take each engine's one-statement path on the driver connection;
+    # with parked messages they share the SQLAlchemy transaction: stored alike.
+    fields: dict[str, Any] = {
+        "body": body,
+        "headers": {"x-id": "7"},
+        "reason": "fine",
+        "job_type": "charge",
+        "fingerprint": "f" * 16,
+    }
+    (alone,) = await store.response_insert_many([response("k", **fields)], T0, RESPONSE_TTL)
+    parked = ParkedMessage("kafka:replies", "no key", partition=0, offset=1, value="{}")
+    (beside,) = await store.response_insert_many(
+        [response("k", **fields)], T0, RESPONSE_TTL, [parked]
+    )
+    assert beside > alone
+    first, second = await store.response_get(alone), await store.response_get(beside)
+    assert first.body == body and first.headers == {"x-id": "7"}
+    assert first.received_at == T0 and first.expires_at == T0 + timedelta(seconds=RESPONSE_TTL)
+    async with store.engine.connect() as conn:
+        rows = (
+            await conn.execute(
+                text("SELECT * FROM hipq_responses WHERE id IN (:a, :b) ORDER BY id"),
+                {"a": alone, "b": beside},
+            )
+        ).all()
+    stored = [{**r._mapping, "id": None} for r in rows]
+    assert stored[0] == stored[1]
+    assert first == replace(second, id=alone)

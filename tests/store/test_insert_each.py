@@ -6,6 +6,8 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
+from sqlalchemy import text
+
 from hipq.jobs import NewJob
 from hipq.store import Conflict, InsertResult, JobFilter, Store
 
@@ -87,3 +89,39 @@ async def test_a_lone_refused_request_is_a_conflict(store: Store) -> None:
     ok((await store.job_insert_each([([new(correlation_key="x")], None)], T0))[0])
     [result] = await store.job_insert_each([([new(correlation_key="x")], None)], T0)
     assert isinstance(result, Conflict) and result.field == "correlation_key"
+
+
+async def test_a_plain_group_stores_every_field_as_a_transaction_does(store: Store) -> None:
+    # Plain requests take each engine's one-statement path on the driver connection;
+    # keyed ones the SQLAlchemy transaction: both must store and read back the same.
+    fields: dict[str, Any] = {
+        "payload": {"n": 1, "nested": {"list": [1, "two", None]}, "text": "é\u00e9"},
+        "run_at": datetime(2026, 1, 5, 12, 0, 0, 123456, tzinfo=UTC),
+        "priority": 7,
+        "weight": 3,
+        "labels": {"region": "eu"},
+        "windows": [{"days": "mon-fri", "from": "09:00", "to": "17:00"}],
+        "timeout_seconds": 12.5,
+        "retry": {"strategy": "fixed", "delay": "2s", "max_attempts": 4},
+        "critical": True,
+        "trace_context": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
+        "flags": ["bulk"],
+        "notify": ["ops"],
+    }
+    plain = ok((await store.job_insert_each([([new(**fields)], None)], T0))[0]).jobs[0]
+    keyed = ok((await store.job_insert_each([([new(**fields)], ("k-1", "h"))], T0))[0]).jobs[0]
+    read_plain, read_keyed = await store.job_get(plain.id), await store.job_get(keyed.id)
+    assert read_plain == plain
+    assert read_plain._replace(id=keyed.id) == read_keyed
+    assert (await store.job_get(plain.id)).run_at == fields["run_at"]
+    assert read_plain.windows is not None and read_plain.notify == ["ops"]
+    # Stored alike, not only read back alike: the SQL compares run_at as stored.
+    async with store.engine.connect() as conn:
+        stored = (
+            await conn.execute(
+                text("SELECT * FROM hipq_jobs WHERE id IN (:a, :b) ORDER BY id"),
+                {"a": plain.id, "b": keyed.id},
+            )
+        ).all()
+    first, second = (dict(r._mapping) for r in stored)
+    assert {**first, "id": None, "job_key": None} == {**second, "id": None, "job_key": None}

@@ -16,12 +16,13 @@ from hipq.store.records import (
     StoreSetupError,
 )
 from hipq.store.rows import row_to_job
-from hipq.store.store import Store
+from hipq.store.store import JobView, Store
 
 __all__ = [
     "Conflict",
     "InsertResult",
     "JobFilter",
+    "JobView",
     "LeaseLost",
     "Match",
     "NewResponse",

@@ -13,6 +13,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import bindparam, select, update
+from sqlalchemy.ext.asyncio import AsyncConnection
 
 from hipq.store.batch import QueueBatch
 from hipq.store.records import Conflict, NotFound
@@ -102,10 +103,14 @@ class HeartbeatTable(Transactions):
     async def heartbeat_of(self, job_id: int) -> Heartbeat | None:
         """The last heartbeat of ``job_id`` (of whichever attempt), if any."""
         async with self._read() as conn:
-            row = (
-                await conn.execute(select(job_heartbeats).where(job_heartbeats.c.job_id == job_id))
-            ).first()
-        return None if row is None else _heartbeat(row)
+            return await read_heartbeat(conn, job_id)
+
+
+async def read_heartbeat(conn: AsyncConnection, job_id: int) -> Heartbeat | None:
+    row = (
+        await conn.execute(select(job_heartbeats).where(job_heartbeats.c.job_id == job_id))
+    ).first()
+    return None if row is None else _heartbeat(row)
 
 
 async def heartbeat_take(batch: QueueBatch) -> list[Heartbeat]:

@@ -248,10 +248,7 @@ class JobTable(Transactions):
 
     async def job_get(self, job_id: int) -> Job:
         async with self._read() as conn:
-            row = (await conn.execute(select(jobs).where(jobs.c.id == job_id))).first()
-        if row is None:
-            raise NotFound(f"job {job_id} does not exist", field="id")
-        return row_to_job(row)
+            return await read_job(conn, job_id)
 
     async def job_finished_among(self, ids: Sequence[int], chunk: int = 500) -> list[Job]:
         """Those of ``ids`` that are in a terminal state now, in one read transaction
@@ -268,12 +265,7 @@ class JobTable(Transactions):
 
     async def job_attempts(self, job_id: int) -> list[Attempt]:
         async with self._read() as conn:
-            rows = (
-                await conn.execute(
-                    select(attempts).where(attempts.c.job_id == job_id).order_by(attempts.c.id)
-                )
-            ).all()
-        return [Attempt(**{k: v for k, v in r._asdict().items() if k != "id"}) for r in rows]
+            return await read_attempts(conn, job_id)
 
     async def job_list(self, flt: JobFilter) -> list[Job]:
         query = select(jobs).order_by(jobs.c.id.desc()).limit(flt.limit)
@@ -381,3 +373,19 @@ class JobTable(Transactions):
 
 def _has_job_key(new_jobs: Sequence[NewJob]) -> bool:
     return any(j.job_key for j in new_jobs)
+
+
+async def read_job(conn: AsyncConnection, job_id: int) -> Job:
+    row = (await conn.execute(select(jobs).where(jobs.c.id == job_id))).first()
+    if row is None:
+        raise NotFound(f"job {job_id} does not exist", field="id")
+    return row_to_job(row)
+
+
+async def read_attempts(conn: AsyncConnection, job_id: int) -> list[Attempt]:
+    rows = (
+        await conn.execute(
+            select(attempts).where(attempts.c.job_id == job_id).order_by(attempts.c.id)
+        )
+    ).all()
+    return [Attempt(**{k: v for k, v in r._asdict().items() if k != "id"}) for r in rows]

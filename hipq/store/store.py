@@ -9,18 +9,19 @@ the queue loop's writes go through ``queue_batch`` (``hipq.store.batch``). Calle
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from hipq import migrations
+from hipq.jobs import Attempt, Job
 from hipq.store.bulk import BulkTable
 from hipq.store.dialects import Dialect, create_engine, dialect_for
-from hipq.store.heartbeats import HeartbeatTable
+from hipq.store.heartbeats import Heartbeat, HeartbeatTable, read_heartbeat
 from hipq.store.inbox import InboxTable
 from hipq.store.job_types_mirror import JobTypesMirror
-from hipq.store.jobs import JobTable
+from hipq.store.jobs import JobTable, read_attempts, read_job
 from hipq.store.operator import OperatorTable
 from hipq.store.operator_reads import OperatorReads
 from hipq.store.outbox import NotificationTable
@@ -28,6 +29,12 @@ from hipq.store.process_guard import ProcessGuard
 from hipq.store.queues import QueueTable
 from hipq.store.schedules import ScheduleTable
 from hipq.store.schema import metadata
+
+
+class JobView(NamedTuple):
+    job: Job
+    attempts: list[Attempt]
+    heartbeat: Heartbeat | None
 
 
 class Store(
@@ -53,6 +60,14 @@ class Store(
     async def close(self) -> None:
         await self.dialect.close()
         await self.engine.dispose()
+
+    async def job_view(self, job_id: int) -> JobView:
+        """A job with its attempts and last heartbeat, read on one connection (what
+        ``GET /v1/jobs/{id}`` shows); ``NotFound`` if there is no such job."""
+        async with self._read() as conn:
+            job = await read_job(conn, job_id)
+            tried = await read_attempts(conn, job_id)
+            return JobView(job, tried, await read_heartbeat(conn, job_id))
 
     async def check(self) -> None:
         """Refuse a database that would not keep what hipq promises (``StoreSetupError``)."""

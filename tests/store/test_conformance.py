@@ -659,3 +659,18 @@ async def test_json_scalars_read_back_as_they_were_written(store: Store, value: 
     # integer 1, which is not a JSON document any more.
     (job,) = await insert(store, new(payload=value))
     assert (await store.job_get(job.id)).payload == value
+
+
+async def test_job_view_reads_the_job_its_attempts_and_its_heartbeat(store: Store) -> None:
+    (job,) = await insert(store, new(type="charge", correlation_key="order-1"))
+    (running,) = await claim_due(store)
+    await settle_jobs(store, [(running, Failed(AttemptError("busy")))], at(1))
+    (again,) = await claim_due(store, now=at(60))
+    beat = await store.heartbeat_record("order-1", "charge", {"done": 3}, at(61), 30.0)
+    view = await store.job_view(job.id)
+    assert view.job == await store.job_get(job.id) and view.job.attempt == again.attempt == 2
+    assert view.attempts == await store.job_attempts(job.id)
+    assert [a.attempt for a in view.attempts] == [1]
+    assert view.heartbeat == beat and view.heartbeat.progress == {"done": 3}
+    with pytest.raises(NotFound):
+        await store.job_view(job.id + 1000)

@@ -35,3 +35,12 @@ def nul_field(value: Any, where: str) -> str | None:
                 if isinstance(item, str | dict | list | tuple):
                     stack.append((item, f"{path}[{i}]"))
     return None
+
+
+def storable(value: Any) -> Any:
+    """``value`` itself, or ValueError (a 422 where a model validates it) if a string in
+    it holds U+0000: refused, not a 500 from the database."""
+    where = nul_field(value, "")
+    if where is not None:
+        raise ValueError(NUL_MESSAGE if not where else f"{where.lstrip('.')}: {NUL_MESSAGE}")
+    return value

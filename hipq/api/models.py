@@ -17,6 +17,7 @@ from pydantic import (
 )
 
 from hipq.jobs import Attempt, Job
+from hipq.storable_text import storable
 from hipq.store.heartbeats import Heartbeat
 from hipq.store.schema import KEY_MAX_LENGTH
 
@@ -167,15 +168,19 @@ class RetryRequest(_In):
 
 
 class CompleteRequest(_In):
-    result: Any = Field(None, description="the job's result, any JSON value")
+    result: Annotated[Any, AfterValidator(storable)] = Field(
+        None, description="the job's result, any JSON value"
+    )
 
 
 class FailRequest(_In):
-    reason: str = Field(min_length=1, max_length=2000, description="why, kept as last_error")
+    reason: Annotated[str, AfterValidator(storable)] = Field(
+        min_length=1, max_length=2000, description="why, kept as last_error"
+    )
 
 
 class CancelRequest(_In):
-    reason: str | None = Field(
+    reason: Annotated[str | None, AfterValidator(storable)] = Field(
         None, min_length=1, max_length=2000, description="kept as last_error"
     )
 

@@ -20,7 +20,7 @@ from hipq.api.models import ErrorOut, JobOut
 from hipq.schedules import ScheduleError, Scheduler, build_schedule
 from hipq.schedules.scheduler import schedule_fields, to_row
 from hipq.service import Service
-from hipq.storable_text import NUL_MESSAGE
+from hipq.storable_text import storable
 from hipq.store import Conflict
 from hipq.store.schedules import ScheduleRow
 
@@ -34,14 +34,7 @@ _409: _Responses = {
 _422: _Responses = {422: {"model": ErrorOut, "description": "a field refused; `field` names it"}}
 
 
-def _storable(value: str) -> str:
-    # PostgreSQL cannot store or compare text holding U+0000: refused, not a 500.
-    if "\x00" in value:
-        raise ValueError(NUL_MESSAGE)
-    return value
-
-
-StorableText = Annotated[str, AfterValidator(_storable)]
+StorableText = Annotated[str, AfterValidator(storable)]
 Name = Annotated[
     StorableText, Path(min_length=1, max_length=200, description="the schedule's name")
 ]

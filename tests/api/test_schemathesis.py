@@ -188,3 +188,19 @@ async def test_a_schedule_name_holding_nul_is_refused(api: Api) -> None:
     )
     assert created.status_code == 422, created.text
     assert created.json()["field"] == "name"
+
+
+async def test_a_verbs_reason_or_result_holding_nul_is_refused(api: Api) -> None:
+    # PostgreSQL cannot store U+0000 in text or jsonb: fail with such a reason was a 500.
+    job = (await api.client.post("/v1/jobs", json={"type": "ok"})).json()
+    for verb, body, field in [
+        ("fail", {"reason": "\u0000\u00d2<"}, "reason"),
+        ("cancel", {"reason": "a\u0000"}, "reason"),
+        ("complete", {"result": {"k": ["x\u0000"]}}, "result"),
+    ]:
+        refused = await api.client.post(f"/v1/jobs/{job['id']}/{verb}", json=body)
+        assert refused.status_code == 422, refused.text
+        assert refused.json()["field"] == field, refused.text
+        assert "NUL" in refused.json()["message"]
+    unchanged = (await api.client.get(f"/v1/jobs/{job['id']}")).json()
+    assert unchanged["state"] == "scheduled" and unchanged["last_error"] is None

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter, deque
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -77,6 +78,11 @@ class Admission:
             since = now - timedelta(seconds=self.lookback)
             self.starts.extend(await store.job_recent_starts(self.queue, since))
 
+    def scans(self, live: Iterable[Job]) -> bool:
+        """Whether ``admit`` would begin with the due scan (capacity is free)."""
+        capacity = self.config.concurrency
+        return capacity is None or sum(j.weight for j in live) < capacity
+
     async def admit(self, batch: QueueBatch, live: list[Job], now: datetime) -> Admitted:
         """Read due jobs, run the chain over them against ``live`` (the in-flight jobs
         that stay), claim the admitted, defer or annotate the rest."""
@@ -97,6 +103,8 @@ class Admission:
         candidates = await batch.job_due(
             now, scan, self.config.order, self.config.aging, max_weight=max_weight
         )
+        if batch.paused:  # learnt with the scan (the lease fence went with it)
+            return out
         out.full = len(candidates) >= self.config.batch_size
         if not candidates:
             await self._write_stats(batch, live, Counter(), now)

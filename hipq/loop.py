@@ -198,11 +198,16 @@ class QueueLoop:
         report = TickReport()
         # Events of what the tick writes: emitted once its transaction has committed.
         committed: list[Event] = []
+        self._recheck_due()
         try:
             async with self.store.queue_batch(
-                self.name, self.owner, self.token, now, self.lease_ttl
+                self.name,
+                self.owner,
+                self.token,
+                now,
+                self.lease_ttl,
+                scan_first=self._scan_first(reports, now),
             ) as batch:
-                self._recheck_due()
                 cancels: Requests = {}  # operators' requests (hipq.operator_requests)
                 # Heartbeats of external jobs are hinted and rechecked with cancels.
                 await self.heartbeats.take(batch, self.in_flight, reports, self._check_cancels, now)
@@ -219,7 +224,6 @@ class QueueLoop:
                 if used:
                     committed.append(matched_event(self.name, used, self.in_flight, now))
                 claimed: list[Job] = []
-                self._paused_since_tick = time.monotonic() if batch.paused else None
                 if not batch.paused and self._drain.claims:
                     done = {s.job_id for s in settled}
                     live = [j for j in self.in_flight.values() if j.id not in done]
@@ -230,9 +234,12 @@ class QueueLoop:
                     report.admitted, report.held = len(claimed), admitted.held
                     report.deferred, report.loaded = admitted.deferred, admitted.loaded
                     report.full = admitted.full
-                if not claimed or settled:
+                # With the fence sent along with the due scan, paused is known only now.
+                self._paused_since_tick = time.monotonic() if batch.paused else None
+                if not claimed or settled or batch.knows_next_run_at(now):
                     # A tick that only claimed (a new job on an idle queue) reads it
-                    # after the dispatch; a busy one here, saving a transaction.
+                    # after the dispatch, unless its due scan read it along; a busy
+                    # one here, saving a transaction.
                     report.next_run_at = await batch.job_next_run_at(now)
         except LeaseLost:
             self._lose_lease()
@@ -249,6 +256,19 @@ class QueueLoop:
         if self._drain.claims:  # else claimed mid-tick: left `running` for the next owner
             self._dispatch(claimed)
         return report
+
+    def _scan_first(self, reports: Reports, now: datetime) -> bool:
+        """Whether the tick's first statement is its due scan, as on a wake-up for a
+        new job: nothing reported, nothing to look for, no deadline passed, capacity
+        free (``Admission.scans``)."""
+        live = self.in_flight.values()
+        return (
+            reports.empty
+            and not (self._check_cancels or self._check_responses)
+            and self._drain.claims
+            and not any(j.deadline is not None and j.deadline <= now for j in live)
+            and self.admission.scans(live)
+        )
 
     def _apply(self, reports: Reports, settled: list[Settlement], claimed: list[Job]) -> None:
         """The transaction committed: bring the in-memory view in line with it."""

@@ -7,6 +7,7 @@ as text, cast to jsonb).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
@@ -15,6 +16,7 @@ import orjson
 from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.sql import text
 
+from hipq.jobs import Attempt
 from hipq.outcomes import Settlement
 from hipq.store.state_guards import SETTLE
 
@@ -60,10 +62,48 @@ _SETTLE_AND_RECORD = text(
 )
 
 
+def _numbered(sql: str) -> tuple[str, tuple[str, ...]]:
+    """``:name`` parameters as asyncpg's ``$n``, and the names in their order."""
+    names: list[str] = []
+
+    def number(found: re.Match[str]) -> str:
+        if found[1] not in names:
+            names.append(found[1])
+        return f"${names.index(found[1]) + 1}"
+
+    return re.sub(r"(?<!:):([a-z_]+)", number, sql), tuple(names)
+
+
+# The same statements for the asyncpg connection itself (the loop's tick).
+_SETTLE_RAW = _numbered(_SETTLE.text)
+_SETTLE_AND_RECORD_RAW = _numbered(_SETTLE_AND_RECORD.text)
+
+
 async def job_settle(
     conn: AsyncConnection, settlements: Sequence[Settlement], now: datetime
 ) -> None:
-    params: dict[str, Any] = {
+    params = _settle_params(settlements, now)
+    records = [s.record for s in settlements if s.record is not None]
+    if not records:
+        await conn.execute(_SETTLE, params)
+        return
+    params.update(_record_params(records))
+    await conn.execute(_SETTLE_AND_RECORD, params)
+
+
+async def job_settle_driver(driver: Any, settlements: Sequence[Settlement], now: datetime) -> None:
+    """``job_settle`` on an asyncpg connection, inside its open transaction."""
+    params = _settle_params(settlements, now)
+    records = [s.record for s in settlements if s.record is not None]
+    sql, names = _SETTLE_RAW
+    if records:
+        params.update(_record_params(records))
+        sql, names = _SETTLE_AND_RECORD_RAW
+    await driver.execute(sql, *(params[n] for n in names))
+
+
+def _settle_params(settlements: Sequence[Settlement], now: datetime) -> dict[str, Any]:
+    return {
         "now": now,
         "ids": [s.job_id for s in settlements],
         "attempts": [s.attempt for s in settlements],
@@ -74,20 +114,18 @@ async def job_settle(
         "results": [_json_or_null(s.result) for s in settlements],
         "errors": [s.last_error for s in settlements],
     }
-    records = [s.record for s in settlements if s.record is not None]
-    if not records:
-        await conn.execute(_SETTLE, params)
-        return
-    params.update(
-        r_job_ids=[r.job_id for r in records],
-        r_attempts=[r.attempt for r in records],
-        r_started=[r.started_at for r in records],
-        r_finished=[r.finished_at for r in records],
-        r_outcomes=[r.outcome for r in records],
-        r_errors=[r.error for r in records],
-        r_responses=[_json_or_null(r.response) for r in records],
-    )
-    await conn.execute(_SETTLE_AND_RECORD, params)
+
+
+def _record_params(records: Sequence[Attempt]) -> dict[str, Any]:
+    return {
+        "r_job_ids": [r.job_id for r in records],
+        "r_attempts": [r.attempt for r in records],
+        "r_started": [r.started_at for r in records],
+        "r_finished": [r.finished_at for r in records],
+        "r_outcomes": [r.outcome for r in records],
+        "r_errors": [r.error for r in records],
+        "r_responses": [_json_or_null(r.response) for r in records],
+    }
 
 
 _INSERT_JOBS = text(

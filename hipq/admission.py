@@ -89,7 +89,7 @@ class Admission:
         self.held_by_rate = False
         out = Admitted()
         capacity = self.config.concurrency
-        in_use = sum(j.weight for j in live)
+        in_use = sum(j.weight for j in live) if capacity is not None else 0
         if capacity is not None and in_use >= capacity:
             # Full: nothing can be admitted, so do not read (and re-hold) the backlog.
             await self._write_stats(batch, live, Counter(), now)
@@ -110,7 +110,10 @@ class Admission:
             await self._write_stats(batch, live, Counter(), now)
             return out
         self._forget_starts(now)
-        view = RunningView((_in_flight_view(j) for j in live), tuple(self.starts))
+        # Only stages consult the view (group reads come with stages): a queue without
+        # any, draining a backlog, would build one per in-flight job each tick.
+        in_flight = (_in_flight_view(j) for j in live) if self.stages else ()
+        view = RunningView(in_flight, tuple(self.starts))
         chain = await self._decide(batch, candidates, view, now)
         if out.full and self.group_reads is not None:
             # More are due than were read: a backlog of one group at the front may

@@ -16,7 +16,6 @@ timing; ``Admission`` decides what starts and ``Correlation`` matches responses.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import enum
 import logging
 import time
@@ -264,7 +263,8 @@ class QueueLoop:
         live = self.in_flight.values()
         return (
             reports.empty
-            and not (self._check_cancels or self._check_responses)
+            and not self._check_cancels
+            and not (self._check_responses and self.correlation.active)
             and self._drain.claims
             and not any(j.deadline is not None and j.deadline <= now for j in live)
             and self.admission.scans(live)
@@ -303,10 +303,11 @@ class QueueLoop:
     # -- the service around ticks ---------------------------------------------------
 
     async def _next_run_at(self, report: TickReport, now: datetime) -> datetime | None:
-        if isinstance(report.next_run_at, Unread):
+        if report.admitted:
             # The tick dispatched jobs: let their handlers start before this read's
-            # connection checkout and BEGIN run on the event loop.
+            # (or the next tick's) connection checkout and BEGIN run on the event loop.
             await asyncio.sleep(0)
+        if isinstance(report.next_run_at, Unread):
             return await self.store.job_next_run_at(self.name, now)
         return report.next_run_at
 
@@ -375,12 +376,16 @@ class QueueLoop:
         return failures
 
     async def _sleep(self, seconds: float) -> None:
-        if self.wake.is_set():
-            self.wake.clear()
-        else:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.wake.wait(), timeout=seconds)
-            self.wake.clear()
+        if not self.wake.is_set():
+            # A timer that sets the wake-up rather than ``wait_for``: that runs the wait
+            # in a task of its own, and a wake-up then takes three turns of the event
+            # loop to reach this one.
+            timer = asyncio.get_running_loop().call_later(seconds, self.wake.set)
+            try:
+                await self.wake.wait()
+            finally:
+                timer.cancel()
+        self.wake.clear()
         await self._paused_wait()
 
     async def _paused_wait(self) -> None:

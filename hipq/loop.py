@@ -36,7 +36,7 @@ from hipq.job_types import JobTypes
 from hipq.jobs import Job
 from hipq.lifecycle import State
 from hipq.loop_recovery import Drain, reconcile, reread_owned
-from hipq.outcomes import Failed, Outcome, Settlement
+from hipq.outcomes import Failed, Outcome, Settlement, Succeeded
 from hipq.plugins import RetryStrategies
 from hipq.reports import Reports, apply_reports, write_reports
 from hipq.retry import AttemptError
@@ -205,7 +205,7 @@ class QueueLoop:
                 self.token,
                 now,
                 self.lease_ttl,
-                scan_first=self._scan_first(reports, now),
+                fence_later=self._fence_later(reports, now),
             ) as batch:
                 cancels: Requests = {}  # operators' requests (hipq.operator_requests)
                 # Heartbeats of external jobs are hinted and rechecked with cancels.
@@ -256,19 +256,24 @@ class QueueLoop:
             self._dispatch(claimed)
         return report
 
-    def _scan_first(self, reports: Reports, now: datetime) -> bool:
-        """Whether the tick's first statement is its due scan, as on a wake-up for a
-        new job: nothing reported, nothing to look for, no deadline passed, capacity
-        free (``Admission.scans``)."""
+    def _fence_later(self, reports: Reports, now: datetime) -> bool:
+        """Whether the tick's first statement is the settle of jobs that succeeded, or
+        the due scan (a wake-up for a new job): nothing else reported, nothing to look
+        for, no deadline passed. The lease fence can go with either."""
         live = self.in_flight.values()
-        return (
-            reports.empty
-            and not self._check_cancels
-            and not (self._check_responses and self.correlation.active)
-            and self._drain.claims
-            and not any(j.deadline is not None and j.deadline <= now for j in live)
-            and self.admission.scans(live)
-        )
+        if (
+            reports.sent
+            or reports.deadlines
+            or reports.payloads
+            or self._check_cancels
+            or (self._check_responses and self.correlation.active)
+            or any(j.deadline is not None and j.deadline <= now for j in live)
+        ):
+            return False
+        if reports.outcomes:
+            # Other outcomes may read first (a retry's stored settings, a snooze).
+            return all(type(o) is Succeeded for o in reports.outcomes.values())
+        return self._drain.claims and self.admission.scans(live)
 
     def _apply(self, reports: Reports, settled: list[Settlement], claimed: list[Job]) -> None:
         """The transaction committed: bring the in-memory view in line with it."""

@@ -100,8 +100,8 @@ class QueueBatch:
         # PostgreSQL's asyncpg connection in the same transaction: the hot statements
         # go on it directly (``hipq.store.tick_sql``); None on SQLite.
         self.driver = driver
-        # The lease fence not sent yet (owner, token, new expiry): it goes with the due
-        # scan when that is the tick's first statement, else before the first other.
+        # The lease fence not sent yet (owner, token, new expiry): it goes with the
+        # settle or the due scan when one is the tick's first statement, else on its own.
         self._fence = fence
         # (after, the next run_at after it) as the due scan read it; forgotten by any
         # write that may schedule a job later than now.
@@ -125,6 +125,10 @@ class QueueBatch:
         else:
             params = {"b_queue": self.queue, "b_owner": owner, "b_token": token}
             row = (await self._conn.execute(_FENCE, {**params, "b_expires": expires})).first()
+        self._fenced(row)
+
+    def _fenced(self, row: Any) -> None:
+        """The fence's answer: the queue's row (paused, forbidden flags), None if lost."""
         if row is None:
             raise LeaseLost(self.queue)
         self._fence = None
@@ -141,10 +145,15 @@ class QueueBatch:
         if not settlements:
             return
         self._next_run_at = None
-        await self.fence()
-        if self.driver is not None:
+        if self.driver is not None and self._fence is not None:
+            row = await unnest.job_settle_driver(
+                self.driver, settlements, now, (self.queue, *self._fence)
+            )
+            self._fenced(row)
+        elif self.driver is not None:
             await unnest.job_settle_driver(self.driver, settlements, now)
         else:
+            await self.fence()
             await self.dialect.job_settle(self._conn, settlements, now)
 
     async def job_due(
@@ -193,10 +202,7 @@ class QueueBatch:
         args = scan.args(values)
         if self._fence is not None:
             rows = await self.driver.fetch(scan.fenced_sql, *args, *self._fence)
-            if not rows:
-                raise LeaseLost(self.queue)
-            self._fence = None
-            self.paused, self.forbidden_flags = bool(rows[0][0]), frozenset(rows[0][1] or ())
+            self._fenced(rows[0] if rows else None)
             first = 3
         else:
             rows = await self.driver.fetch(scan.sql, *args)

@@ -134,7 +134,7 @@ class QueueTable(Transactions):
         now: datetime,
         ttl: float,
         *,
-        scan_first: bool = False,
+        fence_later: bool = False,
     ) -> AsyncIterator[QueueBatch]:
         """One transaction of a queue's loop, fenced by its lease token.
 
@@ -142,15 +142,15 @@ class QueueTable(Transactions):
         raises ``LeaseLost`` and nothing of the batch is written. On PostgreSQL the
         fence also row-locks the queue, so a takeover waits for this commit.
 
-        ``scan_first``: the caller's first statement is the due scan; on PostgreSQL
-        the fence then goes with it (one round trip), and ``paused`` is known after
-        it. Any other statement first sends the fence on its own.
+        ``fence_later``: the caller's first statement is the settle or the due scan;
+        on PostgreSQL the fence then goes with it (one round trip for both), and
+        ``paused`` is known after it. Any other statement sends the fence first.
         """
         async with self._write() as conn:
             driver = await self.dialect.driver_connection(conn)
             fence = (owner, token, now + timedelta(seconds=ttl))
             batch = QueueBatch(conn, self.dialect, queue, False, driver=driver, fence=fence)
-            if not (scan_first and driver is not None):
+            if not (fence_later and driver is not None):
                 await batch.fence()
             yield batch
             await batch.fence()  # a tick that sent nothing still renews its lease

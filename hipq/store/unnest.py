@@ -32,33 +32,51 @@ def _json_or_null(value: Any) -> str | None:
 _SETTLE_FROM = ", ".join(f"'{s.value}'" for s in sorted(SETTLE.sources))
 # A whole tick's settlements; with attempt records, one statement for both tables
 # (two data-modifying parts of one WITH: one round trip).
-_SETTLE_SQL = f"""
+_SETTLE_SQL = """
     UPDATE hipq_jobs AS j
     SET state = u.state, run_at = u.run_at, payload = u.payload::jsonb,
         finished_at = u.finished_at, result = u.result::jsonb, last_error = u.last_error,
         deadline = NULL, cancel_requested = false, updated_at = :now
-    FROM unnest(CAST(:ids AS bigint[]), CAST(:attempts AS integer[]), CAST(:states AS text[]),
-                CAST(:run_ats AS timestamptz[]), CAST(:payloads AS text[]),
+    FROM {fence}unnest(CAST(:ids AS bigint[]), CAST(:attempts AS integer[]),
+                CAST(:states AS text[]), CAST(:run_ats AS timestamptz[]), CAST(:payloads AS text[]),
                 CAST(:finished AS timestamptz[]), CAST(:results AS text[]),
                 CAST(:errors AS text[]))
          AS u(id, attempt, state, run_at, payload, finished_at, result, last_error)
-    WHERE j.id = u.id AND j.attempt = u.attempt AND j.state IN ({_SETTLE_FROM})
+    WHERE j.id = u.id AND j.attempt = u.attempt AND j.state IN ({settle_from})
 """
 # A row already there (the same settlement again, after a lost COMMIT reply) is kept.
 _ATTEMPTS_SQL = """
     INSERT INTO hipq_attempts (job_id, attempt, started_at, finished_at, outcome, error, response)
     SELECT r.job_id, r.attempt, r.started_at, r.finished_at, r.outcome, r.error,
            r.response::jsonb
-    FROM unnest(CAST(:r_job_ids AS bigint[]), CAST(:r_attempts AS integer[]),
+    FROM {fence}unnest(CAST(:r_job_ids AS bigint[]), CAST(:r_attempts AS integer[]),
                 CAST(:r_started AS timestamptz[]), CAST(:r_finished AS timestamptz[]),
                 CAST(:r_outcomes AS text[]), CAST(:r_errors AS text[]),
                 CAST(:r_responses AS text[]))
          AS r(job_id, attempt, started_at, finished_at, outcome, error, response)
     ON CONFLICT DO NOTHING
 """
-_SETTLE = text(_SETTLE_SQL)
+_SETTLE = text(_SETTLE_SQL.format(fence="", settle_from=_SETTLE_FROM))
 _SETTLE_AND_RECORD = text(
-    f"WITH settled AS ({_SETTLE_SQL}), recorded AS ({_ATTEMPTS_SQL}) SELECT 1"
+    f"WITH settled AS ({_SETTLE.text}), recorded AS ({_ATTEMPTS_SQL.format(fence='')}) SELECT 1"
+)
+# The loop's lease fence with them (``hipq.store.tick_sql``): both parts join its row,
+# so a fence that matched none writes nothing, and the statement returns no row.
+_FENCE_SQL = (
+    "fence AS (UPDATE hipq_queues SET lease_expires_at = :f_expires"
+    " WHERE name = :f_queue AND lease_owner = :f_owner AND lease_token = :f_token"
+    " RETURNING paused, forbidden_flags)"
+)
+_SETTLE_FENCED = (
+    f"WITH {_FENCE_SQL}, "
+    f"settled AS ({_SETTLE_SQL.format(fence='fence, ', settle_from=_SETTLE_FROM)}) "
+    "SELECT paused, forbidden_flags FROM fence"
+)
+_SETTLE_AND_RECORD_FENCED = (
+    f"WITH {_FENCE_SQL}, "
+    f"settled AS ({_SETTLE_SQL.format(fence='fence, ', settle_from=_SETTLE_FROM)}), "
+    f"recorded AS ({_ATTEMPTS_SQL.format(fence='fence, ')}) "
+    "SELECT paused, forbidden_flags FROM fence"
 )
 
 
@@ -77,6 +95,8 @@ def _numbered(sql: str) -> tuple[str, tuple[str, ...]]:
 # The same statements for the asyncpg connection itself (the loop's tick).
 _SETTLE_RAW = _numbered(_SETTLE.text)
 _SETTLE_AND_RECORD_RAW = _numbered(_SETTLE_AND_RECORD.text)
+_SETTLE_FENCED_RAW = _numbered(_SETTLE_FENCED)
+_SETTLE_AND_RECORD_FENCED_RAW = _numbered(_SETTLE_AND_RECORD_FENCED)
 
 
 async def job_settle(
@@ -91,15 +111,25 @@ async def job_settle(
     await conn.execute(_SETTLE_AND_RECORD, params)
 
 
-async def job_settle_driver(driver: Any, settlements: Sequence[Settlement], now: datetime) -> None:
-    """``job_settle`` on an asyncpg connection, inside its open transaction."""
+async def job_settle_driver(
+    driver: Any,
+    settlements: Sequence[Settlement],
+    now: datetime,
+    fence: tuple[str, str, int, datetime] | None = None,
+) -> Any:
+    """``job_settle`` on an asyncpg connection, inside its open transaction. With
+    ``fence`` (queue, owner, token, new expiry) the lease fence goes with it: returns
+    the queue's row (paused, forbidden flags), None if the fence matched none."""
     params = _settle_params(settlements, now)
     records = [s.record for s in settlements if s.record is not None]
-    sql, names = _SETTLE_RAW
     if records:
         params.update(_record_params(records))
-        sql, names = _SETTLE_AND_RECORD_RAW
-    await driver.execute(sql, *(params[n] for n in names))
+    if fence is None:
+        sql, names = _SETTLE_AND_RECORD_RAW if records else _SETTLE_RAW
+        return await driver.execute(sql, *(params[n] for n in names))
+    sql, names = _SETTLE_AND_RECORD_FENCED_RAW if records else _SETTLE_FENCED_RAW
+    params.update(f_queue=fence[0], f_owner=fence[1], f_token=fence[2], f_expires=fence[3])
+    return await driver.fetchrow(sql, *(params[n] for n in names))
 
 
 def _settle_params(settlements: Sequence[Settlement], now: datetime) -> dict[str, Any]:

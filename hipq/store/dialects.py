@@ -468,7 +468,7 @@ class PostgresDialect(Dialect):
         # transaction, so the adapter begins it here. Its attributes are not public:
         # where they are missing the caller keeps to SQLAlchemy.
         raw = await conn.get_raw_connection()
-        adapter = raw.dbapi_connection
+        adapter: Any = raw.dbapi_connection
         start = getattr(adapter, "_start_transaction", None)
         if start is None or getattr(adapter, "isolation_level", None) == "autocommit":
             return None

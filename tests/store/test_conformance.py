@@ -502,8 +502,8 @@ async def test_a_fence_sent_later_renews_the_lease_and_reads_pause(store: Store)
         pass
     assert await store.lease_acquire("default", "b", at(TTL + 1), TTL) is None
     async with store.queue_batch("default", "a", token, at(2), TTL, fence_later=True) as batch:
-        [due] = await batch.job_due(at(2), 10, "time_priority")
-        assert (due.id, batch.paused) == (job.id, False)
+        [read] = await batch.job_due(at(2), 10, "time_priority")
+        assert (read.id, batch.paused) == (job.id, False)
         assert batch.knows_next_run_at(at(2)) == (store.dialect.name == "postgresql")
         assert await batch.job_next_run_at(at(2)) is None
 

@@ -7,7 +7,8 @@ nothing) and the API over ``httpx.ASGITransport``. Each POST goes to an idle que
 then the script waits until the job completed before the next. Round trips are
 counted with SQLAlchemy's events: each statement, each BEGIN (``begin``, except in
 autocommit), each COMMIT and each ROLLBACK, and each connection ping, split by who
-made them (the API request or the loop). Round trips are the figure that does not
+made them (the API request or the loop); statements that hipq sends on the asyncpg
+connection itself are counted where it calls asyncpg. Round trips are the figure that does not
 move with the machine's load; wall-clock figures come from ``hipq bench``.
 """
 
@@ -107,6 +108,28 @@ def _count_pings() -> None:
     AsyncAdapt_asyncpg_connection.ping = ping  # type: ignore[method-assign]
 
 
+def _count_driver_statements() -> None:
+    """Statements hipq sends on the asyncpg connection itself (the loop's tick on
+    PostgreSQL), which SQLAlchemy's events do not see. Calls from SQLAlchemy's adapter
+    or asyncpg (its BEGIN and COMMIT) are counted by the events above."""
+    try:
+        from asyncpg.connection import Connection
+    except ImportError:
+        return
+    for name in ("fetch", "fetchrow", "fetchval", "execute", "executemany"):
+        original = getattr(Connection, name)
+
+        def counted(original: Any = original) -> Any:
+            async def call(self: Any, query: str, *args: Any, **kwargs: Any) -> Any:
+                if "/hipq/" in sys._getframe(1).f_code.co_filename:
+                    counts[(_who.get(), _kind(query))] += 1
+                return await original(self, query, *args, **kwargs)
+
+            return call
+
+        setattr(Connection, name, counted())
+
+
 @contextmanager
 def _as(who: str) -> Iterator[None]:
     token = _who.set(who)
@@ -165,6 +188,7 @@ async def main() -> None:
     add_engine_options(parser)
     args = parser.parse_args()
     _count_pings()
+    _count_driver_statements()
     _listen_to_every_engine()
     with tempfile.TemporaryDirectory() as tmp:
         engines, opts = chosen_engines(args)

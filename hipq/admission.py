@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter, deque
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -77,13 +78,18 @@ class Admission:
             since = now - timedelta(seconds=self.lookback)
             self.starts.extend(await store.job_recent_starts(self.queue, since))
 
+    def scans(self, live: Iterable[Job]) -> bool:
+        """Whether ``admit`` would begin with the due scan (capacity is free)."""
+        capacity = self.config.concurrency
+        return capacity is None or sum(j.weight for j in live) < capacity
+
     async def admit(self, batch: QueueBatch, live: list[Job], now: datetime) -> Admitted:
         """Read due jobs, run the chain over them against ``live`` (the in-flight jobs
         that stay), claim the admitted, defer or annotate the rest."""
         self.held_by_rate = False
         out = Admitted()
         capacity = self.config.concurrency
-        in_use = sum(j.weight for j in live)
+        in_use = sum(j.weight for j in live) if capacity is not None else 0
         if capacity is not None and in_use >= capacity:
             # Full: nothing can be admitted, so do not read (and re-hold) the backlog.
             await self._write_stats(batch, live, Counter(), now)
@@ -97,12 +103,17 @@ class Admission:
         candidates = await batch.job_due(
             now, scan, self.config.order, self.config.aging, max_weight=max_weight
         )
+        if batch.paused:  # learnt with the scan (the lease fence went with it)
+            return out
         out.full = len(candidates) >= self.config.batch_size
         if not candidates:
             await self._write_stats(batch, live, Counter(), now)
             return out
         self._forget_starts(now)
-        view = RunningView((_in_flight_view(j) for j in live), tuple(self.starts))
+        # Only stages consult the view (group reads come with stages): a queue without
+        # any, draining a backlog, would build one per in-flight job each tick.
+        in_flight = (_in_flight_view(j) for j in live) if self.stages else ()
+        view = RunningView(in_flight, tuple(self.starts))
         chain = await self._decide(batch, candidates, view, now)
         if out.full and self.group_reads is not None:
             # More are due than were read: a backlog of one group at the front may

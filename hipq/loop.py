@@ -16,7 +16,6 @@ timing; ``Admission`` decides what starts and ``Correlation`` matches responses.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import enum
 import logging
 import time
@@ -37,7 +36,7 @@ from hipq.job_types import JobTypes
 from hipq.jobs import Job
 from hipq.lifecycle import State
 from hipq.loop_recovery import Drain, reconcile, reread_owned
-from hipq.outcomes import Failed, Outcome, Settlement
+from hipq.outcomes import Failed, Outcome, Settlement, Succeeded
 from hipq.plugins import RetryStrategies
 from hipq.reports import Reports, apply_reports, write_reports
 from hipq.retry import AttemptError
@@ -198,11 +197,16 @@ class QueueLoop:
         report = TickReport()
         # Events of what the tick writes: emitted once its transaction has committed.
         committed: list[Event] = []
+        self._recheck_due()
         try:
             async with self.store.queue_batch(
-                self.name, self.owner, self.token, now, self.lease_ttl
+                self.name,
+                self.owner,
+                self.token,
+                now,
+                self.lease_ttl,
+                fence_later=self._fence_later(reports, now),
             ) as batch:
-                self._recheck_due()
                 cancels: Requests = {}  # operators' requests (hipq.operator_requests)
                 # Heartbeats of external jobs are hinted and rechecked with cancels.
                 await self.heartbeats.take(batch, self.in_flight, reports, self._check_cancels, now)
@@ -219,7 +223,6 @@ class QueueLoop:
                 if used:
                     committed.append(matched_event(self.name, used, self.in_flight, now))
                 claimed: list[Job] = []
-                self._paused_since_tick = time.monotonic() if batch.paused else None
                 if not batch.paused and self._drain.claims:
                     done = {s.job_id for s in settled}
                     live = [j for j in self.in_flight.values() if j.id not in done]
@@ -230,9 +233,12 @@ class QueueLoop:
                     report.admitted, report.held = len(claimed), admitted.held
                     report.deferred, report.loaded = admitted.deferred, admitted.loaded
                     report.full = admitted.full
-                if not claimed or settled:
+                # With the fence sent along with the due scan, paused is known only now.
+                self._paused_since_tick = time.monotonic() if batch.paused else None
+                if not claimed or settled or batch.knows_next_run_at(now):
                     # A tick that only claimed (a new job on an idle queue) reads it
-                    # after the dispatch; a busy one here, saving a transaction.
+                    # after the dispatch, unless its due scan read it along; a busy
+                    # one here, saving a transaction.
                     report.next_run_at = await batch.job_next_run_at(now)
         except LeaseLost:
             self._lose_lease()
@@ -249,6 +255,25 @@ class QueueLoop:
         if self._drain.claims:  # else claimed mid-tick: left `running` for the next owner
             self._dispatch(claimed)
         return report
+
+    def _fence_later(self, reports: Reports, now: datetime) -> bool:
+        """Whether the tick's first statement is the settle of jobs that succeeded, or
+        the due scan (a wake-up for a new job): nothing else reported, nothing to look
+        for, no deadline passed. The lease fence can go with either."""
+        live = self.in_flight.values()
+        if (
+            reports.sent
+            or reports.deadlines
+            or reports.payloads
+            or self._check_cancels
+            or (self._check_responses and self.correlation.active)
+            or any(j.deadline is not None and j.deadline <= now for j in live)
+        ):
+            return False
+        if reports.outcomes:
+            # Other outcomes may read first (a retry's stored settings, a snooze).
+            return all(type(o) is Succeeded for o in reports.outcomes.values())
+        return self._drain.claims and self.admission.scans(live)
 
     def _apply(self, reports: Reports, settled: list[Settlement], claimed: list[Job]) -> None:
         """The transaction committed: bring the in-memory view in line with it."""
@@ -283,10 +308,11 @@ class QueueLoop:
     # -- the service around ticks ---------------------------------------------------
 
     async def _next_run_at(self, report: TickReport, now: datetime) -> datetime | None:
-        if isinstance(report.next_run_at, Unread):
+        if report.admitted:
             # The tick dispatched jobs: let their handlers start before this read's
-            # connection checkout and BEGIN run on the event loop.
+            # (or the next tick's) connection checkout and BEGIN run on the event loop.
             await asyncio.sleep(0)
+        if isinstance(report.next_run_at, Unread):
             return await self.store.job_next_run_at(self.name, now)
         return report.next_run_at
 
@@ -355,12 +381,16 @@ class QueueLoop:
         return failures
 
     async def _sleep(self, seconds: float) -> None:
-        if self.wake.is_set():
-            self.wake.clear()
-        else:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.wake.wait(), timeout=seconds)
-            self.wake.clear()
+        if not self.wake.is_set():
+            # A timer that sets the wake-up rather than ``wait_for``: that runs the wait
+            # in a task of its own, and a wake-up then takes three turns of the event
+            # loop to reach this one.
+            timer = asyncio.get_running_loop().call_later(seconds, self.wake.set)
+            try:
+                await self.wake.wait()
+            finally:
+                timer.cancel()
+        self.wake.clear()
         await self._paused_wait()
 
     async def _paused_wait(self) -> None:

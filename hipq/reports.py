@@ -31,6 +31,10 @@ class Reports:
     deadlines: dict[int, datetime] = field(default_factory=dict)
     payloads: dict[int, dict[str, Any]] = field(default_factory=dict)
 
+    @property
+    def empty(self) -> bool:
+        return not (self.outcomes or self.sent or self.deadlines or self.payloads)
+
     def merge_back(self, newer: Reports) -> None:
         """Put a failed tick's reports back in front of what arrived meanwhile."""
         self.outcomes = {**self.outcomes, **newer.outcomes}

@@ -17,13 +17,68 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from hipq.jobs import Job
 from hipq.lifecycle import State, check_transition
 from hipq.outcomes import Settlement
-from hipq.queue_order import order_key
 from hipq.store import state_guards as guards
+from hipq.store import tick_sql, unnest
 from hipq.store.dialects import Dialect
-from hipq.store.records import Match, Response
+from hipq.store.records import LeaseLost, Match, Response
 from hipq.store.rows import row_to_job
 from hipq.store.schema import jobs, queues, responses
 from hipq.store.state_guards import IN_FLIGHT_SQL, OPEN_SQL, PENDING_SQL, SCHEDULED_SQL
+
+# The tick's statements, built once (SQLite's; PostgreSQL sends ``hipq.store.tick_sql``'s).
+_FENCE = (
+    update(queues)
+    .where(
+        queues.c.name == bindparam("b_queue"),
+        queues.c.lease_owner == bindparam("b_owner"),
+        queues.c.lease_token == bindparam("b_token"),
+    )
+    .values(lease_expires_at=bindparam("b_expires", type_=queues.c.lease_expires_at.type))
+    .returning(queues.c.paused, queues.c.forbidden_flags)
+)
+_NEXT_RUN_AT = select(func.min(jobs.c.run_at)).where(
+    jobs.c.queue == bindparam("b_queue"),
+    jobs.c.state == SCHEDULED_SQL,
+    jobs.c.run_at > bindparam("b_after"),
+)
+_CLAIM = (
+    update(jobs)
+    .where(jobs.c.id.in_(bindparam("b_ids", expanding=True)), guards.CLAIM.sql(jobs.c.state))
+    .values(
+        state=State.RUNNING.value,
+        attempt=jobs.c.attempt + 1,
+        claimed_at=bindparam("b_now", type_=jobs.c.claimed_at.type),
+        deadline=bindparam("b_deadline", type_=jobs.c.deadline.type),
+        waiting_reason=None,
+        updated_at=bindparam("b_now", type_=jobs.c.updated_at.type),
+    )
+)
+_due_queries: dict[tuple[str, str, float | None, bool], Any] = {}
+
+
+def _due_query(dialect: Dialect, order: str, aging: float | None, weighed: bool) -> Any:
+    key = (dialect.name, order, aging, weighed)
+    query = _due_queries.get(key)
+    if query is None:
+        epoch = dialect.epoch_seconds(jobs.c.run_at)
+        query = _due_queries[key] = tick_sql.due_query(order, aging, weighed, epoch)
+    return query
+
+
+_FIELD = {name: i for i, name in enumerate(Job._fields)}
+_STATE, _ATTEMPT, _CLAIMED_AT = _FIELD["state"], _FIELD["attempt"], _FIELD["claimed_at"]
+_DEADLINE, _WAITING = _FIELD["deadline"], _FIELD["waiting_reason"]
+_UPDATED_AT = _FIELD["updated_at"]
+
+
+def _claimed(job: Job, now: datetime, deadline: datetime) -> Job:
+    """``job`` as its claim left it (by position: ``_replace`` costs several times more,
+    once per job claimed)."""
+    values = list(job)
+    values[_STATE], values[_ATTEMPT] = State.RUNNING, job.attempt + 1
+    values[_CLAIMED_AT], values[_UPDATED_AT], values[_WAITING] = now, now, None
+    values[_DEADLINE] = deadline
+    return Job._make(values)
 
 
 class QueueBatch:
@@ -31,14 +86,75 @@ class QueueBatch:
 
     forbidden_flags: frozenset[str] = frozenset()  # the queue's, read with its lease
 
-    def __init__(self, conn: AsyncConnection, dialect: Dialect, queue: str, paused: bool) -> None:
-        self.conn, self.dialect, self.queue, self.paused = conn, dialect, queue, paused
+    def __init__(
+        self,
+        conn: AsyncConnection,
+        dialect: Dialect,
+        queue: str,
+        paused: bool,
+        *,
+        driver: Any = None,
+        fence: tuple[str, int, datetime] | None = None,
+    ) -> None:
+        self._conn, self.dialect, self.queue, self.paused = conn, dialect, queue, paused
+        # PostgreSQL's asyncpg connection in the same transaction: the hot statements
+        # go on it directly (``hipq.store.tick_sql``); None on SQLite.
+        self.driver = driver
+        # The lease fence not sent yet (owner, token, new expiry): it goes with the
+        # settle or the due scan when one is the tick's first statement, else on its own.
+        self._fence = fence
+        # (after, the next run_at after it) as the due scan read it; forgotten by any
+        # write that may schedule a job later than now.
+        self._next_run_at: tuple[datetime, datetime | None] | None = None
+
+    @property
+    def conn(self) -> AsyncConnection:
+        """The transaction's connection, for statements of other modules."""
+        if self._fence is not None:
+            raise RuntimeError(f"queue {self.queue}: a statement before the lease fence")
+        self._next_run_at = None  # what it writes is not known here
+        return self._conn
+
+    async def fence(self) -> None:
+        """Send the lease fence if it has not gone yet; ``LeaseLost`` if it failed."""
+        if self._fence is None:
+            return
+        owner, token, expires = self._fence
+        if self.driver is not None:
+            row = await self.driver.fetchrow(tick_sql.FENCE, self.queue, owner, token, expires)
+        else:
+            params = {"b_queue": self.queue, "b_owner": owner, "b_token": token}
+            row = (await self._conn.execute(_FENCE, {**params, "b_expires": expires})).first()
+        self._fenced(row)
+
+    def _fenced(self, row: Any) -> None:
+        """The fence's answer: the queue's row (paused, forbidden flags), None if lost."""
+        if row is None:
+            raise LeaseLost(self.queue)
+        self._fence = None
+        self.paused, self.forbidden_flags = bool(row[0]), frozenset(row[1] or ())
+
+    async def _execute(self, statement: Any, params: Any = None) -> Any:
+        """A statement through SQLAlchemy, after the lease fence."""
+        await self.fence()
+        return await self._conn.execute(statement, params)
 
     async def job_settle(self, settlements: Sequence[Settlement], now: datetime) -> None:
         """Persist a tick's outcomes (and their attempt records) in one go; a job that
         is no longer in flight in that attempt is left alone (a lost race)."""
-        if settlements:
-            await self.dialect.job_settle(self.conn, settlements, now)
+        if not settlements:
+            return
+        self._next_run_at = None
+        if self.driver is not None and self._fence is not None:
+            row = await unnest.job_settle_driver(
+                self.driver, settlements, now, (self.queue, *self._fence)
+            )
+            self._fenced(row)
+        elif self.driver is not None:
+            await unnest.job_settle_driver(self.driver, settlements, now)
+        else:
+            await self.fence()
+            await self.dialect.job_settle(self._conn, settlements, now)
 
     async def job_due(
         self,
@@ -57,78 +173,84 @@ class QueueBatch:
         only jobs whose label is missing or not one of ``other_than``.
 
         The order is ``hipq.queue_order``'s; with aging no index serves it: the
-        database sorts all due jobs of the queue each tick."""
-        keys = order_key(
-            order,
-            aging,
-            run_at=jobs.c.run_at,
-            priority=jobs.c.priority,
-            id=jobs.c.id,
-            epoch=self.dialect.epoch_seconds(jobs.c.run_at),
-        )
-        query = (
-            select(jobs)
-            .where(
-                jobs.c.queue == self.queue,
-                jobs.c.state == SCHEDULED_SQL,
-                jobs.c.run_at <= now,
-            )
-            .order_by(*keys)
-            .limit(limit)
-        )
+        database sorts all due jobs of the queue each tick.
+
+        With the lease fence still to send (``hipq.store.tick_sql``), a paused queue
+        reads nothing: ``paused`` says so afterwards."""
+        if self.driver is not None and label is None:
+            return await self._job_due_driver(now, limit, order, aging, max_weight)
+        params: dict[str, Any] = {"b_queue": self.queue, "b_now": now, "b_limit": limit}
         if max_weight is not None:
-            query = query.where(jobs.c.weight <= max_weight)
+            params["b_max_weight"] = max_weight
+        query = _due_query(self.dialect, order, aging, max_weight is not None)
         if label is not None:
             found = jobs.c.labels[label].as_string()
             if value is not None:
                 query = query.where(found == value)
             elif other_than:
                 query = query.where(found.is_(None) | found.not_in(list(other_than)))
-        rows = await self.conn.execute(self.dialect.skip_locked(query))
+        rows = await self._execute(self.dialect.skip_locked(query), params)
         return [row_to_job(r) for r in rows.all()]
+
+    async def _job_due_driver(
+        self, now: datetime, limit: int, order: str, aging: float | None, max_weight: int | None
+    ) -> list[Job]:
+        scan = tick_sql.due_scan(self._conn.dialect, order, aging, max_weight is not None)
+        values = {"b_queue": self.queue, "b_now": now, "b_limit": limit}
+        if max_weight is not None:
+            values["b_max_weight"] = max_weight
+        args = scan.args(values)
+        if self._fence is not None:
+            rows = await self.driver.fetch(scan.fenced_sql, *args, *self._fence)
+            self._fenced(rows[0] if rows else None)
+            first = 3
+        else:
+            rows = await self.driver.fetch(scan.sql, *args)
+            first = 1
+        self._next_run_at = (now, rows[0][first - 1])
+        return [tick_sql.job_from_record(r, first) for r in rows if r[first] is not None]
+
+    def knows_next_run_at(self, after: datetime) -> bool:
+        """Whether ``job_next_run_at(after)`` costs no statement (the due scan read it)."""
+        return self._next_run_at is not None and self._next_run_at[0] == after
 
     async def job_next_run_at(self, after: datetime) -> datetime | None:
         """When the queue's next scheduled job falls due after ``after``; read at the end
         of the tick, in its transaction, so the loop's sleep costs no transaction of its own."""
-        query = select(func.min(jobs.c.run_at)).where(
-            jobs.c.queue == self.queue, jobs.c.state == SCHEDULED_SQL, jobs.c.run_at > after
-        )
-        return (await self.conn.execute(query)).scalar_one_or_none()
+        await self.fence()
+        if self._next_run_at is not None and self._next_run_at[0] == after:
+            return self._next_run_at[1]
+        if self.driver is not None:
+            found: datetime | None = await self.driver.fetchval(
+                tick_sql.NEXT_RUN_AT, self.queue, after
+            )
+            return found
+        params = {"b_queue": self.queue, "b_after": after}
+        return (await self._execute(_NEXT_RUN_AT, params)).scalar_one_or_none()
 
     async def job_claim(self, admitted: Sequence[Job], now: datetime) -> list[Job]:
         """scheduled -> running for ``admitted`` (rows the due scan locked in this transaction)."""
         by_timeout: dict[float, list[int]] = defaultdict(list)
         for job in admitted:
             by_timeout[job.timeout_seconds].append(job.id)
+            if self._next_run_at is not None and job.run_at > self._next_run_at[0]:
+                self._next_run_at = None  # not one the due scan read
+        deadlines = {t: now + timedelta(seconds=t) for t in by_timeout}
         for timeout, ids in by_timeout.items():
-            await self.conn.execute(
-                update(jobs)
-                .where(self.dialect.id_in(jobs.c.id, ids), guards.CLAIM.sql(jobs.c.state))
-                .values(
-                    state=State.RUNNING.value,
-                    attempt=jobs.c.attempt + 1,
-                    claimed_at=now,
-                    deadline=now + timedelta(seconds=timeout),
-                    waiting_reason=None,
-                    updated_at=now,
-                )
-            )
-        return [
-            j._replace(
-                state=State.RUNNING,
-                attempt=j.attempt + 1,
-                claimed_at=now,
-                deadline=now + timedelta(seconds=j.timeout_seconds),
-                waiting_reason=None,
-                updated_at=now,
-            )
-            for j in admitted
-        ]
+            deadline = deadlines[timeout]
+            await self.fence()
+            if self.driver is not None:
+                await self.driver.execute(tick_sql.CLAIM, now, deadline, ids)
+            else:
+                params = {"b_now": now, "b_deadline": deadline, "b_ids": ids}
+                await self._execute(_CLAIM, params)
+        return [_claimed(j, now, deadlines[j.timeout_seconds]) for j in admitted]
 
     async def job_defer(self, deferred: dict[int, datetime], reason: str, now: datetime) -> None:
         if not deferred:
             return
-        await self.conn.execute(
+        self._next_run_at = None  # deferred jobs fall due later
+        await self._execute(
             update(jobs)
             .where(jobs.c.id == bindparam("b_id"), guards.DEFER.sql(jobs.c.state))
             .values(run_at=bindparam("run_at"), waiting_reason=reason, updated_at=now),
@@ -141,7 +263,7 @@ class QueueBatch:
         for job_id, reason in reasons.items():
             grouped[reason].append(job_id)
         for reason, ids in grouped.items():
-            await self.conn.execute(
+            await self._execute(
                 update(jobs)
                 .where(jobs.c.id.in_(ids), guards.NOTE_WAITING.sql(jobs.c.state))
                 .values(waiting_reason=reason[:500])
@@ -151,7 +273,7 @@ class QueueBatch:
         """running -> awaiting for (job id, attempt) pairs whose request was sent."""
         if not items:
             return
-        await self.conn.execute(
+        await self._execute(
             update(jobs)
             .where(
                 jobs.c.id == bindparam("b_id"),
@@ -164,7 +286,7 @@ class QueueBatch:
 
     async def job_extend_deadlines(self, deadlines: dict[int, datetime]) -> None:
         if deadlines:
-            await self.conn.execute(
+            await self._execute(
                 update(jobs)
                 .where(jobs.c.id == bindparam("b_id"), guards.EXTEND_DEADLINES.sql(jobs.c.state))
                 .values(deadline=bindparam("deadline")),
@@ -174,7 +296,7 @@ class QueueBatch:
     async def job_set_payloads(self, payloads: dict[int, dict[str, Any]]) -> None:
         """Checkpoints of in-flight jobs: a retry starts from the saved payload."""
         if payloads:
-            await self.conn.execute(
+            await self._execute(
                 update(jobs)
                 .where(jobs.c.id == bindparam("b_id"), guards.SET_PAYLOADS.sql(jobs.c.state))
                 .values(payload=bindparam("payload")),
@@ -216,7 +338,7 @@ class QueueBatch:
                 jobs.c.state.in_(IN_FLIGHT_SQL),
             )
         )
-        rows = (await self.conn.execute(by_key.union_all(by_hand).limit(limit))).all()
+        rows = (await self._execute(by_key.union_all(by_hand).limit(limit))).all()
         matches: list[Match] = []
         extra: list[int] = []
         seen: set[int] = set()
@@ -238,7 +360,7 @@ class QueueBatch:
         duplicates were marked (a response settled meanwhile is not counted)."""
         if matched:
             attempt = select(jobs.c.attempt).where(jobs.c.id == bindparam("job_id"))
-            await self.conn.execute(
+            await self._execute(
                 update(responses)
                 .where(responses.c.id == bindparam("b_id"), responses.c.status == PENDING_SQL)
                 .values(
@@ -251,7 +373,7 @@ class QueueBatch:
             )
         if not duplicates:
             return 0
-        marked = await self.conn.execute(
+        marked = await self._execute(
             update(responses)
             .where(responses.c.id.in_(list(duplicates)), responses.c.status == PENDING_SQL)
             .values(status="duplicate", settled_at=now)
@@ -270,7 +392,7 @@ class QueueBatch:
         A job of a type in ``signed_types`` takes only a response signed for it."""
         signed_only = jobs.c.type.not_in(list(signed_types)) | (responses.c.job_type == jobs.c.type)
         rows = (
-            await self.conn.execute(
+            await self._execute(
                 select(
                     responses.c.id,
                     responses.c.body,
@@ -302,14 +424,14 @@ class QueueBatch:
     async def _complete_late(self, row: Any, now: datetime) -> bool:
         """Complete one job with its late response; False if either changed meanwhile."""
         check_transition(row.state, State.COMPLETED)
-        taken = await self.conn.execute(
+        taken = await self._execute(
             update(responses)
             .where(responses.c.id == row.id, responses.c.status == "late")
             .values(status="matched", job_attempt=row.attempt, settled_at=now)
         )
         if taken.rowcount != 1:
             return False  # an operator reopened it
-        changed = await self.conn.execute(
+        changed = await self._execute(
             update(jobs)
             .where(
                 jobs.c.id == row.job,
@@ -325,13 +447,13 @@ class QueueBatch:
             )
         )
         if changed.rowcount != 1:
-            await self.conn.execute(  # the job moved on: the response stays late
+            await self._execute(  # the job moved on: the response stays late
                 update(responses)
                 .where(responses.c.id == row.id, responses.c.status == "matched")
                 .values(status="late", job_attempt=None, settled_at=row.settled_at)
             )
             return False
-        await self.conn.execute(
+        await self._execute(
             self.dialect.attempt_insert().values(
                 job_id=row.job,
                 attempt=row.attempt,
@@ -355,7 +477,7 @@ class QueueBatch:
             first.setdefault(key, job_id)
         if not first:
             return taken
-        rows = await self.conn.execute(
+        rows = await self._execute(
             select(jobs.c.id, jobs.c.correlation_key).where(
                 jobs.c.correlation_key.in_(list(first)), jobs.c.state.in_(OPEN_SQL)
             )
@@ -369,7 +491,7 @@ class QueueBatch:
     async def job_set_correlation_keys(self, keys: dict[int, str]) -> None:
         """Keys built at dispatch (templates using the job id or attempt)."""
         if keys:
-            await self.conn.execute(
+            await self._execute(
                 update(jobs)
                 .where(jobs.c.id == bindparam("b_id"))
                 .values(correlation_key=bindparam("key")),
@@ -377,12 +499,10 @@ class QueueBatch:
             )
 
     async def queue_write_stats(self, stats: dict[str, Any]) -> None:
-        await self.conn.execute(
-            update(queues).where(queues.c.name == self.queue).values(stats=stats)
-        )
+        await self._execute(update(queues).where(queues.c.name == self.queue).values(stats=stats))
 
     async def job_cancel_requests(self) -> list[int]:
-        rows = await self.conn.execute(
+        rows = await self._execute(
             select(jobs.c.id).where(
                 jobs.c.queue == self.queue,
                 jobs.c.cancel_requested.is_(True),

@@ -180,6 +180,12 @@ class Dialect(ABC):
         for table in reversed(tables):
             await conn.execute(table.delete())
 
+    async def driver_connection(self, conn: AsyncConnection) -> Any | None:
+        """The driver's own connection under ``conn``, inside the transaction ``conn``
+        began (begun on the server first), for statements that skip SQLAlchemy's
+        execution: None where the store keeps to SQLAlchemy."""
+        return None
+
 
 def _sqlalchemy_error(sql: str, exc: sqlite3.Error) -> sa_exc.DBAPIError:
     """A sqlite3 error raised by the driver itself, as SQLAlchemy would raise it."""
@@ -604,6 +610,20 @@ class PostgresDialect(Dialect):
     async def tables_empty(self, conn: AsyncConnection, tables: Sequence[Table]) -> None:
         names = ", ".join(t.name for t in tables)
         await conn.exec_driver_sql(f"TRUNCATE {names} RESTART IDENTITY CASCADE")
+
+    async def driver_connection(self, conn: AsyncConnection) -> Any | None:
+        # SQLAlchemy's asyncpg adapter sends BEGIN with the first statement it runs:
+        # a statement sent on the asyncpg connection before that would run outside the
+        # transaction, so the adapter begins it here. Its attributes are not public:
+        # where they are missing the caller keeps to SQLAlchemy.
+        raw = await conn.get_raw_connection()
+        adapter: Any = raw.dbapi_connection
+        start = getattr(adapter, "_start_transaction", None)
+        if start is None or getattr(adapter, "isolation_level", None) == "autocommit":
+            return None
+        if adapter._transaction is None:
+            await start()
+        return raw.driver_connection if adapter._transaction is not None else None
 
 
 _DIALECTS: dict[str, type[Dialect]] = {"sqlite": SqliteDialect, "postgresql": PostgresDialect}

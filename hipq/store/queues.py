@@ -16,7 +16,7 @@ from hipq.jobs import Job, Start
 from hipq.lifecycle import State
 from hipq.store import state_guards as guards
 from hipq.store.batch import QueueBatch
-from hipq.store.records import LeaseLost, QueueCounts
+from hipq.store.records import QueueCounts
 from hipq.store.rows import row_to_job
 from hipq.store.schema import attempts, jobs, queues
 from hipq.store.state_guards import IN_FLIGHT_SQL, IN_FLIGHT_VALUES, OPEN_VALUES, SCHEDULED_SQL
@@ -127,31 +127,33 @@ class QueueTable(Transactions):
 
     @asynccontextmanager
     async def queue_batch(
-        self, queue: str, owner: str, token: int, now: datetime, ttl: float
+        self,
+        queue: str,
+        owner: str,
+        token: int,
+        now: datetime,
+        ttl: float,
+        *,
+        fence_later: bool = False,
     ) -> AsyncIterator[QueueBatch]:
         """One transaction of a queue's loop, fenced by its lease token.
 
         The fence is the first statement: if another process took the lease, this
         raises ``LeaseLost`` and nothing of the batch is written. On PostgreSQL the
         fence also row-locks the queue, so a takeover waits for this commit.
+
+        ``fence_later``: the caller's first statement is the settle or the due scan;
+        on PostgreSQL the fence then goes with it (one round trip for both), and
+        ``paused`` is known after it. Any other statement sends the fence first.
         """
         async with self._write() as conn:
-            fence = (
-                update(queues)
-                .where(
-                    queues.c.name == queue,
-                    queues.c.lease_owner == owner,
-                    queues.c.lease_token == token,
-                )
-                .values(lease_expires_at=now + timedelta(seconds=ttl))
-                .returning(queues.c.paused, queues.c.forbidden_flags)
-            )
-            row = (await conn.execute(fence)).first()
-            if row is None:
-                raise LeaseLost(queue)
-            batch = QueueBatch(conn, self.dialect, queue, bool(row.paused))
-            batch.forbidden_flags = frozenset(row.forbidden_flags or ())
+            driver = await self.dialect.driver_connection(conn)
+            fence = (owner, token, now + timedelta(seconds=ttl))
+            batch = QueueBatch(conn, self.dialect, queue, False, driver=driver, fence=fence)
+            if not (fence_later and driver is not None):
+                await batch.fence()
             yield batch
+            await batch.fence()  # a tick that sent nothing still renews its lease
 
     # -- what the owner reads outside its batch ------------------------------------------
 

@@ -7,6 +7,7 @@ as text, cast to jsonb).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
@@ -15,6 +16,7 @@ import orjson
 from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.sql import text
 
+from hipq.jobs import Attempt
 from hipq.outcomes import Settlement
 from hipq.store.driver import DriverStatement
 from hipq.store.state_guards import SETTLE
@@ -31,40 +33,108 @@ def _json_or_null(value: Any) -> str | None:
 _SETTLE_FROM = ", ".join(f"'{s.value}'" for s in sorted(SETTLE.sources))
 # A whole tick's settlements; with attempt records, one statement for both tables
 # (two data-modifying parts of one WITH: one round trip).
-_SETTLE_SQL = f"""
+_SETTLE_SQL = """
     UPDATE hipq_jobs AS j
     SET state = u.state, run_at = u.run_at, payload = u.payload::jsonb,
         finished_at = u.finished_at, result = u.result::jsonb, last_error = u.last_error,
         deadline = NULL, cancel_requested = false, updated_at = :now
-    FROM unnest(CAST(:ids AS bigint[]), CAST(:attempts AS integer[]), CAST(:states AS text[]),
-                CAST(:run_ats AS timestamptz[]), CAST(:payloads AS text[]),
+    FROM {fence}unnest(CAST(:ids AS bigint[]), CAST(:attempts AS integer[]),
+                CAST(:states AS text[]), CAST(:run_ats AS timestamptz[]), CAST(:payloads AS text[]),
                 CAST(:finished AS timestamptz[]), CAST(:results AS text[]),
                 CAST(:errors AS text[]))
          AS u(id, attempt, state, run_at, payload, finished_at, result, last_error)
-    WHERE j.id = u.id AND j.attempt = u.attempt AND j.state IN ({_SETTLE_FROM})
+    WHERE j.id = u.id AND j.attempt = u.attempt AND j.state IN ({settle_from})
 """
 # A row already there (the same settlement again, after a lost COMMIT reply) is kept.
 _ATTEMPTS_SQL = """
     INSERT INTO hipq_attempts (job_id, attempt, started_at, finished_at, outcome, error, response)
     SELECT r.job_id, r.attempt, r.started_at, r.finished_at, r.outcome, r.error,
            r.response::jsonb
-    FROM unnest(CAST(:r_job_ids AS bigint[]), CAST(:r_attempts AS integer[]),
+    FROM {fence}unnest(CAST(:r_job_ids AS bigint[]), CAST(:r_attempts AS integer[]),
                 CAST(:r_started AS timestamptz[]), CAST(:r_finished AS timestamptz[]),
                 CAST(:r_outcomes AS text[]), CAST(:r_errors AS text[]),
                 CAST(:r_responses AS text[]))
          AS r(job_id, attempt, started_at, finished_at, outcome, error, response)
     ON CONFLICT DO NOTHING
 """
-_SETTLE = text(_SETTLE_SQL)
+_SETTLE = text(_SETTLE_SQL.format(fence="", settle_from=_SETTLE_FROM))
 _SETTLE_AND_RECORD = text(
-    f"WITH settled AS ({_SETTLE_SQL}), recorded AS ({_ATTEMPTS_SQL}) SELECT 1"
+    f"WITH settled AS ({_SETTLE.text}), recorded AS ({_ATTEMPTS_SQL.format(fence='')}) SELECT 1"
 )
+# The loop's lease fence with them (``hipq.store.tick_sql``): both parts join its row,
+# so a fence that matched none writes nothing, and the statement returns no row.
+_FENCE_SQL = (
+    "fence AS (UPDATE hipq_queues SET lease_expires_at = :f_expires"
+    " WHERE name = :f_queue AND lease_owner = :f_owner AND lease_token = :f_token"
+    " RETURNING paused, forbidden_flags)"
+)
+_SETTLE_FENCED = (
+    f"WITH {_FENCE_SQL}, "
+    f"settled AS ({_SETTLE_SQL.format(fence='fence, ', settle_from=_SETTLE_FROM)}) "
+    "SELECT paused, forbidden_flags FROM fence"
+)
+_SETTLE_AND_RECORD_FENCED = (
+    f"WITH {_FENCE_SQL}, "
+    f"settled AS ({_SETTLE_SQL.format(fence='fence, ', settle_from=_SETTLE_FROM)}), "
+    f"recorded AS ({_ATTEMPTS_SQL.format(fence='fence, ')}) "
+    "SELECT paused, forbidden_flags FROM fence"
+)
+
+
+def _numbered(sql: str) -> tuple[str, tuple[str, ...]]:
+    """``:name`` parameters as asyncpg's ``$n``, and the names in their order."""
+    names: list[str] = []
+
+    def number(found: re.Match[str]) -> str:
+        if found[1] not in names:
+            names.append(found[1])
+        return f"${names.index(found[1]) + 1}"
+
+    return re.sub(r"(?<!:):([a-z_]+)", number, sql), tuple(names)
+
+
+# The same statements for the asyncpg connection itself (the loop's tick).
+_SETTLE_RAW = _numbered(_SETTLE.text)
+_SETTLE_AND_RECORD_RAW = _numbered(_SETTLE_AND_RECORD.text)
+_SETTLE_FENCED_RAW = _numbered(_SETTLE_FENCED)
+_SETTLE_AND_RECORD_FENCED_RAW = _numbered(_SETTLE_AND_RECORD_FENCED)
 
 
 async def job_settle(
     conn: AsyncConnection, settlements: Sequence[Settlement], now: datetime
 ) -> None:
-    params: dict[str, Any] = {
+    params = _settle_params(settlements, now)
+    records = [s.record for s in settlements if s.record is not None]
+    if not records:
+        await conn.execute(_SETTLE, params)
+        return
+    params.update(_record_params(records))
+    await conn.execute(_SETTLE_AND_RECORD, params)
+
+
+async def job_settle_driver(
+    driver: Any,
+    settlements: Sequence[Settlement],
+    now: datetime,
+    fence: tuple[str, str, int, datetime] | None = None,
+) -> Any:
+    """``job_settle`` on an asyncpg connection, inside its open transaction. With
+    ``fence`` (queue, owner, token, new expiry) the lease fence goes with it: returns
+    the queue's row (paused, forbidden flags), None if the fence matched none."""
+    params = _settle_params(settlements, now)
+    records = [s.record for s in settlements if s.record is not None]
+    if records:
+        params.update(_record_params(records))
+    if fence is None:
+        sql, names = _SETTLE_AND_RECORD_RAW if records else _SETTLE_RAW
+        return await driver.execute(sql, *(params[n] for n in names))
+    sql, names = _SETTLE_AND_RECORD_FENCED_RAW if records else _SETTLE_FENCED_RAW
+    params.update(f_queue=fence[0], f_owner=fence[1], f_token=fence[2], f_expires=fence[3])
+    return await driver.fetchrow(sql, *(params[n] for n in names))
+
+
+def _settle_params(settlements: Sequence[Settlement], now: datetime) -> dict[str, Any]:
+    return {
         "now": now,
         "ids": [s.job_id for s in settlements],
         "attempts": [s.attempt for s in settlements],
@@ -75,20 +145,18 @@ async def job_settle(
         "results": [_json_or_null(s.result) for s in settlements],
         "errors": [s.last_error for s in settlements],
     }
-    records = [s.record for s in settlements if s.record is not None]
-    if not records:
-        await conn.execute(_SETTLE, params)
-        return
-    params.update(
-        r_job_ids=[r.job_id for r in records],
-        r_attempts=[r.attempt for r in records],
-        r_started=[r.started_at for r in records],
-        r_finished=[r.finished_at for r in records],
-        r_outcomes=[r.outcome for r in records],
-        r_errors=[r.error for r in records],
-        r_responses=[_json_or_null(r.response) for r in records],
-    )
-    await conn.execute(_SETTLE_AND_RECORD, params)
+
+
+def _record_params(records: Sequence[Attempt]) -> dict[str, Any]:
+    return {
+        "r_job_ids": [r.job_id for r in records],
+        "r_attempts": [r.attempt for r in records],
+        "r_started": [r.started_at for r in records],
+        "r_finished": [r.finished_at for r in records],
+        "r_outcomes": [r.outcome for r in records],
+        "r_errors": [r.error for r in records],
+        "r_responses": [_json_or_null(r.response) for r in records],
+    }
 
 
 _INSERT_JOBS = text(

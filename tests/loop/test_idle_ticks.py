@@ -1,6 +1,6 @@
 """What a tick reads for the loop's sleep: the next due time, in the tick's own
 transaction when it claimed nothing or also settled jobs, and after the dispatch when
-it only claimed jobs."""
+it only claimed jobs (on PostgreSQL the due scan reads it along, at no cost)."""
 
 from __future__ import annotations
 
@@ -36,7 +36,10 @@ async def test_a_tick_that_claims_leaves_the_next_due_time_unread(services: Fact
     await add(svc, run_at=later)
     report = await tick(loop)
     assert report.admitted == 1
-    assert isinstance(report.next_run_at, Unread)
+    if svc.store.dialect.name == "postgresql":
+        assert report.next_run_at == later  # read with the due scan
+    else:
+        assert isinstance(report.next_run_at, Unread)
     assert await loop._next_run_at(report, clock()) == later
 
 

@@ -462,6 +462,52 @@ async def test_stale_owner_writes_nothing(store: Store) -> None:
     assert (await store.queue_counts("default", at(TTL + 2))).lease_owner == "b"
 
 
+async def test_a_fence_sent_later_still_keeps_a_stale_owner_out(store: Store) -> None:
+    """The fence may go with the tick's due scan or settle (``fence_later``): a stale
+    token then raises there, and nothing of the tick is written."""
+    [running, waiting] = await insert(store, new(), new(run_at=at(1)))
+    [claimed] = await claim_due(store, owner="a")
+    assert claimed.id == running.id
+    stale = await store.lease_acquire("default", "a", T0, TTL)
+    assert stale is not None
+    taken = await store.lease_acquire("default", "b", at(TTL + 1), TTL)
+    assert taken is not None
+    now = at(TTL + 1)
+    with pytest.raises(LeaseLost):
+        async with store.queue_batch("default", "a", stale, now, TTL, fence_later=True) as b:
+            await b.job_settle([settle(claimed, Succeeded({"ok": 1}), RETRY, now)], now)
+    with pytest.raises(LeaseLost):
+        async with store.queue_batch("default", "a", stale, now, TTL, fence_later=True) as b:
+            await b.job_claim(await b.job_due(now, 10, "time_priority"), now)
+    assert (await store.job_get(running.id)).state == State.RUNNING
+    assert (await store.job_get(waiting.id)).state == State.SCHEDULED
+    assert await store.job_attempts(running.id) == []
+    assert (await store.queue_counts("default", at(TTL + 2))).lease_owner == "b"
+
+
+async def test_a_fence_sent_later_renews_the_lease_and_reads_pause(store: Store) -> None:
+    [job] = await insert(store, new())
+    token = await store.lease_acquire("default", "a", T0, TTL)
+    assert token is not None
+    await store.queue_set_paused("default", True)
+    # With the fence on the due scan a paused queue reads nothing, and says so.
+    async with store.queue_batch("default", "a", token, at(1), TTL, fence_later=True) as batch:
+        due = await batch.job_due(at(1), 10, "time_priority")
+        assert batch.paused
+        if store.dialect.name == "postgresql":
+            assert due == []
+    await store.queue_set_paused("default", False)
+    # A tick that sends nothing sends the fence at its end: the lease is renewed.
+    async with store.queue_batch("default", "a", token, at(TTL - 1), TTL, fence_later=True):
+        pass
+    assert await store.lease_acquire("default", "b", at(TTL + 1), TTL) is None
+    async with store.queue_batch("default", "a", token, at(2), TTL, fence_later=True) as batch:
+        [read] = await batch.job_due(at(2), 10, "time_priority")
+        assert (read.id, batch.paused) == (job.id, False)
+        assert batch.knows_next_run_at(at(2)) == (store.dialect.name == "postgresql")
+        assert await batch.job_next_run_at(at(2)) is None
+
+
 async def test_lease_release_frees_the_queue_only_for_the_current_token(store: Store) -> None:
     token = await store.lease_acquire("default", "a", T0, TTL)
     assert token is not None

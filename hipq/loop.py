@@ -113,6 +113,7 @@ class QueueLoop:
         # lost while its LISTEN connection reconnects).
         self._check_cancels = self._check_responses = True
         self._last_recheck = time.monotonic()
+        self._ticking = False
         self._paused_since_tick: float | None = None  # when a tick last found it paused
 
     @property
@@ -192,6 +193,13 @@ class QueueLoop:
         """One tick; the caller must own the lease (``acquire``)."""
         if self.token is None:
             raise RuntimeError(f"queue {self.name}: run_once without the lease")
+        self._ticking = True
+        try:
+            return await self._tick()
+        finally:
+            self._ticking = False
+
+    async def _tick(self) -> TickReport:
         now = self.clock()
         reports, self._reports = self._reports, Reports()
         report = TickReport()
@@ -252,8 +260,10 @@ class QueueLoop:
             self.events.emit(name, **fields)
         self._apply(reports, settled, claimed)
         report.settled = len(settled)
-        if self._drain.claims:  # else claimed mid-tick: left `running` for the next owner
-            self._dispatch(claimed)
+        # Also when a drain was asked for while this tick ran: the jobs are claimed, and
+        # left undispatched they stayed `running` after a graceful stop, to be run again
+        # by the next owner as if cut off. The drain waits for them (``ticking``).
+        self._dispatch(claimed)
         return report
 
     def _fence_later(self, reports: Reports, now: datetime) -> bool:
@@ -420,6 +430,11 @@ class QueueLoop:
     def running(self) -> bool:
         """Its task ticks (``start``), as opposed to a test driving ``run_once``."""
         return self._task is not None and not self._task.done()
+
+    @property
+    def ticking(self) -> bool:
+        """A tick is under way: what it claims is dispatched when it ends."""
+        return self._ticking
 
     @property
     def settling(self) -> bool:

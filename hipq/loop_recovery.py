@@ -26,8 +26,8 @@ BACKOFF_MAX_SECONDS = 30.0
 @dataclass(slots=True)
 class Drain:
     """Draining (the process is stopping): ticks settle what transports report and
-    claim nothing; jobs claimed by a tick under way when it was asked are left
-    ``running`` for the next owner, and due jobs do not wake the loop."""
+    claim nothing; jobs claimed by a tick under way when it was asked still run, and
+    due jobs do not wake the loop."""
 
     requested: bool = False
 

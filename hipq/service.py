@@ -258,7 +258,7 @@ class Service:
         transports = list({id(t): t for t in self.transports.values()}.values())
 
         def in_flight() -> int:
-            unrecorded = sum(1 for lp in loops if lp.settling)
+            unrecorded = sum(1 for lp in loops if lp.settling or lp.ticking)
             return sum(t.busy for t in transports) + unrecorded
 
         await drain(in_flight, deadline, lambda: self._hurry)

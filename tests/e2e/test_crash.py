@@ -231,9 +231,6 @@ def test_sqlite_sigkill_mid_work_loses_no_job(servers: Servers, tmp_path: Path) 
     )
 
 
-# Known to fail now and then under load (jobs left `running` after a graceful stop),
-# not yet explained; run again once rather than fail the suite.
-@pytest.mark.flaky(reruns=1)
 def test_sqlite_sigterm_hands_the_queue_over_at_once(servers: Servers, tmp_path: Path) -> None:
     """A stop by SIGTERM (systemd, docker) releases the queue's lease, so the next
     process starts at once instead of waiting out the 15 s default lease_ttl."""

@@ -94,3 +94,29 @@ async def test_a_sent_job_awaits_its_response_and_a_retried_one_comes_back_later
     assert (await loop.run_once()).admitted == 1
     assert [j.id for j in transport.dispatched] == [first.id, second.id, second.id]
     assert transport.dispatched[-1].attempt == 2
+
+
+async def test_a_drain_asked_for_during_a_claiming_tick_still_runs_what_it_claimed(
+    store: Store, database_url: str
+) -> None:
+    # A graceful stop that landed while a tick claimed jobs left them `running`,
+    # undispatched: the next owner ran them again as if cut off.
+    clock = FakeClock()
+    loop, transport = make_loop(store, database_url, clock, concurrency=2)
+    job = await add(store, clock)
+    assert await loop.acquire()
+    admit = loop.admission.admit
+    seen_ticking: list[bool] = []
+
+    async def admit_then_stop(*args: Any, **kwargs: Any) -> Any:
+        seen_ticking.append(loop.ticking)
+        loop.request_drain()  # SIGTERM arrives mid-tick
+        return await admit(*args, **kwargs)
+
+    loop.admission.admit = admit_then_stop  # type: ignore[method-assign]
+    report = await loop.run_once()
+    assert report.admitted == 1 and seen_ticking == [True] and not loop.ticking
+    assert [j.id for j in transport.dispatched] == [job.id]
+    # Draining: the next tick claims nothing more.
+    await add(store, clock)
+    assert (await loop.run_once()).admitted == 0

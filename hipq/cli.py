@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import gc
 import json
 import logging
 import os
@@ -17,7 +16,7 @@ from typing import Annotated, Any, NoReturn
 import typer
 from pydantic import BaseModel
 
-from hipq import cli_healthcheck, cli_openapi
+from hipq import cli_healthcheck, cli_openapi, runtime
 from hipq.cli_flags import flags_app
 from hipq.cli_jobs_bulk import add_verbs, bulk_app
 from hipq.cli_responses import responses_app
@@ -154,11 +153,7 @@ async def _serve(settings: Settings, tokens: Tokens) -> None:
             settings.server.host,
             settings.server.port,
         )
-        # What start-up built (modules, config, the app) lives as long as the process:
-        # left out of the collector's full passes, which otherwise walk it all every
-        # few seconds.
-        gc.collect()
-        gc.freeze()
+        runtime.settle_after_start()
         await serving
         if not server.started:
             fail(f"cannot listen on {settings.server.host}:{settings.server.port}")

@@ -7,7 +7,7 @@ The loops match pending responses to their jobs inside ``QueueBatch``.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import asdict
+from dataclasses import asdict, fields
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -21,13 +21,16 @@ from hipq.store.state_guards import OPEN_SQL, PENDING_SQL
 from hipq.store.transactions import Transactions
 from hipq.wakeup import responses_payload
 
+_NEW_RESPONSE_FIELDS = tuple(f.name for f in fields(NewResponse))
+
 
 def _response_rows(
     new: Sequence[NewResponse], now: datetime, expires: datetime
 ) -> list[dict[str, Any]]:
+    # A plain dict by hand: dataclasses.asdict deep-copies every body and header.
     return [
         {
-            **asdict(r),
+            **{name: getattr(r, name) for name in _NEW_RESPONSE_FIELDS},
             "received_at": now,
             "expires_at": expires,
             "status": "pending",

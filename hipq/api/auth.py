@@ -1,10 +1,11 @@
 """Who may call which route: bearer tokens with scopes (see hipq/tokens.py).
 
-Each route declares its scope with ``dependencies=[Depends(require("read"))]``: that puts
-the bearer scheme, the scope and the 401/403 into the OpenAPI schema. The check itself is
-the ``Authentication`` middleware's, before a body is read or validated: a caller without
-a token learns nothing from a 413 or a 422. A route under /v1 that declares no scope needs
-admin (deny by default). Without any token configured, hipq is open, as on loopback.
+Each route declares its scope with ``dependencies=[Depends(require("read"))]``, from which
+``document`` puts the bearer scheme, the scope and the 401/403 into the OpenAPI schema.
+The check itself is the ``Authentication`` middleware's, before a body is read or
+validated: a caller without a token learns nothing from a 413 or a 422. A route under
+/v1 that declares no scope needs admin (deny by default). Without any token configured,
+hipq is open, as on loopback.
 """
 
 from __future__ import annotations
@@ -16,10 +17,9 @@ from typing import Any
 from urllib.parse import parse_qs
 
 import orjson
-from fastapi import FastAPI, Request, Security
+from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 from fastapi.routing import RouteContext, iter_route_contexts
-from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from starlette.routing import BaseRoute, Match
 from starlette.types import ASGIApp, Receive, Scope, Send
 
@@ -34,7 +34,6 @@ from hipq.tokens import ANONYMOUS, Principal, Tokens
 PRINCIPAL_KEY = "hipq.principal"
 
 BEARER_DESCRIPTION = "A token from `hipq tokens new`, sent as `Authorization: Bearer <token>`."
-bearer = HTTPBearer(auto_error=False, scheme_name="bearer", description=BEARER_DESCRIPTION)
 
 
 class Requires:
@@ -43,11 +42,9 @@ class Requires:
     def __init__(self, scope: str) -> None:
         self.scope = scope
 
-    async def __call__(
-        self,
-        request: Request,
-        _credentials: HTTPAuthorizationCredentials | None = Security(bearer),
-    ) -> None:
+    # No sub-dependency (such as FastAPI's HTTPBearer): FastAPI solves each one again
+    # on every request, and ``document`` declares the bearer scheme itself.
+    async def __call__(self, request: Request) -> None:
         # The middleware refused the request already if it had to; this only guards
         # against an app built without it.
         if PRINCIPAL_KEY not in request.scope:

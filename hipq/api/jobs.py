@@ -10,6 +10,7 @@ import orjson
 from fastapi import APIRouter, Depends, Header, Path, Query, Request, Response
 
 from hipq import tracing
+from hipq.api.answers import json_answer
 from hipq.api.auth import check_tenancy, require
 from hipq.api.errors import InvalidParameter
 from hipq.api.json_body import JSONBodyRoute, off_loop
@@ -27,6 +28,7 @@ from hipq.api.models import (
     JobPatch,
     RescheduleRequest,
     RetryRequest,
+    job_body,
 )
 from hipq.api.paging import Cursor, json_size, within_budget
 from hipq.durations import parse_duration
@@ -141,13 +143,12 @@ async def _insert(
     summary="Create a job",
 )
 async def create_job(
-    job: JobIn, request: Request, response: Response, idempotency_key: IdempotencyKey = None
-) -> JobOut:
+    job: JobIn, request: Request, idempotency_key: IdempotencyKey = None
+) -> Response:
     result = await _insert(request, [job], idempotency_key, "", grouped=True)
     if result.replayed:
-        response.status_code = 200
-        response.headers["Idempotent-Replayed"] = "true"
-    return JobOut.of(result.jobs[0])
+        return json_answer(job_body(result.jobs[0]), 200, {"Idempotent-Replayed": "true"})
+    return json_answer(job_body(result.jobs[0]), 201)
 
 
 @router.post(
@@ -168,16 +169,15 @@ async def create_jobs(
         raise IntakeError("jobs", f"at most {limit} jobs per batch, got {len(batch.jobs)}")
     result = await _insert(request, batch.jobs, idempotency_key, "jobs[")
     # The JobBatchOut body, written by orjson: a JobRef model per job cost about a tenth of
-    # the whole request. OPT_UTC_Z writes instants exactly as pydantic does.
+    # the whole request.
     refs = [
         {"id": j.id, "state": j.state.value, "queue": j.queue, "run_at": j.run_at}
         for j in result.jobs
     ]
-    return Response(
-        orjson.dumps({"count": len(refs), "jobs": refs}, option=orjson.OPT_UTC_Z),
-        status_code=200 if result.replayed else 201,
-        media_type="application/json",
-        headers={"Idempotent-Replayed": "true"} if result.replayed else None,
+    return json_answer(
+        {"count": len(refs), "jobs": refs},
+        200 if result.replayed else 201,
+        {"Idempotent-Replayed": "true"} if result.replayed else None,
     )
 
 
@@ -201,15 +201,14 @@ async def get_job(
             ),
         ),
     ] = None,
-) -> JobOut:
+) -> Response:
     service = _service(request)
     if wait is None:
         job = await service.store.job_get(job_id)
     else:
         job = await service.waiters.wait(job_id, wait_seconds(wait))
-    return JobOut.of(
-        job, await service.store.job_attempts(job_id), await service.store.heartbeat_of(job_id)
-    )
+    attempts = await service.store.job_attempts(job_id)
+    return json_answer(job_body(job, attempts, await service.store.heartbeat_of(job_id)))
 
 
 @router.get(
@@ -229,7 +228,7 @@ async def list_jobs(
     ] = None,
     limit: Annotated[int, Query(ge=1, le=1000, description="jobs per page at most")] = 100,
     after: Cursor = None,
-) -> JobListOut:
+) -> Response:
     for name, value in (("queue", queue), ("type", type), ("label", label), ("job_key", job_key)):
         if nul_field(value, name):
             raise IntakeError(name, NUL_MESSAGE)
@@ -253,13 +252,12 @@ async def list_jobs(
     found = await _service(request).store.job_list(flt)
     page = within_budget(found, lambda j: json_size(j.payload, j.result))
     next_cursor = str(page[-1].id) if len(found) == limit or len(page) < len(found) else None
-    return JobListOut(jobs=[JobOut.of(j) for j in page], next_cursor=next_cursor)
+    return json_answer({"jobs": [job_body(j) for j in page], "next_cursor": next_cursor})
 
 
-def _verb_response(job: Any, response: Response) -> JobOut:
-    if job.state in IN_FLIGHT:
-        response.status_code = 202  # requested: the queue's loop applies it at its next tick
-    return JobOut.of(job)
+def _verb_response(job: Any) -> Response:
+    # 202: requested, the queue's loop applies it at its next tick.
+    return json_answer(job_body(job), 202 if job.state in IN_FLIGHT else 200)
 
 
 _VERB_ERRORS: dict[int | str, dict[str, Any]] = {
@@ -276,11 +274,11 @@ _VERB_ERRORS: dict[int | str, dict[str, Any]] = {
     summary="Cancel a job (a running one is cancelled by its queue's loop)",
 )
 async def cancel_job(
-    job_id: JobId, request: Request, response: Response, body: CancelRequest | None = None
-) -> JobOut:
+    job_id: JobId, request: Request, body: CancelRequest | None = None
+) -> Response:
     service = _service(request)
     reason = body.reason if body else None
-    return _verb_response(await service.store.job_cancel(job_id, service.clock(), reason), response)
+    return _verb_response(await service.store.job_cancel(job_id, service.clock(), reason))
 
 
 @router.post(
@@ -291,12 +289,12 @@ async def cancel_job(
     summary="Complete an open job with a result (one in flight: by its queue's loop)",
 )
 async def complete_job(
-    job_id: JobId, request: Request, response: Response, body: CompleteRequest | None = None
-) -> JobOut:
+    job_id: JobId, request: Request, body: CompleteRequest | None = None
+) -> Response:
     service = _service(request)
     result = body.result if body else None
     job = await service.store.job_complete(job_id, service.clock(), result)
-    return _verb_response(job, response)
+    return _verb_response(job)
 
 
 @router.post(
@@ -306,12 +304,10 @@ async def complete_job(
     responses=_VERB_ERRORS,
     summary="Fail an open job for good, with a reason (no retry)",
 )
-async def fail_job(
-    job_id: JobId, body: FailRequest, request: Request, response: Response
-) -> JobOut:
+async def fail_job(job_id: JobId, body: FailRequest, request: Request) -> Response:
     service = _service(request)
     job = await service.store.job_fail(job_id, service.clock(), body.reason)
-    return _verb_response(job, response)
+    return _verb_response(job)
 
 
 @router.post(
@@ -322,8 +318,8 @@ async def fail_job(
     summary="Run a job again later: run_at or run_in, priority, attempts, max_attempts",
 )
 async def reschedule_job(
-    job_id: JobId, request: Request, response: Response, body: RescheduleRequest | None = None
-) -> JobOut:
+    job_id: JobId, request: Request, body: RescheduleRequest | None = None
+) -> Response:
     service = _service(request)
     now = service.clock()
     body = body or RescheduleRequest()
@@ -335,7 +331,7 @@ async def reschedule_job(
         reset_attempts=body.reset_attempts,
         max_attempts=body.max_attempts,
     )
-    return _verb_response(await service.store.job_reschedule(job_id, now, change), response)
+    return _verb_response(await service.store.job_reschedule(job_id, now, change))
 
 
 @router.delete(
@@ -345,8 +341,8 @@ async def reschedule_job(
     responses=_ERRORS,
     summary="Delete a finished job and its attempts (returns it as it was)",
 )
-async def delete_job(job_id: JobId, request: Request) -> JobOut:
-    return JobOut.of(await _service(request).store.job_delete(job_id))
+async def delete_job(job_id: JobId, request: Request) -> Response:
+    return json_answer(job_body(await _service(request).store.job_delete(job_id)))
 
 
 JobKey = Annotated[str, Path(min_length=1, max_length=500, description="a job_key")]
@@ -359,12 +355,12 @@ JobKey = Annotated[str, Path(min_length=1, max_length=500, description="a job_ke
     responses=_NOT_FOUND,
     summary="The open job that holds a job_key",
 )
-async def get_job_by_key(job_key: JobKey, request: Request) -> JobOut:
+async def get_job_by_key(job_key: JobKey, request: Request) -> Response:
     if nul_field(job_key, "job_key"):
         raise IntakeError("job_key", NUL_MESSAGE)
     store = _service(request).store
     job = await store.job_by_key(job_key)
-    return JobOut.of(job, await store.job_attempts(job.id))
+    return json_answer(job_body(job, await store.job_attempts(job.id)))
 
 
 @router.post(
@@ -374,12 +370,12 @@ async def get_job_by_key(job_key: JobKey, request: Request) -> JobOut:
     responses=_VERB_ERRORS,
     summary="Cancel the open job that holds a job_key",
 )
-async def cancel_job_by_key(job_key: JobKey, request: Request, response: Response) -> JobOut:
+async def cancel_job_by_key(job_key: JobKey, request: Request) -> Response:
     if nul_field(job_key, "job_key"):
         raise IntakeError("job_key", NUL_MESSAGE)
     service = _service(request)
     job = await service.store.job_by_key(job_key)
-    return _verb_response(await service.store.job_cancel(job.id, service.clock()), response)
+    return _verb_response(await service.store.job_cancel(job.id, service.clock()))
 
 
 @router.patch(
@@ -389,7 +385,7 @@ async def cancel_job_by_key(job_key: JobKey, request: Request, response: Respons
     responses=_ERRORS,
     summary="Change a scheduled job (run_at, priority, payload, weight, labels, ...)",
 )
-async def patch_job(job_id: JobId, patch: JobPatch, request: Request) -> JobOut:
+async def patch_job(job_id: JobId, patch: JobPatch, request: Request) -> Response:
     service = _service(request)
     intake = service.intake
     changes = await off_loop(
@@ -405,7 +401,7 @@ async def patch_job(job_id: JobId, patch: JobPatch, request: Request) -> JobOut:
         service.clock(),
         resolve=lambda current: intake.resolve_changes(current, changes),
     )
-    return JobOut.of(job)
+    return json_answer(job_body(job))
 
 
 @router.post(
@@ -415,7 +411,7 @@ async def patch_job(job_id: JobId, patch: JobPatch, request: Request) -> JobOut:
     responses=_ERRORS,
     summary="Run a failed or cancelled job again (a new attempt)",
 )
-async def retry_job(job_id: JobId, request: Request, body: RetryRequest | None = None) -> JobOut:
+async def retry_job(job_id: JobId, request: Request, body: RetryRequest | None = None) -> Response:
     service = _service(request)
     job = await service.store.job_retry(job_id, service.clock(), body.run_at if body else None)
-    return JobOut.of(job)
+    return json_answer(job_body(job))

@@ -14,10 +14,12 @@ from typing import Any
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
+from hipq.api.one_send import OneSendProtocol
+
 __all__ = ["header_timeout_protocol"]
 
 
-class _HeaderTimeoutProtocol(HttpToolsProtocol):
+class _HeaderTimeoutProtocol(OneSendProtocol):
     header_timeout: float = 10.0
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -58,5 +60,6 @@ class _HeaderTimeoutProtocol(HttpToolsProtocol):
 
 def header_timeout_protocol(seconds: float) -> type[HttpToolsProtocol]:
     """uvicorn's ``http=`` protocol class, closing connections whose request headers
-    take longer than ``seconds``."""
+    take longer than ``seconds`` (and sending each response in one write, see
+    ``hipq.api.one_send``)."""
     return type("HeaderTimeoutProtocol", (_HeaderTimeoutProtocol,), {"header_timeout": seconds})

@@ -203,10 +203,10 @@ async def get_job(
     ] = None,
 ) -> Response:
     service = _service(request)
-    if wait is None:
-        job = await service.store.job_get(job_id)
-    else:
-        job = await service.waiters.wait(job_id, wait_seconds(wait))
+    if wait is None:  # the job, its attempts and its heartbeat on one connection
+        view = await service.store.job_view(job_id)
+        return json_answer(job_body(view.job, view.attempts, view.heartbeat))
+    job = await service.waiters.wait(job_id, wait_seconds(wait))
     attempts = await service.store.job_attempts(job_id)
     return json_answer(job_body(job, attempts, await service.store.heartbeat_of(job_id)))
 

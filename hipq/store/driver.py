@@ -38,8 +38,11 @@ class DriverStatement:
         return [params[name] for name in self.names]
 
     async def fetch(self, conn: AsyncConnection, params: Mapping[str, Any]) -> list[Any]:
-        """Run on ``conn``'s driver connection; the rows (asyncpg ``Record``s)."""
-        driver = await driver_connection(conn)
+        """Run on ``conn``'s driver connection, outside any transaction (a statement
+        that commits on its own: SQLAlchemy has begun nothing on ``conn``); the rows
+        (asyncpg ``Record``s). Inside a transaction SQLAlchemy began, see
+        ``Dialect.driver_connection``."""
+        driver = (await conn.get_raw_connection()).driver_connection
         try:
             return list(await driver.fetch(self.sql, *self.arguments(params)))
         except asyncpg.IntegrityConstraintViolationError as exc:
@@ -49,9 +52,3 @@ class DriverStatement:
         except (asyncpg.InterfaceError, OSError) as exc:
             # The connection is gone; the pool's checkout ping replaces it before reuse.
             raise sa_exc.OperationalError(self.sql, None, exc, connection_invalidated=True) from exc
-
-
-async def driver_connection(conn: AsyncConnection) -> Any:
-    """The asyncpg connection under a checked-out SQLAlchemy connection."""
-    raw = await conn.get_raw_connection()
-    return raw.driver_connection

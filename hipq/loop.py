@@ -195,11 +195,11 @@ class QueueLoop:
             raise RuntimeError(f"queue {self.name}: run_once without the lease")
         self._ticking = True
         try:
-            return await self._tick()
+            return await self._tick(self.token)
         finally:
             self._ticking = False
 
-    async def _tick(self) -> TickReport:
+    async def _tick(self, token: int) -> TickReport:
         now = self.clock()
         reports, self._reports = self._reports, Reports()
         report = TickReport()
@@ -210,7 +210,7 @@ class QueueLoop:
             async with self.store.queue_batch(
                 self.name,
                 self.owner,
-                self.token,
+                token,
                 now,
                 self.lease_ttl,
                 fence_later=self._fence_later(reports, now),

@@ -282,7 +282,7 @@ class SqliteDialect(Dialect):
         ]
         async with engine.connect() as conn:
             raw = await conn.get_raw_connection()
-            driver = raw.driver_connection
+            driver: Any = raw.driver_connection
             busy_ms = _budget_ms() or SQLITE_BUSY_TIMEOUT_MS
             try:
                 if raw.info.get("hipq_busy_ms") != busy_ms:
@@ -573,7 +573,8 @@ class PostgresDialect(Dialect):
             raw = await conn.get_raw_connection()
             budget_ms = _budget_ms()
             if raw.info.get(_SESSION_BUDGET) != budget_ms:
-                await raw.driver_connection.execute(_timeouts_sql(budget_ms, local=False))
+                driver: Any = raw.driver_connection
+                await driver.execute(_timeouts_sql(budget_ms, local=False))
                 raw.info[_SESSION_BUDGET] = budget_ms
             yield conn
 

@@ -42,7 +42,7 @@ class DriverStatement:
         that commits on its own: SQLAlchemy has begun nothing on ``conn``); the rows
         (asyncpg ``Record``s). Inside a transaction SQLAlchemy began, see
         ``Dialect.driver_connection``."""
-        driver = (await conn.get_raw_connection()).driver_connection
+        driver: Any = (await conn.get_raw_connection()).driver_connection
         try:
             return list(await driver.fetch(self.sql, *self.arguments(params)))
         except asyncpg.IntegrityConstraintViolationError as exc:

@@ -50,7 +50,9 @@ async def test_a_sqlite_write_lock_held_elsewhere_is_503_within_the_budget(
 ) -> None:
     async with open_api(sqlite_url, api_db_timeout="0.3s") as api:
         path = Path(str(make_url(sqlite_url).database))
-        holder = sqlite3.connect(path, isolation_level=None)
+        # Waits (up to 30 s, not sqlite3's 5) for a write the service's start-up may
+        # still have under way on a loaded machine; the budget is what is tested here.
+        holder = sqlite3.connect(path, isolation_level=None, timeout=30)
         try:
             holder.execute("BEGIN IMMEDIATE")
             # Without a budget this waited for SQLite's 30 s busy timeout.

@@ -7,7 +7,6 @@ as text, cast to jsonb).
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
@@ -81,23 +80,11 @@ _SETTLE_AND_RECORD_FENCED = (
 )
 
 
-def _numbered(sql: str) -> tuple[str, tuple[str, ...]]:
-    """``:name`` parameters as asyncpg's ``$n``, and the names in their order."""
-    names: list[str] = []
-
-    def number(found: re.Match[str]) -> str:
-        if found[1] not in names:
-            names.append(found[1])
-        return f"${names.index(found[1]) + 1}"
-
-    return re.sub(r"(?<!:):([a-z_]+)", number, sql), tuple(names)
-
-
 # The same statements for the asyncpg connection itself (the loop's tick).
-_SETTLE_RAW = _numbered(_SETTLE.text)
-_SETTLE_AND_RECORD_RAW = _numbered(_SETTLE_AND_RECORD.text)
-_SETTLE_FENCED_RAW = _numbered(_SETTLE_FENCED)
-_SETTLE_AND_RECORD_FENCED_RAW = _numbered(_SETTLE_AND_RECORD_FENCED)
+_SETTLE_RAW = DriverStatement(_SETTLE)
+_SETTLE_AND_RECORD_RAW = DriverStatement(_SETTLE_AND_RECORD)
+_SETTLE_FENCED_RAW = DriverStatement(text(_SETTLE_FENCED))
+_SETTLE_AND_RECORD_FENCED_RAW = DriverStatement(text(_SETTLE_AND_RECORD_FENCED))
 
 
 async def job_settle(
@@ -126,11 +113,11 @@ async def job_settle_driver(
     if records:
         params.update(_record_params(records))
     if fence is None:
-        sql, names = _SETTLE_AND_RECORD_RAW if records else _SETTLE_RAW
-        return await driver.execute(sql, *(params[n] for n in names))
-    sql, names = _SETTLE_AND_RECORD_FENCED_RAW if records else _SETTLE_FENCED_RAW
+        plain = _SETTLE_AND_RECORD_RAW if records else _SETTLE_RAW
+        return await driver.execute(plain.sql, *plain.arguments(params))
+    fenced = _SETTLE_AND_RECORD_FENCED_RAW if records else _SETTLE_FENCED_RAW
     params.update(f_queue=fence[0], f_owner=fence[1], f_token=fence[2], f_expires=fence[3])
-    return await driver.fetchrow(sql, *(params[n] for n in names))
+    return await driver.fetchrow(fenced.sql, *fenced.arguments(params))
 
 
 def _settle_params(settlements: Sequence[Settlement], now: datetime) -> dict[str, Any]:

@@ -18,8 +18,8 @@ from pathlib import Path
 from hipq.api import auth
 from hipq.api.app import create_app
 from hipq.config import load_settings
+from hipq.security.tokens import ENV_VAR, config_line, load_tokens, new_token
 from hipq.service import Service
-from hipq.tokens import ENV_VAR, config_line, load_tokens, new_token
 
 
 def check_cost(count: int, n: int = 20_000) -> float:

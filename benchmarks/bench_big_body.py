@@ -78,7 +78,14 @@ def big_bodies(mib: int, posts: int, digits: int) -> None:
             "job_types: {echo: {transport: {python: {handler: hipq.handlers:echo}}}}\n"
         )
         server = subprocess.Popen(
-            [sys.executable, "-c", "from hipq.cli import app; app()", "serve", "-c", str(config)],
+            [
+                sys.executable,
+                "-c",
+                "from hipq.commands.main import app; app()",
+                "serve",
+                "-c",
+                str(config),
+            ],
             # A HIPQ_DATABASE_URL in the shell must not point this at a real database.
             env={k: v for k, v in os.environ.items() if not k.startswith("HIPQ_")},
             cwd=tmp,  # `python -c` imports from its working directory first

@@ -23,9 +23,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from engines import add_engine_options, chosen_engines
 
-from hipq.bench import fresh_database, utcnow
-from hipq.bulk import DEFAULT_STEP_SIZE
+from hipq.commands.bench import fresh_database, utcnow
 from hipq.jobs import NewJob
+from hipq.process.bulk_runner import DEFAULT_STEP_SIZE
 from hipq.store import Store
 from hipq.store.bulk import BulkFilter
 

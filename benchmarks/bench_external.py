@@ -33,7 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from engines import add_engine_options, chosen_engines
 
-from hipq.bench import _free_port, cpu_seconds, fresh_database, serving
+from hipq.commands.bench import _free_port, cpu_seconds, fresh_database, serving
 from hipq.store import Store
 from hipq.store.schema import jobs
 from tests.peers import CallbackService, serve_app

@@ -26,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from engines import add_engine_options, chosen_engines
 from sqlalchemy import text, update
 
-from hipq.bench import fresh_database
+from hipq.commands.bench import fresh_database
 from hipq.jobs import NewJob
 from hipq.lifecycle import State
 from hipq.outcomes import Settlement

@@ -25,12 +25,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from engines import add_engine_options, chosen_engines
 
-from hipq.bench import fresh_database, utcnow
+from hipq.commands.bench import fresh_database, utcnow
 from hipq.jobs import NewJob
 from hipq.lifecycle import State
+from hipq.process.upkeep import PRUNE_BATCH
 from hipq.store import Store
 from hipq.store.schema import attempts, jobs
-from hipq.upkeep import PRUNE_BATCH
 
 
 async def fill(store: Store, count: int) -> None:

@@ -24,7 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from engines import add_engine_options, chosen_engines
 
-from hipq.bench import fresh_database
+from hipq.commands.bench import fresh_database
 from hipq.config import load_settings
 from hipq.schedules.scheduler import to_row
 from hipq.service import Service

@@ -28,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from engines import add_engine_options, chosen_engines
 from stop_load import SlowPeer, completed_count, open_jobs, python_runs, serve_config, serve_env
 
-from hipq.bench import BenchOptions, ServeProcess, _free_port, fresh_database
+from hipq.commands.bench import BenchOptions, ServeProcess, _free_port, fresh_database
 from tests.peers import serve_app
 
 PYTHON_JOBS, HTTP_JOBS = 200, 100

@@ -25,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from engines import add_engine_options, chosen_engines
 
-from hipq.bench import fresh_database, utcnow
+from hipq.commands.bench import fresh_database, utcnow
 from hipq.config import load_settings
 from hipq.jobs import NewJob
 from hipq.service import Service

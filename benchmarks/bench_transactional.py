@@ -25,12 +25,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from engines import add_engine_options, chosen_engines
 
-from hipq.bench import BenchOptions, fresh_database, utcnow
+from hipq.commands.bench import BenchOptions, fresh_database, utcnow
 from hipq.config import load_settings
-from hipq.intake import Intake
+from hipq.ingest.job_intake import Intake
 from hipq.job_types import JobTypes
-from hipq.job_types_publisher import mirror_of
 from hipq.plugins import RetryStrategies
+from hipq.process.job_types_publisher import mirror_of
 from hipq.store import Store
 from hipq.transactional import add_job_async, add_jobs_async
 

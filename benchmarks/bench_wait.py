@@ -33,7 +33,7 @@ from engines import add_engine_options, chosen_engines
 from sqlalchemy import event
 
 from hipq.api.app import create_app
-from hipq.bench import fresh_database
+from hipq.commands.bench import fresh_database
 from hipq.config import load_settings
 from hipq.service import Service
 

@@ -1,6 +1,6 @@
 """What the benchmark scripts share: running hipq's measurements from a source checkout.
 
-The measurements live in ``hipq.bench`` (so that an installed ``hipq bench`` has them
+The measurements live in ``hipq.commands.bench`` (so that an installed ``hipq bench`` has them
 too); the scripts here only put this checkout first on the path and call into it.
 """
 
@@ -21,6 +21,6 @@ def use_checkout() -> None:
 def run_cli(command: str, argv: list[str], prog: str) -> None:
     """Run ``hipq <command> <argv>``; exits with its status."""
     use_checkout()
-    from hipq.cli import app
+    from hipq.commands.main import app
 
     app(args=[command, *argv], prog_name=prog)

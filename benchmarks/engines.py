@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from hipq.bench import BenchOptions
+from hipq.commands.bench import BenchOptions
 
 
 def add_engine_options(parser: argparse.ArgumentParser) -> None:

@@ -24,7 +24,7 @@ from pydantic import (
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from hipq.durations import parse_duration
-from hipq.signatures import SignatureError, decode_secret
+from hipq.security.signatures import SignatureError, decode_secret
 
 Seconds = Annotated[float, BeforeValidator(parse_duration)]
 
@@ -224,7 +224,7 @@ class CallbackSignature(_Strict):
 
 
 class AuthConfig(_Strict):
-    # A file of token lines (see hipq/tokens.py and docs/security.md); tokens also come
+    # A file of token lines (see hipq/security/tokens.py and docs/security.md); tokens also come
     # from HIPQ_TOKENS. Never the tokens themselves in this YAML file.
     tokens_file: str | None = None
     # An authenticating gateway sits in front: `hipq serve` may listen beyond loopback

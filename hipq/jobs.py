@@ -46,7 +46,7 @@ class Job(NamedTuple):
     last_error: str | None = None
     waiting_reason: str | None = None
     cancel_requested: bool = False
-    trace_context: str | None = None  # the enqueue's traceparent (hipq.tracing)
+    trace_context: str | None = None  # the enqueue's traceparent (hipq.observability.tracing)
     flags: list[str] | None = None  # a queue may forbid some (hipq.forbidden_flags)
     notify: list[str] | None = None  # notification targets of its outcome (hipq.outbox)
 
@@ -79,7 +79,7 @@ class NewJob:
     correlation_key: str | None = None
     job_key: str | None = None
     job_key_mode: str = "replace"
-    trace_context: str | None = None  # the enqueue's traceparent (hipq.tracing)
+    trace_context: str | None = None  # the enqueue's traceparent (hipq.observability.tracing)
     flags: list[str] | None = None
     notify: list[str] | None = None  # notification targets of its outcome (hipq.outbox)
 

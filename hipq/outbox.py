@@ -4,7 +4,7 @@ A job that names notification targets (``notify``, its own or its type's) gets o
 outbox row per target each time it reaches a terminal state (completed, failed,
 cancelled). The row is written in the transaction that changes the state (a trigger
 on the jobs table, alembic 0012), so a change that rolls back leaves nothing to send
-and a committed one is never without its row. ``hipq.notifier`` sends the rows after
+and a committed one is never without its row. ``hipq.process.notifier`` sends the rows after
 the commit and retries them with backoff until the receiver takes them:
 at-least-once, with a message id that stays the same across the tries of one
 notification, for the receiver to de-duplicate on.

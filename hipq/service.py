@@ -1,8 +1,8 @@
 """A running hipq process: its activities, started in order and stopped in reverse.
 
 ``hipq serve`` runs one ``Service`` inside the API's lifespan; tests build one
-(``Service(settings)`` or ``hipq.wiring.build_service``) and drive its loops tick
-by tick. What the parts are and how they are built is ``hipq.wiring``'s.
+(``Service(settings)`` or ``hipq.process.wiring.build_service``) and drive its loops tick
+by tick. What the parts are and how they are built is ``hipq.process.wiring``'s.
 """
 
 from __future__ import annotations
@@ -15,24 +15,23 @@ from collections.abc import Callable, Iterable
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from hipq import migrations
-from hipq.activity import Activity
-from hipq.bulk import BulkRunner
+from hipq.batch_loop.loop import QueueLoop
 from hipq.config import Settings
-from hipq.faults import unavailable
-from hipq.job_types_publisher import JobTypesPublisher
-from hipq.job_waiters import JobWaiters
-from hipq.loop import QueueLoop
-from hipq.notifier import Notifier
-from hipq.status_polls import status_polls_of
-from hipq.stopping import drain
-from hipq.store import Store
+from hipq.observability.faults import unavailable
+from hipq.process.activity import Activity
+from hipq.process.bulk_runner import BulkRunner
+from hipq.process.job_types_publisher import JobTypesPublisher
+from hipq.process.job_waiters import JobWaiters
+from hipq.process.notifier import Notifier
+from hipq.process.status_polls import status_polls_of
+from hipq.process.stopping import drain
+from hipq.process.wiring import Parts, ServiceError, build_parts, utcnow
+from hipq.store import Store, migrations
 from hipq.store.process_guard import ProcessGuard
 from hipq.transports.base import Transport
-from hipq.wiring import Parts, ServiceError, build_parts, utcnow
 
 if TYPE_CHECKING:
-    from hipq.consumer import ResponseConsumer
+    from hipq.process.kafka_consumer import ResponseConsumer
 
 log = logging.getLogger("hipq.service")
 
@@ -151,7 +150,7 @@ class Service:
         run_loops: bool = True,
         parts: Parts | None = None,
     ) -> None:
-        # Without ``parts`` (tests), built here as ``hipq.wiring.build_service`` does.
+        # Without ``parts`` (tests), built here as ``hipq.process.wiring.build_service`` does.
         parts = parts or build_parts(settings, clock=clock, owner=owner, run_loops=run_loops)
         self.settings, self.clock, self.owner = parts.settings, parts.clock, parts.owner
         self.run_loops = parts.run_loops
@@ -269,7 +268,7 @@ class Service:
         self._started.clear()
 
     def wake_queue(self, payload: str) -> None:
-        """Act on a wake-up payload (``hipq.wakeup``), from this process or another."""
+        """Act on a wake-up payload (``hipq.batch_loop.wakeup``), from this process or another."""
         self.wakeups.deliver(payload)
 
     def wake_all(self) -> None:

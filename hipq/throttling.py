@@ -7,7 +7,7 @@ returns a ``Verdict``: which candidates it admits, which it defers to a later
 instant, and a short reason for each one it holds. Decisions are pure functions of
 (candidates, view, now); the loop persists them.
 
-``hipq.chain`` applies a queue's stages in order.
+``hipq.batch_loop.chain`` applies a queue's stages in order.
 """
 
 from __future__ import annotations

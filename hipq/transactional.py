@@ -33,8 +33,8 @@ from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from hipq.app_connections import AsyncRunner, SyncRunner, async_runner, sync_runner
-from hipq.mirrored_intake import (
+from hipq.ingest.app_connections import AsyncRunner, SyncRunner, async_runner, sync_runner
+from hipq.ingest.mirrored_intake import (
     FIELDS,
     NAIVE,
     EnqueueError,

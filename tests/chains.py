@@ -7,7 +7,7 @@ import asyncio
 from collections.abc import Sequence
 from datetime import datetime
 
-from hipq.chain import ChainResult, GuardedChain
+from hipq.batch_loop.chain import ChainResult, GuardedChain
 from hipq.jobs import Job
 from hipq.throttling import RunningView, Stage
 

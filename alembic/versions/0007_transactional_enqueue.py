@@ -269,7 +269,7 @@ BEGIN
       queues := queues || v_queue;
     END IF;
   END LOOP;
-  -- Delivered at COMMIT, and never for a transaction that rolls back (hipq.wakeup).
+  -- Delivered at COMMIT, and never for a transaction that rolls back (hipq.batch_loop.wakeup).
   PERFORM pg_notify('hipq_jobs', q) FROM unnest(queues) AS q;
   RETURN ids;
 END

@@ -33,7 +33,7 @@ def serve(workdir: Path) -> tuple[subprocess.Popen[bytes], httpx.Client]:
             [
                 sys.executable,
                 "-c",
-                "from hipq.cli import main; main()",
+                "from hipq.commands.main import main; main()",
                 "serve",
                 "--config",
                 str(HERE / "config.yaml"),

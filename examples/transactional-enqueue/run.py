@@ -36,7 +36,7 @@ def serve(workdir: Path, database_url: str) -> tuple[subprocess.Popen[bytes], ht
             [
                 sys.executable,
                 "-c",
-                "from hipq.cli import main; main()",
+                "from hipq.commands.main import main; main()",
                 "serve",
                 "--config",
                 str(HERE / "config.yaml"),

@@ -26,11 +26,11 @@ from hipq.api import (
 )
 from hipq.api.models import ReadyOut
 from hipq.api.request_guards import RequestGuards
-from hipq.faults import FaultReporter, unavailable
-from hipq.metrics import Metrics
+from hipq.observability.faults import FaultReporter, unavailable
+from hipq.observability.metrics import Metrics
+from hipq.security.tokens import Tokens, load_tokens
 from hipq.service import Service
 from hipq.store.dialects import time_budget
-from hipq.tokens import Tokens, load_tokens
 
 log = logging.getLogger("hipq.api")
 

@@ -1,4 +1,4 @@
-"""Who may call which route: bearer tokens with scopes (see hipq/tokens.py).
+"""Who may call which route: bearer tokens with scopes (see hipq/security/tokens.py).
 
 Each route declares its scope with ``dependencies=[Depends(require("read"))]``, from which
 ``document`` puts the bearer scheme, the scope and the 401/403 into the OpenAPI schema.
@@ -26,9 +26,9 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from hipq.api.errors import error_body
 from hipq.api.models import ErrorOut
 from hipq.config import Settings
-from hipq.intake import LIST_JOB_TYPES
+from hipq.ingest.job_intake import LIST_JOB_TYPES
 from hipq.jobs import NewJob
-from hipq.tokens import ANONYMOUS, Principal, Tokens
+from hipq.security.tokens import ANONYMOUS, Principal, Tokens
 
 # Where the middleware leaves the caller for the routes (None: no valid token).
 PRINCIPAL_KEY = "hipq.principal"

@@ -2,7 +2,7 @@
 
 POST with ``dry_run`` answers how many jobs match now. Otherwise it records a bulk
 operation and answers 202 with it; the operation goes on in the background in bounded
-steps (``hipq.bulk``), and GET /v1/jobs/bulk/{id} shows its progress (counts and
+steps (``hipq.process.bulk_runner``), and GET /v1/jobs/bulk/{id} shows its progress (counts and
 state) from any process.
 """
 
@@ -15,7 +15,7 @@ from fastapi import APIRouter, Depends, Path, Request, Response
 from hipq.api.auth import require
 from hipq.api.json_body import JSONBodyRoute
 from hipq.api.models import MAX_ID, BulkCountOut, BulkIn, BulkListOut, BulkOut, ErrorOut
-from hipq.intake import IntakeError
+from hipq.ingest.job_intake import IntakeError
 from hipq.service import Service
 from hipq.storable_text import NUL_MESSAGE, nul_field
 from hipq.store.bulk import BulkFilter, BulkOperation

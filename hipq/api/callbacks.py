@@ -14,11 +14,11 @@ from hipq.api.auth import CallbackAccess, token_proves_callback
 from hipq.api.errors import InvalidParameter, error_body
 from hipq.api.json_body import loads, off_loop
 from hipq.api.models import ErrorOut
+from hipq.ingest.outcome_rules import ANY_RESPONSE
+from hipq.ingest.response_intake import WEBHOOK_ID, check_body, check_callback_key, new_response
 from hipq.job_types import JobTypeInfo, JobTypes
-from hipq.outcome_rules import ANY_RESPONSE
-from hipq.response_intake import WEBHOOK_ID, check_body, check_callback_key, new_response
+from hipq.security.signatures import SignatureError, verify
 from hipq.service import Service
-from hipq.signatures import SignatureError, verify
 
 router = APIRouter(tags=["callbacks"])
 

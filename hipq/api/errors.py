@@ -17,9 +17,9 @@ from sqlalchemy import exc as sa_exc
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from hipq.faults import FaultReporter
-from hipq.intake import IntakeError
-from hipq.response_intake import ResponseRefused
+from hipq.ingest.job_intake import IntakeError
+from hipq.ingest.response_intake import ResponseRefused
+from hipq.observability.faults import FaultReporter
 from hipq.store import Conflict, NotFound, StoreError
 
 log = logging.getLogger("hipq.api")
@@ -36,7 +36,7 @@ class InvalidParameter(ValueError):
 # What a client is told to wait before it retries a request the database could not serve.
 RETRY_AFTER_SECONDS = 2
 
-# The errors a database fault arrives as (``hipq.faults.unavailable`` tells which of
+# The errors a database fault arrives as (``hipq.observability.faults.unavailable`` tells which of
 # them are one): the store's driver wrapped by SQLAlchemy, or the drivers' own.
 DATABASE_ERRORS: tuple[type[Exception], ...] = (
     sa_exc.DBAPIError,

@@ -9,7 +9,6 @@ from typing import Annotated, Any
 import orjson
 from fastapi import APIRouter, Depends, Header, Path, Query, Request, Response
 
-from hipq import tracing
 from hipq.api.answers import json_answer
 from hipq.api.auth import check_tenancy, require
 from hipq.api.errors import InvalidParameter
@@ -31,12 +30,13 @@ from hipq.api.models import (
     job_body,
 )
 from hipq.api.paging import Cursor, json_size, within_budget
+from hipq.batch_loop.operator_requests import Reschedule
 from hipq.durations import parse_duration
-from hipq.intake import NUL_MESSAGE, IntakeError, nul_field
-from hipq.job_waiters import MAX_WAIT_SECONDS
+from hipq.ingest.job_intake import NUL_MESSAGE, IntakeError, nul_field
 from hipq.jobs import NewJob
 from hipq.lifecycle import IN_FLIGHT, State
-from hipq.operator_requests import Reschedule
+from hipq.observability import tracing
+from hipq.process.job_waiters import MAX_WAIT_SECONDS
 from hipq.service import Service
 from hipq.store import JobFilter
 

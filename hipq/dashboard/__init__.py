@@ -16,7 +16,7 @@ from fastapi.staticfiles import StaticFiles
 from hipq.dashboard.access import PageCookie, session_router
 from hipq.dashboard.docs import install_docs
 from hipq.dashboard.pages import PREFIX, open_router, router
-from hipq.tokens import Tokens
+from hipq.security.tokens import Tokens
 
 STATIC = Path(__file__).parent / "static"
 

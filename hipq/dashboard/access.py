@@ -30,7 +30,7 @@ from fastapi.params import Depends
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from hipq.api import auth
-from hipq.tokens import Principal, Tokens
+from hipq.security.tokens import Principal, Tokens
 
 COOKIE = "hipq_dashboard"
 PAGE_SCOPE = "read"

@@ -20,12 +20,12 @@ from pydantic import ValidationError
 
 from hipq.api.models import JobIn
 from hipq.events import Events
-from hipq.faults import FaultReporter
-from hipq.intake import Intake, IntakeError
+from hipq.ingest.job_intake import Intake, IntakeError
 from hipq.jobs import NewJob
+from hipq.observability.faults import FaultReporter
+from hipq.process.stopping import finish_or_cancel
 from hipq.schedules.cron import ScheduleError
 from hipq.schedules.definition import Schedule, build_schedule, job_fields, plan
-from hipq.stopping import finish_or_cancel
 from hipq.store import Store
 from hipq.store.schedules import Fire, FireResult, ScheduleRow
 

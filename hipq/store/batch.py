@@ -514,7 +514,7 @@ class QueueBatch:
 
 def _is_copy() -> Any:
     """Whether the response is a copy of one already matched: the same key and
-    fingerprint (``hipq.response_intake.fingerprint``)."""
+    fingerprint (``hipq.ingest.response_intake.fingerprint``)."""
     matched = responses.alias("matched")
     return (
         exists()

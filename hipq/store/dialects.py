@@ -33,6 +33,7 @@ from sqlalchemy.engine import URL, make_url
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 from sqlalchemy.sql import text
 
+from hipq.batch_loop.wakeup import CHANNEL
 from hipq.jobs import Attempt
 from hipq.outcomes import Settlement
 from hipq.store import unnest
@@ -40,7 +41,6 @@ from hipq.store.process_guard import PgListener, ProcessGuard, SqliteFileLock
 from hipq.store.records import StoreSetupError
 from hipq.store.schema import attempts, jobs, responses
 from hipq.store.state_guards import SETTLE
-from hipq.wakeup import CHANNEL
 
 SQLITE_BUSY_TIMEOUT_MS = 30_000
 # A new PostgreSQL connection that has not answered within this gives up (asyncpg's

@@ -15,12 +15,12 @@ from typing import Any
 from sqlalchemy import bindparam, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from hipq.batch_loop.wakeup import cancels_payload
 from hipq.store.batch import QueueBatch
 from hipq.store.records import Conflict, NotFound
 from hipq.store.schema import job_heartbeats, jobs
 from hipq.store.state_guards import OPEN_SQL
 from hipq.store.transactions import Transactions
-from hipq.wakeup import cancels_payload
 
 
 @dataclass(frozen=True, slots=True)

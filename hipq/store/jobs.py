@@ -14,16 +14,16 @@ from sqlalchemy import and_, delete, exists, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from hipq.batch_loop.operator_requests import key_taken_over
+from hipq.batch_loop.wakeup import jobs_payload
 from hipq.jobs import Attempt, Job, NewJob
 from hipq.lifecycle import TERMINAL, State, check_transition
-from hipq.operator_requests import key_taken_over
 from hipq.store import state_guards as guards
 from hipq.store.records import Conflict, InsertResult, JobFilter, NotFound
 from hipq.store.rows import NEW_JOB_COLUMNS, conflict_from, job_from_new, new_row, row_to_job
 from hipq.store.schema import OPEN_JOB_KEY_WHERE, attempts, idempotency_keys, jobs, notifications
 from hipq.store.state_guards import OPEN_SQL, const
 from hipq.store.transactions import Transactions
-from hipq.wakeup import jobs_payload
 
 # One request of ``job_insert_each``: its jobs, and its (Idempotency-Key, request hash).
 InsertRequest = tuple[Sequence[NewJob], tuple[str, str] | None]

@@ -5,7 +5,7 @@
   dedicated connection for the NOTIFY wake-ups of the others, reconnecting
   with a short backoff.
 
-Both are ``hipq.activity.Activity``s that the service starts first and stops last.
+Both are ``hipq.process.activity.Activity``s that the service starts first and stops last.
 """
 
 from __future__ import annotations
@@ -22,12 +22,12 @@ from typing import IO, Any, Protocol
 import asyncpg  # type: ignore[import-untyped]
 from sqlalchemy.engine import make_url
 
-from hipq.activity import Activity
-from hipq.faults import FaultReporter
+from hipq.batch_loop.wakeup import CHANNEL
+from hipq.observability.faults import FaultReporter
+from hipq.process.activity import Activity
 from hipq.store.records import StoreSetupError
-from hipq.wakeup import CHANNEL
 
-log = logging.getLogger("hipq.wakeup")
+log = logging.getLogger("hipq.batch_loop.wakeup")
 
 # The LISTEN connection's reconnect backoff. Kept short: while it is down, wake-ups
 # from other processes wait for the next tick, and /readyz reports it.

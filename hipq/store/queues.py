@@ -12,6 +12,7 @@ from datetime import datetime, timedelta
 from sqlalchemy import String, cast, func, literal, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from hipq.batch_loop.wakeup import jobs_payload
 from hipq.jobs import Job, Start
 from hipq.lifecycle import State
 from hipq.store import state_guards as guards
@@ -21,7 +22,6 @@ from hipq.store.rows import row_to_job
 from hipq.store.schema import attempts, jobs, queues
 from hipq.store.state_guards import IN_FLIGHT_SQL, IN_FLIGHT_VALUES, OPEN_VALUES, SCHEDULED_SQL
 from hipq.store.transactions import Transactions
-from hipq.wakeup import jobs_payload
 
 
 class QueueTable(Transactions):

@@ -17,12 +17,12 @@ from sqlalchemy import delete, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from hipq.batch_loop.wakeup import jobs_payload
 from hipq.jobs import Job, NewJob
 from hipq.store.records import Conflict, NotFound
 from hipq.store.schema import jobs, schedule_fires, schedules
 from hipq.store.state_guards import OPEN_SQL
 from hipq.store.transactions import Transactions
-from hipq.wakeup import jobs_payload
 
 _DEFINITION = ("cron", "timezone", "job", "catch_up", "backfill_seconds", "overlap")
 

@@ -104,7 +104,7 @@ jobs = Table(
     Column("last_error", Text, nullable=True),
     Column("waiting_reason", Text, nullable=True),
     # An operator's request waits for the queue's loop (any kind, not only a cancel);
-    # ``operator_request`` says which (NULL: a cancel). See hipq.operator_requests.
+    # ``operator_request`` says which (NULL: a cancel). See hipq.batch_loop.operator_requests.
     Column("cancel_requested", Boolean, nullable=False),
     Column("operator_request", Json, nullable=True),
     # Flags an operator may forbid on the queue (graphile-worker's forbidden flags).
@@ -249,7 +249,7 @@ responses = Table(
     Column("job_id", Id, nullable=True),
     Column("forced_job_id", Id, nullable=True),  # an operator's match by hand
     Column("settled_at", UTCDateTime, nullable=True),
-    # What tells a copy from a new response under the same key (hipq.response_intake).
+    # What tells a copy from a new response under the same key (hipq.ingest.response_intake).
     Column("fingerprint", String(FINGERPRINT_LENGTH), nullable=True),
     # The job's attempt a matched response settled: a late response is a duplicate
     # only if the job's last attempt had its answer.

@@ -14,8 +14,8 @@ from typing import Any, NamedTuple
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from hipq import migrations
 from hipq.jobs import Attempt, Job
+from hipq.store import migrations
 from hipq.store.bulk import BulkTable
 from hipq.store.dialects import Dialect, create_engine, dialect_for
 from hipq.store.heartbeats import Heartbeat, HeartbeatTable, read_heartbeat

@@ -28,13 +28,13 @@ from aiokafka.errors import (  # type: ignore[import-untyped]
     MessageSizeTooLargeError,
 )
 
-from hipq import tracing
 from hipq.config import KafkaConfig
 from hipq.config import KafkaTransport as KafkaTransportConfig
 from hipq.job_types import JobTypeInfo
 from hipq.jobs import Job
-from hipq.kafka_client import Backoff, client_options, close_quietly
+from hipq.observability import tracing
 from hipq.outcomes import Failed
+from hipq.process.kafka_client import Backoff, client_options, close_quietly
 from hipq.retry import AttemptError
 from hipq.templates import job_context
 from hipq.transports.base import JobTasks, Reporter, report_send

@@ -19,8 +19,8 @@ import pytest
 from sqlalchemy import func, select
 
 from hipq.api.app import create_app
+from hipq.batch_loop.loop import QueueLoop
 from hipq.config import Settings
-from hipq.loop import QueueLoop
 from hipq.service import Service
 from hipq.store.schema import jobs
 from tests.support import FakeClock, make_settings

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from hipq.cli import app as cli
+from hipq.commands.main import app as cli
 from tests.api.conftest import Api
 
 COMMITTED = Path(__file__).resolve().parents[2] / "openapi.json"

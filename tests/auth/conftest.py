@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from hipq.tokens import SCOPES, config_line, new_token
+from hipq.security.tokens import SCOPES, config_line, new_token
 from tests.api.conftest import Api, open_api
 from tests.api.conftest import api as api  # a fixture: the API without tokens
 

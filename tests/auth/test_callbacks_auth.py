@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import orjson
 
-from hipq.signatures import signature_headers
+from hipq.security.signatures import signature_headers
 from tests.api.conftest import Api
 from tests.auth.conftest import SIGNED_SECRET, Tokens
 

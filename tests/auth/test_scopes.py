@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from hipq.tokens import SCOPES
+from hipq.security.tokens import SCOPES
 from tests.api.conftest import Api
 from tests.auth.conftest import Tokens
 

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from hipq import tokens as tokens_module
-from hipq.tokens import (
+from hipq.security import tokens as tokens_module
+from hipq.security.tokens import (
     ENV_VAR,
     TokenConfigError,
     Tokens,

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from hipq.client import AsyncClient, Backoff, Client, ConnectionFailed, Unauthorized
-from hipq.tokens import config_line, new_token
+from hipq.security.tokens import config_line, new_token
 from tests.client.conftest import Server, client_config, count_jobs, proxy_to, start_serve
 from tests.services import stop_process
 from tests.test_cli import free_port

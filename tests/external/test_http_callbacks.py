@@ -16,8 +16,8 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from hipq.api.app import create_app
+from hipq.security.signatures import signature_headers
 from hipq.service import Service
-from hipq.signatures import signature_headers
 from tests.peers import CallbackService, free_port, serve_app
 from tests.support import eventually, make_settings
 

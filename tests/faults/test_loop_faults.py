@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 from sqlalchemy.exc import OperationalError
 
-from hipq.loop import QueueLoop
+from hipq.batch_loop.loop import QueueLoop
+from hipq.process.upkeep import Upkeep
 from hipq.store import Store
-from hipq.upkeep import Upkeep
 from tests.api.conftest import Api, open_api
 from tests.support import eventually
 
@@ -120,7 +120,7 @@ async def test_failing_ticks_are_one_fault_in_the_log(
         with caplog.at_level(logging.INFO, logger="hipq"):
             await loop.run()
         assert failures > 20
-        lines = [r for r in caplog.records if r.name == "hipq.loop"]
+        lines = [r for r in caplog.records if r.name == "hipq.batch_loop.loop"]
         assert len(lines) == 1, [r.getMessage() for r in lines]
         assert "database unavailable" in lines[0].getMessage()
         assert "database is locked" in lines[0].getMessage()
@@ -151,6 +151,6 @@ async def test_failing_upkeep_is_one_fault_then_one_recovery_line(
         monkeypatch.setattr(api.service.store, "response_classify", classify)
         with caplog.at_level(logging.INFO, logger="hipq"):
             await upkeep._run()
-        lines = [r.getMessage() for r in caplog.records if r.name == "hipq.upkeep"]
+        lines = [r.getMessage() for r in caplog.records if r.name == "hipq.process.upkeep"]
         assert len(lines) == 2, lines
         assert "database or disk is full" in lines[0] and "recovered after 20" in lines[1]

@@ -10,7 +10,7 @@ from pathlib import Path
 import orjson
 import pytest
 
-from hipq.signatures import signature_headers
+from hipq.security.signatures import signature_headers
 from tests.api.conftest import Api, open_api
 from tests.auth.conftest import SIGNED_SECRET, Tokens, write_tokens
 

@@ -16,8 +16,8 @@ import httpx
 import orjson
 import pytest
 
+from hipq.security.signatures import signature_headers
 from hipq.service import Service
-from hipq.signatures import signature_headers
 from tests.external.test_http_callbacks import running_hipq
 from tests.peers import CallbackService, free_port, serve_app
 from tests.support import eventually, make_settings

@@ -11,8 +11,8 @@ import httpx
 import pytest
 
 from hipq.config import load_settings
+from hipq.process.status_polls import StatusPolls
 from hipq.service import Service, ServiceError
-from hipq.status_polls import StatusPolls
 from tests.external.test_http_callbacks import running_hipq
 from tests.long_waits.lossy_peer import LossyService
 from tests.peers import free_port, serve_app

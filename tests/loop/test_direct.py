@@ -6,10 +6,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from hipq.chain import build_stages
+from hipq.batch_loop.chain import build_stages
+from hipq.batch_loop.loop import QueueLoop
 from hipq.jobs import Job, NewJob
 from hipq.lifecycle import State
-from hipq.loop import QueueLoop
 from hipq.plugins import RetryStrategies
 from hipq.store import Store
 from tests.recording import RecordingTransport

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from hipq.loop import Unread
+from hipq.batch_loop.loop import Unread
 from tests.loop.test_loop import Factory, add, owned, recording, services, tick
 from tests.support import FakeClock
 

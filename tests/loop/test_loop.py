@@ -18,9 +18,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from hipq.batch_loop.loop import QueueLoop, TickReport
 from hipq.jobs import Job, NewJob
 from hipq.lifecycle import State
-from hipq.loop import QueueLoop, TickReport
 from hipq.service import Service
 from hipq.transports.python import JobContext, PermanentError
 from tests import handlers

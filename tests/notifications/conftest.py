@@ -14,7 +14,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from hipq.signatures import SignatureError, verify
+from hipq.security.signatures import SignatureError, verify
 from tests.api.conftest import api, sqlite_url  # noqa: F401
 from tests.peers import free_port, serve_app
 

@@ -219,7 +219,7 @@ def test_a_job_type_naming_an_unknown_target_fails_at_start(sqlite_url: str) -> 
 
 
 def test_the_lifecycle_log_names_a_failed_notification() -> None:
-    from hipq.lifecycle_log import describe
+    from hipq.observability.lifecycle_log import describe
 
     line = describe(
         "notification_failed",

@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
-from hipq.admission import Admission
+from hipq.batch_loop.admission import Admission
 from hipq.jobs import Job
-from hipq.lifecycle_log import FIELDS_ATTR, ConsoleFormatter, JsonFormatter, describe
+from hipq.observability.lifecycle_log import FIELDS_ATTR, ConsoleFormatter, JsonFormatter, describe
 from hipq.service import Service
 from hipq.throttling import RunningView, Stage, Verdict
 from tests.support import FakeClock, make_settings

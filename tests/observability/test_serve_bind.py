@@ -64,7 +64,7 @@ async def test_connections_to_the_bound_socket_send_without_waiting_for_acks() -
     # hipq binds its listening socket itself; asyncio turns Nagle's algorithm off only on
     # connections of a socket that says it is TCP. With Nagle on, every answer waited
     # ~40 ms for the client's delayed ACK (25 requests a second on one connection).
-    from hipq.cli import _listen
+    from hipq.commands.main import _listen
 
     listener = _listen("127.0.0.1", 0)
     port = listener.getsockname()[1]

@@ -21,7 +21,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from hipq import tracing
+from hipq.observability import tracing
 from tests.api.conftest import open_api
 from tests.peers import serve_app
 from tests.support import eventually
@@ -191,8 +191,8 @@ def test_without_the_extra_hipq_serves_and_imports_no_sdk() -> None:
     # The extra missing: its SDK cannot be imported (the API is FastAPI's dependency).
     code = (
         "import sys; sys.modules['opentelemetry.sdk'] = None\n"
-        "import hipq.cli, hipq.wiring, hipq.api.app\n"
-        "from hipq import tracing\n"
+        "import hipq.commands.main, hipq.process.wiring, hipq.api.app\n"
+        "from hipq.observability import tracing\n"
         "print(tracing.installed(), tracing.configure_from_env(), tracing.enabled(),"
         " sorted(m for m, v in sys.modules.items() if m.startswith('opentelemetry.sdk') and v))"
     )
@@ -202,8 +202,10 @@ def test_without_the_extra_hipq_serves_and_imports_no_sdk() -> None:
     ).stdout
     assert out.strip() == "False False False []", out
     # Installed but not set up (no `hipq serve`): importing hipq loads no SDK either.
-    code = "import sys, hipq.cli, hipq.wiring, hipq.api.app, hipq.tracing\n" + (
-        "print(sorted(m for m in sys.modules if m.startswith('opentelemetry.sdk')))"
+    code = (
+        "import sys, hipq.commands.main, hipq.process.wiring, hipq.api.app\n"
+        "import hipq.observability.tracing\n"
+        + ("print(sorted(m for m in sys.modules if m.startswith('opentelemetry.sdk')))")
     )
     out = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, check=True
@@ -213,7 +215,7 @@ def test_without_the_extra_hipq_serves_and_imports_no_sdk() -> None:
 
 def _env_provider(preset: str = "", **env: Any) -> str:
     code = preset + (
-        "from hipq import tracing; from opentelemetry import trace;"
+        "from hipq.observability import tracing; from opentelemetry import trace;"
         "print(tracing.configure_from_env(), tracing.enabled(),"
         " type(trace.get_tracer_provider()).__name__)"
     )
@@ -248,8 +250,8 @@ async def test_a_kafka_message_carries_the_attempt_and_its_response_links_back(
     from aiokafka import AIOKafkaProducer
 
     from hipq.config import JobTypeConfig, KafkaConfig
-    from hipq.consumer import ResponseConsumer
     from hipq.job_types import JobTypeInfo
+    from hipq.process.kafka_consumer import ResponseConsumer
     from hipq.transports.kafka import KafkaTransport
     from tests.services import FAST_CONSUMER_GROUP_KWARGS
     from tests.support import FakeClock, Recorder

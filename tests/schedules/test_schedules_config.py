@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from hipq.config import ConfigError
-from hipq.wiring import ServiceError, build_parts
+from hipq.process.wiring import ServiceError, build_parts
 from tests.support import make_settings
 
 

@@ -10,7 +10,7 @@ from typing import Any
 import httpx
 import pytest
 
-from hipq.signatures import signature_headers
+from hipq.security.signatures import signature_headers
 from tests.external.test_http_callbacks import running_hipq
 from tests.peers import free_port
 from tests.security.conftest import SECRET, charge_types

@@ -23,7 +23,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from hipq.signatures import signature_headers
+from hipq.security.signatures import signature_headers
 from tests.e2e.conftest import HIPQ, REPO, free_port
 from tests.peers import serve_app
 from tests.support import eventually

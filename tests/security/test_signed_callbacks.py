@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import time
 
-from hipq.signatures import signature_headers
+from hipq.security.signatures import signature_headers
 from tests.security.conftest import SECRET, World
 
 BODY = b'{"status": "ok", "forged": true}'

@@ -10,10 +10,10 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from hipq.ingest.outcome_rules import OutcomeRule
+from hipq.ingest.response_intake import new_response
 from hipq.lifecycle import State
-from hipq.outcome_rules import OutcomeRule
 from hipq.outcomes import Failed, Succeeded
-from hipq.response_intake import new_response
 from hipq.retry import AttemptError
 from hipq.store import NewResponse, Store
 from tests.store.test_conformance import at, claim_due, settle_jobs

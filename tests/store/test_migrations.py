@@ -8,8 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from hipq import migrations
-from hipq.store import Store
+from hipq.store import Store, migrations
 from tests.services import create_database_sync, drop_database_sync, unique_database_name
 
 

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 import sqlalchemy.exc
 
-from hipq.response_writer import ResponseWriter
+from hipq.ingest.response_writer import ResponseWriter
 from hipq.store import NewResponse, Store
 
 T0 = datetime(2026, 1, 5, 12, 0, tzinfo=UTC)

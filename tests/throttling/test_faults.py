@@ -9,7 +9,7 @@ from datetime import datetime
 
 import pytest
 
-from hipq.admission import Admission
+from hipq.batch_loop.admission import Admission
 from hipq.jobs import Job
 from hipq.lifecycle import State
 from hipq.service import Service

@@ -9,7 +9,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from hipq.intake import IntakeError
+from hipq.ingest.job_intake import IntakeError
 from hipq.jobs import Job
 from hipq.lifecycle import State
 from hipq.service import Service

@@ -11,7 +11,7 @@ from datetime import UTC, datetime
 import pytest
 from sqlalchemy.ext.asyncio import create_async_engine
 
-from hipq.job_types_publisher import key_parts
+from hipq.process.job_types_publisher import key_parts
 from hipq.service import Service
 from hipq.store import Store
 from hipq.store.job_types_mirror import MirroredJobType, MirroredQueue

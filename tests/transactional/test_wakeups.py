@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator
 import asyncpg
 import pytest
 
-from hipq import wakeup
+from hipq.batch_loop import wakeup
 from hipq.lifecycle import State
 from hipq.service import Service
 from tests.support import eventually

@@ -23,11 +23,11 @@ import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
 from hipq.config import JobTypeConfig, KafkaConfig
-from hipq.consumer import ConsumerConfigError, ResponseConsumer
 from hipq.events import Events
 from hipq.job_types import JobTypeInfo
 from hipq.jobs import Job
-from hipq.metrics import Metrics
+from hipq.observability.metrics import Metrics
+from hipq.process.kafka_consumer import ConsumerConfigError, ResponseConsumer
 from hipq.store import Store
 from hipq.transports.kafka import KafkaTransport
 from tests.factories import make_job

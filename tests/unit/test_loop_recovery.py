@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from datetime import timedelta
 
+from hipq.batch_loop.recovery import Drain, backoff_seconds, reconcile
 from hipq.lifecycle import State
-from hipq.loop_recovery import Drain, backoff_seconds, reconcile
 from tests.factories import NOW, make_job
 
 

@@ -4,7 +4,7 @@ import hmac
 
 import pytest
 
-from hipq.signatures import (
+from hipq.security.signatures import (
     SignatureError,
     decode_secret,
     sign,

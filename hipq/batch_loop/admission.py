@@ -1,0 +1,243 @@
+"""Admission for one queue: the due read (sized to free capacity), the throttler
+chain, waiting reasons and the queue's stats, inside a tick's transaction.
+
+It claims what the chain admits, defers or annotates the rest, and returns what it
+did as a plain ``Admitted``; the loop dispatches the claimed jobs after the commit.
+It also keeps the start history that rate limits need (and the loop's wake uses).
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter, deque
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from hipq import forbidden_flags
+from hipq.batch_loop.chain import ChainResult, GuardedChain
+from hipq.batch_loop.group_reads import GroupReads
+from hipq.config import QueueConfig
+from hipq.events import Events
+from hipq.jobs import Job, Start
+from hipq.store import QueueBatch, Store
+from hipq.throttling import (
+    InFlight,
+    RunningView,
+    Stage,
+    reads_free_capacity_only,
+    scan_groups,
+    throttler_states,
+)
+
+
+@dataclass(slots=True)
+class Admitted:
+    """What one tick's admission did."""
+
+    claimed: list[Job] = field(default_factory=list)
+    held: int = 0
+    deferred: int = 0
+    loaded: int = 0
+    full: bool = False  # the due scan filled a whole batch: more may be waiting
+    held_by: Counter[str] = field(default_factory=Counter)  # stage name -> jobs it held
+
+
+class Admission:
+    def __init__(
+        self, queue: str, config: QueueConfig, stages: list[Stage], events: Events
+    ) -> None:
+        self.queue, self.config, self.stages, self.events = queue, config, stages, events
+        self.chain = GuardedChain(stages, config.throttler_time_limit)
+        # With a capacity and only in-order stages, a tick reads no more due jobs than
+        # the free capacity could take (not a whole batch to admit a few).
+        self.scan_free = config.concurrency is not None and reads_free_capacity_only(stages)
+        grouping = scan_groups(stages)
+        self.group_reads = GroupReads(queue, config, grouping) if grouping else None
+        # The last tick held jobs at a stage that limits starts over time (rate): the
+        # loop wakes when the oldest start leaves such a window, not a whole tick later.
+        self.held_by_rate = False
+        # Start history for rate limits: kept in memory by the owner, rebuilt from the
+        # database when the lease is taken (so limits hold across restarts and processes).
+        self.lookback = max((s.lookback_seconds for s in stages), default=0.0)
+        self.starts: deque[Start] = deque()
+        self._defer_reasons = {s.name: s.defer_reason for s in stages}
+        self._stat_labels = sorted({s.label for s in stages if s.label is not None})
+        self._stats: dict[str, Any] | None = None
+        self._errors: Counter[str] = Counter()
+
+    async def resume(self, store: Store, now: datetime) -> None:
+        """The lease was taken: forget the last owner's view, reload the start history."""
+        if self.scan_free:
+            assert self.config.concurrency is not None
+            await store.job_note_oversized(self.queue, self.config.concurrency)
+        self._stats = None
+        self.starts = deque()
+        if self.lookback > 0:
+            since = now - timedelta(seconds=self.lookback)
+            self.starts.extend(await store.job_recent_starts(self.queue, since))
+
+    def scans(self, live: Iterable[Job]) -> bool:
+        """Whether ``admit`` would begin with the due scan (capacity is free)."""
+        capacity = self.config.concurrency
+        return capacity is None or sum(j.weight for j in live) < capacity
+
+    async def admit(self, batch: QueueBatch, live: list[Job], now: datetime) -> Admitted:
+        """Read due jobs, run the chain over them against ``live`` (the in-flight jobs
+        that stay), claim the admitted, defer or annotate the rest."""
+        self.held_by_rate = False
+        out = Admitted()
+        capacity = self.config.concurrency
+        in_use = sum(j.weight for j in live) if capacity is not None else 0
+        if capacity is not None and in_use >= capacity:
+            # Full: nothing can be admitted, so do not read (and re-hold) the backlog.
+            await self._write_stats(batch, live, Counter(), now)
+            return out
+        scan, max_weight = self.config.batch_size, None
+        if self.scan_free:
+            assert capacity is not None
+            # Every job weighs at least 1; one heavier than the whole capacity could
+            # never run and would only take a place in the read (see resume).
+            scan, max_weight = min(scan, capacity - in_use), capacity
+        candidates = await batch.job_due(
+            now, scan, self.config.order, self.config.aging, max_weight=max_weight
+        )
+        if batch.paused:  # learnt with the scan (the lease fence went with it)
+            return out
+        out.full = len(candidates) >= self.config.batch_size
+        if not candidates:
+            await self._write_stats(batch, live, Counter(), now)
+            return out
+        self._forget_starts(now)
+        # Only stages consult the view (group reads come with stages): a queue without
+        # any, draining a backlog, would build one per in-flight job each tick.
+        in_flight = (_in_flight_view(j) for j in live) if self.stages else ()
+        view = RunningView(in_flight, tuple(self.starts))
+        chain = await self._decide(batch, candidates, view, now)
+        if out.full and self.group_reads is not None:
+            # More are due than were read: a backlog of one group at the front may
+            # hide other groups' jobs. Read the heads of those groups, decide again.
+            wanted = self.group_reads.wanted(candidates, chain.held, view)
+            if wanted:
+                merged = await self.group_reads.read(batch, candidates, wanted, now, scan)
+                if len(merged) > len(candidates):
+                    candidates = merged
+                    chain = await self._decide(batch, candidates, view, now)
+        out.loaded = len(candidates)
+        for stage, message in chain.errors:
+            self._errors[stage] += 1
+            self.events.emit("throttler_error", queue=self.queue, throttler=stage, error=message)
+        out.claimed = await batch.job_claim(chain.admitted, now)
+        await self._defer(batch, chain.deferred, chain.deferred_by, now)
+        stored = {j.id: j.waiting_reason for j in candidates}
+        changed = {i: r for i, r in chain.held.items() if not _same_reason(stored.get(i), r)}
+        await batch.job_note_waiting(changed)
+        out.held, out.deferred, out.held_by = len(chain.held), len(chain.deferred), chain.held_by
+        self.held_by_rate = any(
+            s.lookback_seconds > 0 and chain.held_by.get(s.name) for s in self.stages
+        )
+        if self.lookback > 0:
+            self.starts.extend(
+                Start(at=now, labels=j.labels, critical=j.critical) for j in out.claimed
+            )
+        await self._write_stats(batch, live + out.claimed, chain.held_by, now)
+        if chain.held_by:
+            self.events.emit("throttled", queue=self.queue, held_by=dict(chain.held_by))
+        return out
+
+    async def _decide(
+        self, batch: QueueBatch, candidates: list[Job], view: RunningView, now: datetime
+    ) -> ChainResult:
+        """The throttler chain's decision, after the queue's forbidden flags held theirs."""
+        allowed, forbidden = forbidden_flags.split(candidates, batch.forbidden_flags)
+        chain = await self.chain.run(allowed, view, now)
+        if forbidden:
+            chain.held.update(forbidden)
+            chain.held_by[forbidden_flags.STAGE] += len(forbidden)
+        return chain
+
+    async def _defer(
+        self,
+        batch: QueueBatch,
+        deferred: dict[int, datetime],
+        deferred_by: dict[int, str],
+        now: datetime,
+    ) -> None:
+        """Store deferrals with the reason of the stage that deferred them."""
+        by_stage: dict[str, dict[int, datetime]] = {}
+        for job_id, at in deferred.items():
+            by_stage.setdefault(deferred_by.get(job_id, "?"), {})[job_id] = at
+        for stage, jobs in by_stage.items():
+            reason = self._defer_reasons.get(stage) or f"deferred by {stage}"
+            await batch.job_defer(jobs, reason, now)
+
+    def rate_wake(self, now: datetime) -> datetime | None:
+        """When the oldest start leaves the window of a stage that held jobs for its
+        rate last tick (just after it: the window is (now - per, now])."""
+        if not self.held_by_rate:
+            return None
+        wake = None
+        for stage in self.stages:
+            if stage.lookback_seconds > 0:
+                window = timedelta(seconds=stage.lookback_seconds)
+                oldest = next((s.at for s in self.starts if s.at > now - window), None)
+                if oldest is not None:
+                    at = oldest + window + _RATE_SLACK
+                    wake = at if wake is None else min(wake, at)
+        return wake
+
+    def _forget_starts(self, now: datetime) -> None:
+        horizon = now - timedelta(seconds=self.lookback)
+        while self.starts and self.starts[0].at < horizon:
+            self.starts.popleft()
+
+    async def _write_stats(
+        self, batch: QueueBatch, live: list[Job], held_by: Counter[str], now: datetime
+    ) -> None:
+        """What an operator sees in GET /v1/queues/{name}; written only when it changes."""
+        in_use: dict[str, dict[str, int]] = {}
+        for label in self._stat_labels:
+            by_value: Counter[str] = Counter()
+            for job in live:
+                by_value[job.labels.get(label, "(none)")] += job.weight
+            in_use[label] = dict(by_value)
+        stats = {
+            "held_by": dict(held_by),
+            "in_use_by": in_use,
+            "throttler_errors": dict(self._errors),
+        }
+        learned = throttler_states(self.stages)
+        if learned:
+            stats["throttler_state"] = learned
+        if stats != self._stats:
+            await batch.queue_write_stats({**stats, "updated_at": now.isoformat()})
+            if learned and learned != (self._stats or {}).get("throttler_state"):
+                self.events.emit("throttler_state", queue=self.queue, states=learned)
+            self._stats = stats
+
+
+_RATE_SLACK = timedelta(milliseconds=1)
+_DIGITS = re.compile(r"\d+")
+
+
+def _same_reason(stored: str | None, new: str) -> bool:
+    """Whether a held job's stored reason still says the same thing.
+
+    Counts in a reason ("share region=east 39/40 in use") move every tick; rewriting
+    every held row for that would cost more than the tick itself, so only a change of
+    throttler or wording is written.
+    """
+    return stored is not None and _DIGITS.sub("#", stored) == _DIGITS.sub("#", new[:500])
+
+
+def _in_flight_view(job: Job) -> InFlight:
+    return InFlight(
+        id=job.id,
+        type=job.type,
+        weight=job.weight,
+        labels=job.labels,
+        claimed_at=job.claimed_at or job.updated_at,
+        critical=job.critical,
+        payload=job.payload,
+    )

@@ -1,0 +1,462 @@
+"""The batch loop of one queue: the single writer of its in-flight jobs.
+
+Each tick, in one transaction fenced by the queue's lease:
+  1. settle the outcomes that transports reported (and timeouts, cancellations),
+  2. load due jobs in the queue's order,
+  3. run the throttler chain against the in-flight view,
+  4. claim what it admits, defer or annotate the rest,
+then, after the commit, dispatch the claimed jobs. A job that reached an outcome
+in memory is persisted before it is forgotten, and only ever runs again after it
+was loaded back from the database.
+
+The loop owns the lease, the order of a tick, the transports' reports and its wake
+timing; ``Admission`` decides what starts and ``Correlation`` matches responses.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import logging
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from hipq.batch_loop import crash_recovery
+from hipq.batch_loop.admission import Admission
+from hipq.batch_loop.chain import GuardedChain
+from hipq.batch_loop.correlation import Correlation, Event, Matches, matched_event
+from hipq.batch_loop.external_heartbeats import ExternalHeartbeats
+from hipq.batch_loop.recovery import Drain, reconcile, reread_owned
+from hipq.batch_loop.reports import Reports, apply_reports, write_reports
+from hipq.config import QueueConfig
+from hipq.events import Events
+from hipq.job_types import JobTypes
+from hipq.jobs import Job
+from hipq.lifecycle import State
+from hipq.observability.faults import FaultReporter
+from hipq.outcomes import Failed, Outcome, Settlement, Succeeded
+from hipq.plugins import RetryStrategies
+from hipq.process.stopping import finish_or_cancel
+from hipq.retry import AttemptError
+from hipq.store import LeaseLost, Store
+from hipq.store.requests import Requests, requests_pending
+from hipq.throttling import Stage, feed_back
+from hipq.transports.base import Transport
+
+log = logging.getLogger("hipq.batch_loop.loop")
+
+Clock = Callable[[], datetime]
+RECHECK_SECONDS = 2.0
+# A paused queue ticks at most this often however many wake-ups arrive: every new job
+# wakes its loop, and a paused loop's tick (a fenced write) would only see it is paused.
+# Unpausing takes effect within this time.
+PAUSED_TICK_SECONDS = 0.05
+
+
+class Unread(enum.Enum):
+    UNREAD = "unread"
+
+
+@dataclass(slots=True)
+class TickReport:
+    settled: int = 0
+    admitted: int = 0
+    held: int = 0
+    deferred: int = 0
+    loaded: int = 0
+    full: bool = False  # the due scan filled a whole batch: more may be waiting
+    # The next scheduled job after the tick's now, read in the tick's transaction when
+    # it claimed nothing or also settled jobs; ``UNREAD`` when it only claimed (read
+    # after the dispatch instead, so that a new job's handler does not wait for it).
+    next_run_at: datetime | Unread | None = Unread.UNREAD
+
+
+class QueueLoop:
+    """One queue's loop; an ``Activity`` (start, stop, run_once)."""
+
+    def __init__(
+        self,
+        name: str,
+        config: QueueConfig,
+        store: Store,
+        *,
+        owner: str,
+        stages: Sequence[Stage],
+        transports: Mapping[str, Transport],
+        retry: RetryStrategies,
+        clock: Clock,
+        job_types: JobTypes | None = None,
+        events: Events | None = None,
+        lease_ttl: float = 15.0,
+    ) -> None:
+        self.name, self.config, self.store = name, config, store
+        self.owner, self.stages, self.transports = owner, list(stages), transports
+        self.retry, self.clock = retry, clock
+        self.events = events or Events()
+        self.lease_ttl = lease_ttl
+        self.job_types = job_types or JobTypes({})
+        self.correlation = Correlation(name, self.job_types, clock)
+        self.heartbeats = ExternalHeartbeats(self.job_types)
+        self.admission = Admission(name, config, self.stages, self.events)
+        self.token: int | None = None
+        self.in_flight: dict[int, Job] = {}
+        self._reports = Reports()
+        self.wake = asyncio.Event()
+        self._stopping = False
+        self._drain = Drain()
+        self._task: asyncio.Task[None] | None = None
+        # Cancel requests and inbox responses are looked for when something hinted at
+        # them, and at least every RECHECK_SECONDS (a hint from another process may be
+        # lost while its LISTEN connection reconnects).
+        self._check_cancels = self._check_responses = True
+        self._last_recheck = time.monotonic()
+        self._ticking = False
+        self._paused_since_tick: float | None = None  # when a tick last found it paused
+
+    @property
+    def chain(self) -> GuardedChain:
+        return self.admission.chain
+
+    # -- what transports call (through the Reporter protocol) ---------------------
+
+    def outcome(self, job: Job, outcome: Outcome) -> None:
+        self._reports.outcomes.setdefault((job.id, job.attempt), outcome)
+        feed_back(self.stages, job, outcome, self.clock)
+        self.wake.set()
+
+    def sent(self, job: Job) -> None:
+        self._reports.sent.add((job.id, job.attempt))
+        feed_back(self.stages, job, None, self.clock)
+        self.wake.set()
+
+    def heartbeat(self, job: Job, deadline: datetime) -> None:
+        if job.id in self.in_flight:
+            self._reports.deadlines[job.id] = deadline
+
+    def checkpoint(self, job: Job, payload: dict[str, Any]) -> None:
+        if job.id in self.in_flight:
+            self._reports.payloads[job.id] = payload
+
+    def hint_cancels(self) -> None:
+        self._check_cancels = True
+        self.wake.set()
+
+    def hint_responses(self) -> None:
+        self._check_responses = True
+        self.wake.set()
+
+    def _recheck_due(self) -> bool:
+        if time.monotonic() - self._last_recheck >= RECHECK_SECONDS:
+            self._last_recheck = time.monotonic()
+            self._check_cancels = self._check_responses = True
+        return self._check_cancels or self._check_responses
+
+    # -- ownership ------------------------------------------------------------------
+
+    async def acquire(self) -> bool:
+        """Take the queue's lease if free; then reload and resume its in-flight jobs."""
+        token = await self.store.lease_acquire(self.name, self.owner, self.clock(), self.lease_ttl)
+        if token is None:
+            return False
+        self.token = token
+        self.in_flight = {j.id: j for j in await self.store.job_in_flight(self.name)}
+        self._reports = Reports()
+        await self.admission.resume(self.store, self.clock())
+        # After a crash, `running` jobs may or may not have sent their request: send again
+        # (at-least-once). `awaiting` jobs keep waiting for their response until the deadline.
+        # Each job type chooses: again at once, or after its retry strategy's delay.
+        running = [j for j in self.in_flight.values() if j.state == State.RUNNING]
+        resumed, interrupted = crash_recovery.resumed(running, self.job_types)
+        self.events.emit("lease_acquired", queue=self.name, token=token, resumed=len(resumed))
+        self._dispatch(resumed)
+        for job, outcome in interrupted:
+            self.outcome(job, outcome)
+        return True
+
+    def _lose_lease(self) -> None:
+        self.events.emit("lease_lost", queue=self.name, token=self.token)
+        for job_id in list(self.in_flight):
+            self._transport_of(self.in_flight[job_id]).abandon(job_id)
+        self.token, self.in_flight, self._reports = None, {}, Reports()
+
+    async def release(self) -> None:
+        if self.token is not None:
+            await self.store.lease_release(self.name, self.owner, self.token)
+            self.token = None
+
+    # -- one tick -------------------------------------------------------------------
+
+    async def run_once(self) -> TickReport:
+        """One tick; the caller must own the lease (``acquire``)."""
+        if self.token is None:
+            raise RuntimeError(f"queue {self.name}: run_once without the lease")
+        self._ticking = True
+        try:
+            return await self._tick(self.token)
+        finally:
+            self._ticking = False
+
+    async def _tick(self, token: int) -> TickReport:
+        now = self.clock()
+        reports, self._reports = self._reports, Reports()
+        report = TickReport()
+        # Events of what the tick writes: emitted once its transaction has committed.
+        committed: list[Event] = []
+        self._recheck_due()
+        try:
+            async with self.store.queue_batch(
+                self.name,
+                self.owner,
+                token,
+                now,
+                self.lease_ttl,
+                fence_later=self._fence_later(reports, now),
+            ) as batch:
+                cancels: Requests = {}  # operators' requests (hipq.batch_loop.operator_requests)
+                # Heartbeats of external jobs are hinted and rechecked with cancels.
+                await self.heartbeats.take(batch, self.in_flight, reports, self._check_cancels, now)
+                if self._check_cancels:
+                    self._check_cancels = False
+                    cancels = await requests_pending(batch)
+                matched: Matches = {}
+                if self._check_responses:
+                    self._check_responses = False
+                    matched = await self.correlation.match(batch, self.in_flight, committed)
+                settled, used = await write_reports(
+                    batch, reports, self.in_flight, cancels, matched, self.retry, now
+                )
+                if used:
+                    committed.append(matched_event(self.name, used, self.in_flight, now))
+                claimed: list[Job] = []
+                if not batch.paused and self._drain.claims:
+                    done = {s.job_id for s in settled}
+                    live = [j for j in self.in_flight.values() if j.id not in done]
+                    admitted = await self.admission.admit(batch, live, now)
+                    claimed = await self.correlation.dispatch_keys(
+                        batch, admitted.claimed, self.outcome
+                    )
+                    report.admitted, report.held = len(claimed), admitted.held
+                    report.deferred, report.loaded = admitted.deferred, admitted.loaded
+                    report.full = admitted.full
+                # With the fence sent along with the due scan, paused is known only now.
+                self._paused_since_tick = time.monotonic() if batch.paused else None
+                if not claimed or settled or batch.knows_next_run_at(now):
+                    # A tick that only claimed (a new job on an idle queue) reads it
+                    # after the dispatch, unless its due scan read it along; a busy
+                    # one here, saving a transaction.
+                    report.next_run_at = await batch.job_next_run_at(now)
+        except LeaseLost:
+            self._lose_lease()
+            return report
+        except Exception:
+            self._reports, fresh = reports, self._reports
+            self._reports.merge_back(fresh)
+            self._check_cancels = self._check_responses = True  # look again next tick
+            raise
+        for name, fields in committed:
+            self.events.emit(name, **fields)
+        self._apply(reports, settled, claimed)
+        report.settled = len(settled)
+        # Also when a drain was asked for while this tick ran: the jobs are claimed, and
+        # left undispatched they stayed `running` after a graceful stop, to be run again
+        # by the next owner as if cut off. The drain waits for them (``ticking``).
+        self._dispatch(claimed)
+        return report
+
+    def _fence_later(self, reports: Reports, now: datetime) -> bool:
+        """Whether the tick's first statement is the settle of jobs that succeeded, or
+        the due scan (a wake-up for a new job): nothing else reported, nothing to look
+        for, no deadline passed. The lease fence can go with either."""
+        live = self.in_flight.values()
+        if (
+            reports.sent
+            or reports.deadlines
+            or reports.payloads
+            or self._check_cancels
+            or (self._check_responses and self.correlation.active)
+            or any(j.deadline is not None and j.deadline <= now for j in live)
+        ):
+            return False
+        if reports.outcomes:
+            # Other outcomes may read first (a retry's stored settings, a snooze).
+            return all(type(o) is Succeeded for o in reports.outcomes.values())
+        return self._drain.claims and self.admission.scans(live)
+
+    def _apply(self, reports: Reports, settled: list[Settlement], claimed: list[Job]) -> None:
+        """The transaction committed: bring the in-memory view in line with it."""
+        sent, ended = apply_reports(self.in_flight, reports, settled, claimed)
+        if sent:
+            self.events.emit("jobs_sent", queue=self.name, count=sent)
+        for job in ended:
+            self._transport_of(job).abandon(job.id)
+        for s in settled:
+            self.events.emit("job_settled", queue=self.name, **s.event_fields())
+        if claimed or reports.sent:
+            # A response stored before its job was running or awaiting (early) can
+            # match now.
+            self._check_responses = True
+        if claimed:
+            self.events.emit("jobs_admitted", queue=self.name, count=len(claimed), jobs=claimed)
+
+    def _transport_of(self, job: Job) -> Transport:
+        return self.transports.get(job.type) or _UNKNOWN_TYPE
+
+    def _dispatch(self, jobs: list[Job]) -> None:
+        for job in jobs:
+            if (job.id, job.attempt) in self._reports.outcomes:
+                continue  # it failed at claim (its key): nothing to send
+            transport = self.transports.get(job.type)
+            if transport is None:
+                error = AttemptError(f"unknown job type {job.type!r}", retryable=False)
+                self.outcome(job, Failed(error))
+                continue
+            transport.dispatch(job, self)
+
+    # -- the service around ticks ---------------------------------------------------
+
+    async def _next_run_at(self, report: TickReport, now: datetime) -> datetime | None:
+        if report.admitted:
+            # The tick dispatched jobs: let their handlers start before this read's
+            # (or the next tick's) connection checkout and BEGIN run on the event loop.
+            await asyncio.sleep(0)
+        if isinstance(report.next_run_at, Unread):
+            return await self.store.job_next_run_at(self.name, now)
+        return report.next_run_at
+
+    def next_wake(self, now: datetime, next_run_at: datetime | None) -> float:
+        """Seconds to sleep: until the tick, the next due job or the next deadline."""
+        wake = now + timedelta(seconds=self.config.batch_interval)
+        # The lease must be renewed well within its TTL, even on an idle queue.
+        wake = min(wake, now + timedelta(seconds=self.lease_ttl / 3))
+        next_run_at = self._drain.wake_at(next_run_at)
+        if next_run_at is not None:
+            wake = min(wake, next_run_at)
+        deadlines = [j.deadline for j in self.in_flight.values() if j.deadline is not None]
+        if deadlines:
+            wake = min(wake, min(deadlines))
+        rate = self.admission.rate_wake(now)
+        if rate is not None:
+            wake = min(wake, rate)
+        return max(0.0, (wake - now).total_seconds())
+
+    async def run(self) -> None:
+        """Own the queue when possible and tick until ``stop``."""
+        failures = 0
+        faults = FaultReporter(log, f"queue {self.name}")
+        while not self._stopping:
+            try:
+                if self.token is None and (self._drain.requested or not await self.acquire()):
+                    await self._sleep(self.lease_ttl / 3)
+                    continue
+                report = await self.run_once()
+                failures = 0
+                faults.succeeded()
+                # A full read that changed something may have more behind it: go on at
+                # once. One whose jobs were all held would read the same jobs again.
+                more = report.full and (report.admitted or report.deferred)
+                if self.token is None or more or self._reports.outcomes:
+                    continue
+                now = self.clock()
+                await self._sleep(self.next_wake(now, await self._next_run_at(report, now)))
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                failures += 1
+                faults.failed(exc)  # one line when a fault starts, not one per tick
+                self.events.emit("tick_failed", queue=self.name)
+                failures = await self._reload_after_failure(failures, faults)
+
+    async def _reload_after_failure(self, failures: int, faults: FaultReporter) -> int:
+        """After a failed tick, take what this loop owns from the database
+        (``hipq.batch_loop.recovery``): newly claimed jobs are dispatched, settled ones
+        forgotten. Returns the failures counted so far."""
+        owned, failures = await reread_owned(
+            self.store,
+            self.name,
+            failures,
+            faults,
+            sleep=self._sleep,
+            stopping=lambda: self._stopping,
+            owns=lambda: self.token is not None,
+        )
+        if owned is not None:
+            now = reconcile(self.in_flight, owned)
+            self.in_flight = now.in_flight
+            for job in now.forgotten:
+                self._transport_of(job).abandon(job.id)
+            self._dispatch(now.to_dispatch)
+        return failures
+
+    async def _sleep(self, seconds: float) -> None:
+        if not self.wake.is_set():
+            # A timer that sets the wake-up rather than ``wait_for``: that runs the wait
+            # in a task of its own, and a wake-up then takes three turns of the event
+            # loop to reach this one.
+            timer = asyncio.get_running_loop().call_later(seconds, self.wake.set)
+            try:
+                await self.wake.wait()
+            finally:
+                timer.cancel()
+        self.wake.clear()
+        await self._paused_wait()
+
+    async def _paused_wait(self) -> None:
+        """Hold a paused queue's next tick back to PAUSED_TICK_SECONDS after its last."""
+        if self._paused_since_tick is None or self._stopping or self._reports.outcomes:
+            return
+        rest = PAUSED_TICK_SECONDS - (time.monotonic() - self._paused_since_tick)
+        if rest > 0:
+            await asyncio.sleep(rest)
+
+    async def start(self) -> None:
+        """Run the loop in a task of its own until ``stop``."""
+        self._stopping = False
+        self._drain = Drain()
+        self._task = asyncio.create_task(self.run(), name=f"hipq-loop-{self.name}")
+
+    def request_drain(self) -> None:
+        """Claim nothing from now on; keep ticking to settle what is in flight."""
+        self._drain.requested = True
+        self.wake.set()
+
+    @property
+    def draining(self) -> bool:
+        return self._drain.requested
+
+    @property
+    def running(self) -> bool:
+        """Its task ticks (``start``), as opposed to a test driving ``run_once``."""
+        return self._task is not None and not self._task.done()
+
+    @property
+    def ticking(self) -> bool:
+        """A tick is under way: what it claims is dispatched when it ends."""
+        return self._ticking
+
+    @property
+    def settling(self) -> bool:
+        """Transports reported something that no tick has taken yet."""
+        return bool(self._reports.outcomes or self._reports.sent)
+
+    def request_stop(self) -> None:
+        """Ask the loop to end after the tick under way."""
+        self._stopping = True
+        self.wake.set()
+
+    async def stop(self) -> None:
+        """End the loop: its tick under way finishes, or is cancelled after a grace."""
+        self.request_stop()
+        if self._task is not None:
+            await finish_or_cancel([self._task])
+            self._task = None
+
+
+class _UnknownType:
+    def abandon(self, job_id: int) -> None:
+        return None
+
+
+_UNKNOWN_TYPE: Any = _UnknownType()

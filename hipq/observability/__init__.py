@@ -1,0 +1,1 @@
+"""What hipq tells operators: metrics, lifecycle log lines, traces, database faults."""

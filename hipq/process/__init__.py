@@ -1,0 +1,1 @@
+"""A running hipq process: its wiring, its background activities, and how it stops."""

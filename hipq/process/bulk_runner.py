@@ -1,0 +1,105 @@
+"""The runner of operators' bulk operations (``hipq.store.bulk``): an ``Activity`` that
+carries every operation under way forward one bounded step (one short transaction) at
+a time until it is done, in whichever process runs it; a crash loses at most a step's
+uncommitted work, which the next step does again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable
+from datetime import datetime
+
+from hipq.observability.faults import FaultReporter
+from hipq.process.stopping import finish_or_cancel
+from hipq.store import Store
+
+log = logging.getLogger("hipq.process.bulk_runner")
+
+# A step's jobs: small enough that its transaction holds its row locks for
+# milliseconds, large enough that a million jobs take a few hundred steps.
+DEFAULT_STEP_SIZE = 1000
+# Running operations of other processes are looked for this often when idle.
+IDLE_INTERVAL_SECONDS = 2.0
+# An operation whose steps fail this many times in a row ends as failed.
+MAX_STEP_FAILURES = 5
+
+
+class BulkRunner:
+    name = "bulk"
+
+    def __init__(
+        self,
+        store: Store,
+        clock: Callable[[], datetime],
+        step_size: int = DEFAULT_STEP_SIZE,
+        interval: float = IDLE_INTERVAL_SECONDS,
+        run: bool = True,
+    ) -> None:
+        # ``run`` False: started, it does nothing by itself (tests drive ``run_once``),
+        # as the queue loops of a service started without them.
+        self.store, self.clock, self.run = store, clock, run
+        self.step_size, self.interval = step_size, interval
+        self.wake = asyncio.Event()
+        self._stopping = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self._failures: dict[int, int] = {}
+
+    async def run_once(self) -> int:
+        """One step of every operation under way; how many are still under way."""
+        under_way = 0
+        for op_id in await self.store.bulk_running():
+            try:
+                op = await self.store.bulk_step(op_id, self.step_size, self.clock())
+            except Exception as exc:
+                failures = self._failures.get(op_id, 0) + 1
+                self._failures[op_id] = failures
+                log.warning("bulk operation %s: step failed (%s)", op_id, exc)
+                if failures >= MAX_STEP_FAILURES:
+                    await self.store.bulk_fail(op_id, f"a step failed: {exc}", self.clock())
+                    self._failures.pop(op_id, None)
+                continue
+            self._failures.pop(op_id, None)
+            under_way += op.state == "running"
+        return under_way
+
+    async def start(self) -> None:
+        if not self.run:
+            return
+        self._stopping.clear()
+        self._task = asyncio.create_task(self._run(), name="hipq-bulk")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._stopping.set()
+            await finish_or_cancel([self._task])
+            self._task = None
+
+    async def _run(self) -> None:
+        faults = FaultReporter(log, "bulk operations")
+        while not self._stopping.is_set():
+            under_way = 0
+            try:
+                under_way = await self.run_once()
+                faults.succeeded()
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                faults.failed(exc)
+            if under_way:
+                await asyncio.sleep(0)  # the next steps at once, letting others run
+                continue
+            self.wake.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wait(), self.interval)
+
+    async def _wait(self) -> None:
+        stop = asyncio.ensure_future(self._stopping.wait())
+        wake = asyncio.ensure_future(self.wake.wait())
+        try:
+            await asyncio.wait({stop, wake}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stop.cancel()
+            wake.cancel()

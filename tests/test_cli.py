@@ -25,7 +25,7 @@ import httpx
 import pytest
 import yaml
 
-from tests.services import stop_process
+from tests.services import READY_TIMEOUT, stop_process
 
 pytestmark = pytest.mark.e2e
 
@@ -180,7 +180,7 @@ def serving(config: Path, log: Path) -> Iterator[Server]:
         )
     server = Server(process, port, log)
     try:
-        wait_for(server.ready, 30, "hipq serve ready")
+        wait_for(server.ready, READY_TIMEOUT, "hipq serve ready")
         yield server
     finally:
         server.stop()

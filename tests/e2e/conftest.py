@@ -24,6 +24,7 @@ import pytest
 import yaml
 
 from tests.e2e.e2e_handlers import RUNS_FILE_ENV, WORK_MS_ENV
+from tests.services import READY_TIMEOUT
 
 REPO = Path(__file__).resolve().parents[2]
 HIPQ = Path(sys.executable).with_name("hipq")
@@ -159,7 +160,7 @@ class Servers:
         self.started: list[HipqServer] = []
 
     def start(
-        self, name: str, config: Path, *, work_ms: int = 20, ready_timeout: float = 30.0
+        self, name: str, config: Path, *, work_ms: int = 20, ready_timeout: float = READY_TIMEOUT
     ) -> HipqServer:
         """Start `hipq serve` on a free port and wait for /readyz."""
         for _ in range(3):

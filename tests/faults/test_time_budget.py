@@ -52,9 +52,11 @@ async def test_a_sqlite_write_lock_held_elsewhere_is_503_within_the_budget(
         path = Path(str(make_url(sqlite_url).database))
         # Waits (up to 30 s, not sqlite3's 5) for a write the service's start-up may
         # still have under way on a loaded machine; the budget is what is tested here.
-        holder = sqlite3.connect(path, isolation_level=None, timeout=30)
+        # The wait runs in a thread: on the event loop it would block the very write
+        # it waits for (aiosqlite's COMMIT is sent from the loop).
+        holder = sqlite3.connect(path, isolation_level=None, timeout=30, check_same_thread=False)
         try:
-            holder.execute("BEGIN IMMEDIATE")
+            await asyncio.to_thread(holder.execute, "BEGIN IMMEDIATE")
             # Without a budget this waited for SQLite's 30 s busy timeout.
             refused = await asyncio.wait_for(
                 api.client.post("/v1/jobs", json={"type": "ok"}, headers=KEY), 10

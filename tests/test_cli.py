@@ -281,6 +281,36 @@ def test_jobs_add_show_list_cancel_retry(server: Server) -> None:
     assert len(paged.out.splitlines()) == 3  # header, one job, the cursor hint
 
 
+def test_jobs_add_with_every_option_a_post_takes(server: Server) -> None:
+    url = ["--url", server.url]
+    later, keyed, again, silent = hipq_many(
+        ["jobs", "add", "ok", "--run-in", "1h", "--flag", "slow", "--flag", "big", *url],
+        ["jobs", "add", "ok", "--idempotency-key", "cli-1", "--payload", '{"n": 7}', *url],
+        ["jobs", "add", "ok", "--idempotency-key", "cli-1", "--payload", '{"n": 7}', *url],
+        ["jobs", "add", "ok", "--notify-none", *url],
+    )
+    job = later.json()
+    assert job["state"] == "scheduled" and sorted(job["flags"]) == ["big", "slow"]
+    run_at = datetime.fromisoformat(job["run_at"])
+    assert timedelta(minutes=55) < run_at - datetime.now(UTC) <= timedelta(hours=1)
+    assert keyed.json()["id"] == again.json()["id"]
+    assert silent.json()["notify"] is None  # no targets: no outbox row
+    both, unknown = hipq_many(
+        ["jobs", "add", "ok", "--notify", "x", "--notify-none", *url],
+        ["jobs", "add", "ok", "--notify", "nobody", *url],
+    )
+    assert "--notify and --notify-none" in both.one_error_line()
+    assert "nobody" in unknown.one_error_line()
+
+
+def test_help_names_what_an_option_takes() -> None:
+    shown = hipq("jobs", "add", "--help")
+    assert shown.code == 0, shown
+    for metavar in ("JSON", "DURATION", "NAME:VALUE", "URL", "FILE", "TARGET"):
+        assert metavar in shown.out, shown.out
+    assert "<list[str]>" not in shown.out, shown.out
+
+
 def test_queues(server: Server) -> None:
     url = ["--url", server.url]
     table, one, paused = hipq_many(

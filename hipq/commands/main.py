@@ -228,35 +228,58 @@ def migrate(config: ConfigOpt = None) -> None:
 
 @jobs_app.command("add")
 def jobs_add(
-    type: Annotated[str, typer.Argument(help="job type from the config")],
-    payload: Annotated[str, typer.Option(help="JSON object")] = "{}",
-    queue: str | None = None,
-    run_at: Annotated[str | None, typer.Option(help="RFC 3339 instant")] = None,
-    priority: int | None = None,
-    weight: int | None = None,
+    type: Annotated[str, typer.Argument(metavar="TYPE", help="job type from the config")],
+    payload: Annotated[str, typer.Option(metavar="JSON", help="JSON object")] = "{}",
+    queue: Annotated[str | None, typer.Option(metavar="QUEUE")] = None,
+    run_at: Annotated[str | None, typer.Option(metavar="WHEN", help="RFC 3339 instant")] = None,
+    run_in: Annotated[
+        str | None, typer.Option(metavar="DURATION", help="not before this long from now: 90s, 2h")
+    ] = None,
+    priority: Annotated[int | None, typer.Option(metavar="N", help="lower runs first")] = None,
+    weight: Annotated[int | None, typer.Option(metavar="N", help="capacity units")] = None,
     label: LabelOpt = None,
-    timeout: Annotated[str | None, typer.Option(help="e.g. 30s, 24h")] = None,
-    job_key: str | None = None,
-    correlation_key: str | None = None,
-    critical: bool = False,
+    timeout: Annotated[str | None, typer.Option(metavar="DURATION", help="e.g. 30s, 24h")] = None,
+    job_key: Annotated[str | None, typer.Option(metavar="KEY")] = None,
+    correlation_key: Annotated[str | None, typer.Option(metavar="KEY")] = None,
+    flag: Annotated[
+        list[str] | None, typer.Option(metavar="FLAG", help="a flag of the job, repeatable")
+    ] = None,
+    notify: Annotated[
+        list[str] | None,
+        typer.Option(metavar="TARGET", help="a notification target, repeatable (default: type's)"),
+    ] = None,
+    notify_none: Annotated[
+        bool, typer.Option("--notify-none", help="tell no target, not even the type's")
+    ] = False,
+    idempotency_key: Annotated[
+        str | None,
+        typer.Option(metavar="KEY", help="the same key again returns the same job"),
+    ] = None,
+    critical: Annotated[bool, typer.Option(help="bypass throttlers that allow it")] = False,
     url: UrlOpt = None,
     config: ConfigOpt = None,
 ) -> None:
     """Create a job and print it."""
+    if notify and notify_none:
+        fail("--notify and --notify-none exclude each other")
     fields: dict[str, Any] = {
         "queue": queue,
         "run_at": run_at,
+        "run_in": run_in,
         "priority": priority,
         "weight": weight,
         "timeout": timeout,
         "job_key": job_key,
         "correlation_key": correlation_key,
         "labels": label_map(label) if label else None,
+        "flags": flag or None,
+        "notify": [] if notify_none else notify or None,
         "critical": True if critical else None,
     }
     body = parse_json(payload, "--payload")
+    chosen = {k: v for k, v in fields.items() if v is not None}
     with api(url, config) as client:
-        print_body(client.add_job(type, body, **{k: v for k, v in fields.items() if v is not None}))
+        print_body(client.add_job(type, body, idempotency_key=idempotency_key, **chosen))
 
 
 @jobs_app.command("list")

@@ -12,14 +12,21 @@ import typer
 from pydantic import BaseModel
 
 from hipq.client import ApiError, Backoff, Client, HipqError
+from hipq.client.calls import TOKEN_ENV
 from hipq.config import ConfigError, Settings, load_settings
 
 ConfigOpt = Annotated[
-    str | None, typer.Option("--config", "-c", envvar="HIPQ_CONFIG", help="YAML config file")
+    str | None,
+    typer.Option("--config", "-c", envvar="HIPQ_CONFIG", metavar="FILE", help="YAML config file"),
 ]
 UrlOpt = Annotated[
     str | None,
-    typer.Option("--url", envvar="HIPQ_URL", help="hipq's API (default: from the config's server)"),
+    typer.Option(
+        "--url",
+        envvar="HIPQ_URL",
+        metavar="URL",
+        help="hipq's API (default: from the config's server)",
+    ),
 ]
 
 
@@ -35,7 +42,7 @@ def settings_or_fail(config: str | None) -> Settings:
         fail(str(exc))
 
 
-LabelOpt = Annotated[list[str] | None, typer.Option(help="name:value, repeatable")]
+LabelOpt = Annotated[list[str] | None, typer.Option(metavar="NAME:VALUE", help="repeatable")]
 
 
 # A CLI call rides out a server that is starting (503 with Retry-After) or restarting,
@@ -62,7 +69,7 @@ def api(url: str | None, config: str | None) -> Iterator[Client]:
         with Client(base, backoff=CLI_BACKOFF) as client:
             yield client
     except ApiError as exc:
-        fail(exc.message)
+        fail(exc.message + _hint(exc.status))
     except HipqError as exc:
         fail(str(exc))
 
@@ -96,3 +103,12 @@ def print_body(body: Any) -> None:
     if isinstance(body, BaseModel):
         body = body.model_dump(mode="json")
     typer.echo(json.dumps(body, indent=2, sort_keys=False))
+
+
+def _hint(status: int) -> str:
+    """What an operator can do about an answer that says who they are not."""
+    if status == 401:
+        return f" (set {TOKEN_ENV} to a token: `hipq tokens new` makes one)"
+    if status == 403:
+        return f" (the token in {TOKEN_ENV} lacks the scope or tenant this needs)"
+    return ""

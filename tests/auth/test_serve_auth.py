@@ -84,12 +84,15 @@ def test_tokens_new_then_the_cli_with_hipq_token(tmp_path: Path) -> None:
         job_id = str(eval_json(added.stdout)["id"])
         assert _one_error_line(_run("jobs", "add", "ok", *url)) == (
             "error: a valid bearer token is required (Authorization: Bearer <token>)"
+            " (set HIPQ_TOKEN to a token: `hipq tokens new` makes one)"
         )
         assert _one_error_line(_run("jobs", "show", job_id, *url, token=submitter)) == (
             "error: token 'ci' lacks the 'read' scope"
+            " (the token in HIPQ_TOKEN lacks the scope or tenant this needs)"
         )
         assert _one_error_line(_run("jobs", "show", job_id, *url, token="hipq_" + "x" * 40)) == (
             "error: the bearer token is not valid"
+            " (set HIPQ_TOKEN to a token: `hipq tokens new` makes one)"
         )
         shown = _run("jobs", "show", job_id, *url, token=operator)
         assert shown.returncode == 0 and eval_json(shown.stdout)["id"] == int(job_id)

@@ -1,4 +1,5 @@
-"""Run the recurring-job example: `python examples/recurring-job/run.py`.
+"""Run the recurring-job example: `.venv/bin/python examples/recurring-job/run.py`
+(any Python with hipq installed; `./scripts/serve` makes .venv).
 
 It serves config.yaml's schedule on a throwaway SQLite database and time-lapses one
 day: a clock that this script moves by 30 minutes per step (hipq reads time only
@@ -18,7 +19,10 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))  # report.py, the handler
 
-from hipq.config import load_settings  # noqa: E402
+try:
+    from hipq.config import load_settings
+except ModuleNotFoundError:  # run with a Python that lacks hipq: say which one has it
+    sys.exit("hipq is not installed for this Python: run .venv/bin/python " + " ".join(sys.argv))
 from hipq.lifecycle import State  # noqa: E402
 from hipq.service import Service  # noqa: E402
 from hipq.store import JobFilter  # noqa: E402

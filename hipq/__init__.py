@@ -1,7 +1,8 @@
 """hipq: durable, throttled jobs against external systems.
 
 The names below are what plugins and python handlers use. They load on first use,
-so that the ``hipq`` command starts without importing the whole service.
+so that the ``hipq`` command starts without importing the whole service; type
+checkers read them from the imports under ``TYPE_CHECKING`` and ``__all__``.
 """
 
 from __future__ import annotations
@@ -11,10 +12,36 @@ from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
 
+# Written out, not computed: a type checker reads a literal list only, and takes a
+# name missing from it as private ("does not explicitly export").
+__all__ = [
+    "AttemptError",
+    "Cancelled",
+    "Failed",
+    "Feedback",
+    "GiveUp",
+    "InFlight",
+    "Job",
+    "JobContext",
+    "PermanentError",
+    "RetryAt",
+    "RetryStrategy",
+    "RunningView",
+    "ScanGroups",
+    "Start",
+    "Succeeded",
+    "Throttler",
+    "ThrottlerBase",
+    "Verdict",
+    "__version__",
+]
+
+# Where each name lives, for ``__getattr__``.
 _EXPORTS = {
     "AttemptError": "hipq.retry",
     "Cancelled": "hipq.outcomes",
     "Failed": "hipq.outcomes",
+    "Feedback": "hipq.throttling",
     "GiveUp": "hipq.retry",
     "InFlight": "hipq.throttling",
     "Job": "hipq.jobs",
@@ -31,13 +58,12 @@ _EXPORTS = {
     "Verdict": "hipq.throttling",
 }
 
-__all__ = [*sorted(_EXPORTS), "__version__"]
-
 if TYPE_CHECKING:
-    from hipq.jobs import Job, Start  # noqa: F401
-    from hipq.outcomes import Cancelled, Failed, Succeeded  # noqa: F401
-    from hipq.retry import AttemptError, GiveUp, RetryAt, RetryStrategy  # noqa: F401
-    from hipq.throttling import (  # noqa: F401
+    from hipq.jobs import Job, Start
+    from hipq.outcomes import Cancelled, Failed, Succeeded
+    from hipq.retry import AttemptError, GiveUp, RetryAt, RetryStrategy
+    from hipq.throttling import (
+        Feedback,
         InFlight,
         RunningView,
         ScanGroups,
@@ -45,7 +71,7 @@ if TYPE_CHECKING:
         ThrottlerBase,
         Verdict,
     )
-    from hipq.transports.python import JobContext, PermanentError  # noqa: F401
+    from hipq.transports.python import JobContext, PermanentError
 
 
 def __getattr__(name: str) -> Any:

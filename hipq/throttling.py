@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 from abc import ABC, abstractmethod
 from collections import Counter
-from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol, runtime_checkable
@@ -213,6 +213,19 @@ class ThrottlerBase(ABC):
     scan_groups: ScanGroups | None = None
     # The reason stored on the jobs it defers; None: "deferred by <stage name>".
     defer_reason: ClassVar[str | None] = None
+    # Capacity units each value of ``label`` may hold (a key that is not a str stands
+    # for every other value): the dashboard shows use against it, as for ``share``.
+    quotas: Mapping[Hashable, int] | None = None
+    # With ``lookback_seconds``, the starts allowed in that window (a rate limit): the
+    # dashboard counts the window's starts against it, as for ``rate``.
+    limit: int | None = None
+    # Called on the event loop as each send is reported (the request left, or it failed
+    # with an answer such as a 429): a throttler that adapts its rate learns here. A
+    # method of that name; None (the default) spares the loop building the feedback.
+    on_feedback: Callable[[Feedback], None] | None = None
+    # A small JSON-able picture of what the throttler learned: a method of that name;
+    # the queue view (GET /v1/queues/{name}) and the metrics show it.
+    state: Callable[[], Mapping[str, Any]] | None = None
 
     def bind(self, queue: str, capacity: int | None) -> None:
         """Called once at start with the queue's name and concurrency; raise
@@ -222,12 +235,6 @@ class ThrottlerBase(ABC):
     def scan_room(self, view: RunningView) -> Collection[str | None] | None:
         """The scan groups that could take a job at all (None: every group)."""
         return None
-
-    # Optional: ``on_feedback(feedback: Feedback) -> None``, called on the event loop
-    # as each send is reported (the request left, or it failed with an answer such as
-    # a 429). Not declared here, so that throttlers that do not adapt cost nothing.
-    # Optional: ``state() -> Mapping[str, Any]``, a small JSON-able picture of what the
-    # throttler learned; the queue view (GET /v1/queues/{name}) and metrics show it.
 
     @abstractmethod
     def decide(self, candidates: Sequence[Job], view: RunningView, now: datetime) -> Verdict:
@@ -252,6 +259,8 @@ class Stage:
     defer_reason: str = ""
     on_feedback: Callable[[Feedback], None] | None = None
     state: Callable[[], Mapping[str, Any]] | None = None
+    quotas: Mapping[Hashable, int] | None = None
+    limit: int | None = None
 
     def __post_init__(self) -> None:
         if not self.defer_reason:
@@ -267,6 +276,8 @@ class Stage:
         reason = getattr(t, "defer_reason", None)
         feedback = getattr(t, "on_feedback", None)
         state = getattr(t, "state", None)
+        quotas = getattr(t, "quotas", None)
+        limit = getattr(t, "limit", None)
         return cls(
             name,
             throttler,
@@ -280,6 +291,9 @@ class Stage:
             defer_reason=reason if isinstance(reason, str) else "",
             on_feedback=feedback if callable(feedback) else None,
             state=state if callable(state) else None,
+            quotas=quotas if isinstance(quotas, Mapping) else None,
+            # bool is an int, and no limit.
+            limit=limit if isinstance(limit, int) and not isinstance(limit, bool) else None,
         )
 
 

@@ -31,9 +31,8 @@ from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from hipq import Job, RunningView, ThrottlerBase, Verdict
+from hipq import Feedback, Job, RunningView, ThrottlerBase, Verdict
 from hipq.durations import format_duration, parse_duration
-from hipq.throttling import Feedback
 
 # Starts are paced: at most a 1/_SLICES share of the rate in any 1/_SLICES of the
 # window, so that a whole window's starts do not leave in one burst (a peer that

@@ -32,7 +32,7 @@ class WeightedConcurrency(ThrottlerBase):
     admits_in_order: ClassVar[bool] = True
 
     def __init__(self, settings: ConcurrencySettings) -> None:
-        self.limit = settings.limit
+        self.limit: int = settings.limit
 
     def decide(self, candidates: Sequence[Job], view: RunningView, now: datetime) -> Verdict:
         verdict = Verdict()

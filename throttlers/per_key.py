@@ -69,7 +69,7 @@ class PerKey(ThrottlerBase):
 
     def __init__(self, settings: PerKeySettings) -> None:
         self.settings = settings
-        self.limit = settings.limit
+        self.limit: int = settings.limit
         self.path = tuple(settings.key.split("."))
         # Reasons show a label by its name ("tenant=acme"), a payload field by its path.
         self.name = self.path[1] if self.path[0] == "labels" else settings.key

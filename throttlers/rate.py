@@ -48,7 +48,7 @@ class Rate(ThrottlerBase):
 
     def __init__(self, settings: RateSettings) -> None:
         self.settings = settings
-        self.limit = settings.limit
+        self.limit: int = settings.limit
         self.label = settings.label
         self.per = timedelta(seconds=settings.per)
         self.lookback_seconds: float = settings.per  # how much start history the loop loads

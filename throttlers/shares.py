@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Hashable, Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from fractions import Fraction
@@ -154,7 +154,7 @@ class Shares(ThrottlerBase):
 
     # --- naming ------------------------------------------------------------------------
 
-    def _bucket(self, labels: Any) -> Bucket | None:
+    def _bucket(self, labels: Mapping[str, str]) -> Bucket | None:
         value = labels.get(self.label)
         if value in self.quotas:
             return value

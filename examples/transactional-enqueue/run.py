@@ -75,7 +75,7 @@ def finished(client: httpx.Client, job_id: int) -> dict[str, Any] | None:
     return job if job["state"] in ("completed", "failed", "cancelled") else None
 
 
-def place_order(app: sa.Engine, order_id: int, job_type: str, fail: bool = False) -> int | None:
+def place_order(app: sa.Engine, order_id: int, job_type: str, fail: bool = False) -> int:
     """The application's code: the order row and its receipt job, one transaction."""
     with app.begin() as conn:
         conn.execute(sa.text("INSERT INTO orders (id) VALUES (:id)"), {"id": order_id})

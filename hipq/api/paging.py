@@ -1,5 +1,5 @@
-"""The cursor of the listing routes (jobs, responses, parked messages), checked once,
-and the byte budget of a page."""
+"""The cursor of the listing routes (jobs, responses, parked messages) and the ids of
+the dashboard's URLs, checked once, and the byte budget of a page."""
 
 from __future__ import annotations
 
@@ -19,23 +19,30 @@ _MAX_ID_DIGITS = len(str(MAX_ID))
 T = TypeVar("T")
 
 
+def parse_id(text: str) -> int | None:
+    """``text`` as a row id or a cursor (an id, 0 to ``MAX_ID``); None when it is not one.
+
+    The one check of an id read from a URL, for the API's cursors and the dashboard's.
+    """
+    # isdigit() alone lets through digits that are not ASCII ("²", "٣"), which int()
+    # refuses or reads; ids past the database's bigint would fail in the query itself,
+    # and int() refuses strings of more than 4,300 digits (a ValueError, not a 4xx).
+    if not text.isascii() or not text.isdigit() or len(text) > _MAX_ID_DIGITS:
+        return None
+    value = int(text)
+    return value if value <= MAX_ID else None
+
+
 def after_id(
     cursor: Annotated[str | None, Query(description="next_cursor of the previous page")] = None,
 ) -> int | None:
     """The id a page starts after; None for the first page."""
     if cursor is None:
         return None
-    # isdigit() alone lets through digits that are not ASCII ("²", "٣"), which int()
-    # refuses or reads; ids past the database's bigint would fail in the query itself,
-    # and int() refuses strings of more than 4,300 digits.
-    if (
-        not cursor.isascii()
-        or not cursor.isdigit()
-        or len(cursor) > _MAX_ID_DIGITS
-        or int(cursor) > MAX_ID
-    ):
+    after = parse_id(cursor)
+    if after is None:
         raise InvalidParameter("cursor", "not a cursor returned by this API")
-    return int(cursor)
+    return after
 
 
 # A listing route's ``cursor`` query parameter, as the id its page starts after.

@@ -1,5 +1,8 @@
-"""``hipq.client.AsyncClient``: the REST API from asyncio code, method for method as
-:class:`~hipq.client.Client` (sync.py); tests/client/test_units.py keeps the two in step."""
+"""``hipq.client.AsyncClient``: the REST API from asyncio code.
+
+:class:`~hipq.client.Client` (sync.py), the same methods for blocking code, is generated
+from this file by scripts/unasync.py: edit this one, then run ``python scripts/unasync.py``.
+"""
 
 from __future__ import annotations
 
@@ -48,9 +51,8 @@ _SCHEDULES = TypeAdapter(list[Schedule])
 
 
 class AsyncClient:
-    """hipq's API for asyncio (the methods of :class:`~hipq.client.Client`).
-
-    At ``url`` (default: ``HIPQ_URL``, else http://127.0.0.1:8000).
+    """hipq's API for asyncio code, at ``url`` (default: ``HIPQ_URL``, else
+    http://127.0.0.1:8000).
 
     ``token``: the bearer token (default: ``HIPQ_TOKEN``). ``headers``: sent with every
     request. ``timeout``: seconds for one request. ``backoff``: how connection errors
@@ -246,7 +248,7 @@ class AsyncClient:
         """Change a scheduled job (run_at, priority, payload, weight, labels, ...)."""
         return await self._model(calls.change_job(job_id, changes), Job)
 
-    # Client's signature; the timeout ends in WaitTimeout holding the job as last seen.
+    # ``timeout`` (not a timeout around the call) ends in WaitTimeout holding the job.
     async def wait(self, job_id: int, timeout: float = 60.0) -> Job:  # noqa: ASYNC109
         """The job once it is completed, failed or cancelled; :class:`WaitTimeout`
         (a TimeoutError, holding the job as last seen) after ``timeout`` seconds.

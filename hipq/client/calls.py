@@ -80,7 +80,8 @@ def retry_after(response: httpx.Response, now: datetime | None = None) -> float 
     if value is None:
         return None
     value = value.strip()
-    if value.isdigit():
+    # isdigit() alone passes "²" (a latin-1 header byte), which float() refuses.
+    if value.isascii() and value.isdigit():
         return float(value)
     try:
         when = parsedate_to_datetime(value)

@@ -1,4 +1,8 @@
-"""``hipq.client.Client``: the REST API from ordinary (blocking) code."""
+"""``hipq.client.Client``: the REST API from ordinary (blocking) code.
+
+Generated from aio.py by scripts/unasync.py: edit aio.py, then run
+``python scripts/unasync.py`` (tests/client/test_unasync.py fails while this file is stale).
+"""
 
 from __future__ import annotations
 
@@ -46,7 +50,8 @@ _SCHEDULES = TypeAdapter(list[Schedule])
 
 
 class Client:
-    """hipq's API at ``url`` (default: ``HIPQ_URL``, else http://127.0.0.1:8000).
+    """hipq's API for blocking code, at ``url`` (default: ``HIPQ_URL``, else
+    http://127.0.0.1:8000).
 
     ``token``: the bearer token (default: ``HIPQ_TOKEN``). ``headers``: sent with every
     request. ``timeout``: seconds for one request. ``backoff``: how connection errors
@@ -241,6 +246,7 @@ class Client:
         """Change a scheduled job (run_at, priority, payload, weight, labels, ...)."""
         return self._model(calls.change_job(job_id, changes), Job)
 
+    # ``timeout`` (not a timeout around the call) ends in WaitTimeout holding the job.
     def wait(self, job_id: int, timeout: float = 60.0) -> Job:
         """The job once it is completed, failed or cancelled; :class:`WaitTimeout`
         (a TimeoutError, holding the job as last seen) after ``timeout`` seconds.

@@ -12,13 +12,18 @@ from datetime import UTC, datetime
 from starlette.datastructures import QueryParams
 
 from hipq.api.jobs import MAX_LABEL_FILTERS
-from hipq.api.models import MAX_ID
+from hipq.api.paging import parse_id
 from hipq.lifecycle import State
 from hipq.storable_text import NUL_MESSAGE
 from hipq.store.operator_reads import JobQuery
 
 PAGE_SIZE = 50
 STATES = [s.value for s in State]
+# The job list widens a time range by a second on each side, which overflows at the ends
+# of what a datetime holds (0001-01-01, 9999-12-31); no job is created outside these
+# years, so a bound beyond them is moved onto them and selects the same jobs.
+EARLIEST = datetime(1970, 1, 1, tzinfo=UTC)
+LATEST = datetime(9000, 1, 1, tzinfo=UTC)
 
 
 class FilterError(ValueError):
@@ -55,7 +60,13 @@ def _instant(params: QueryParams, name: str) -> datetime | None:
         raise FilterError(
             name, f"{value!r} is not a date and time such as 2026-05-01T08:00"
         ) from None
-    return parsed.replace(tzinfo=UTC) if parsed.tzinfo is None else parsed.astimezone(UTC)
+    if parsed.tzinfo is None:
+        parsed = parsed.replace(tzinfo=UTC)
+    try:
+        in_utc = parsed.astimezone(UTC)
+    except OverflowError:  # within a day of datetime's first or last instant
+        return EARLIEST if parsed.year == 1 else LATEST
+    return min(max(in_utc, EARLIEST), LATEST)
 
 
 def parse_job_filter(params: QueryParams) -> JobFilterForm:
@@ -75,9 +86,8 @@ def parse_job_filter(params: QueryParams) -> JobFilterForm:
             raise FilterError("label", NUL_MESSAGE)
         label_map[name.strip()] = value.strip()
     before = _text(params, "before")
-    if before is not None and (
-        not before.isascii() or not before.isdigit() or int(before) > MAX_ID
-    ):
+    before_id = parse_id(before) if before is not None else None
+    if before is not None and before_id is None:
         raise FilterError("before", "not a cursor of this page")
     since, until = _instant(params, "since"), _instant(params, "until")
     if since and until and since > until:
@@ -91,7 +101,7 @@ def parse_job_filter(params: QueryParams) -> JobFilterForm:
         correlation_key=_text(params, "correlation_key"),
         created_since=since,
         created_until=until,
-        before_id=int(before) if before else None,
+        before_id=before_id,
         limit=PAGE_SIZE,
     )
     values = {

@@ -5,7 +5,6 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any
 
 from markupsafe import Markup
 
@@ -86,7 +85,7 @@ def _shares(stages: list[Stage], in_use_by: dict[str, dict[str, int]]) -> list[S
             continue
         seen.add(stage.label)
         used = in_use_by.get(stage.label, {})
-        quotas: dict[Any, int] = getattr(stage.throttler, "quotas", None) or {}
+        quotas = stage.quotas or {}
         named = {k if isinstance(k, str) else "(other)": v for k, v in quotas.items()}
         for value in sorted(set(named) | set(used)):
             out.append(ShareUse(stage.label, value, used.get(value, 0), named.get(value)))
@@ -98,8 +97,8 @@ async def _rates(service: Service, queue: str, stages: list[Stage], now: datetim
     and a ``lookback_seconds`` window, optionally per ``label`` value)."""
     out: list[RateUse] = []
     for stage in stages:
-        limit = getattr(stage.throttler, "limit", None)
-        if stage.lookback_seconds <= 0 or not isinstance(limit, int):
+        limit = stage.limit
+        if stage.lookback_seconds <= 0 or limit is None:
             continue
         starts = await service.store.job_recent_starts(
             queue, now - timedelta(seconds=stage.lookback_seconds)

@@ -19,7 +19,7 @@ from fastapi.templating import Jinja2Templates
 from hipq import __version__
 from hipq.api import auth
 from hipq.api import schedules as schedules_api
-from hipq.api.models import MAX_ID
+from hipq.api.paging import parse_id
 from hipq.dashboard import access
 from hipq.dashboard.filters import STATES, FilterError, page_link, parse_job_filter
 from hipq.dashboard.overview import queue_views
@@ -123,10 +123,11 @@ async def jobs_page(request: Request) -> HTMLResponse:
 @router.get("/jobs/{job_id}", response_class=HTMLResponse)
 async def job_page(request: Request, job_id: str) -> HTMLResponse:
     store = _service(request).store
-    if not _is_id(job_id):
+    wanted = parse_id(job_id)
+    if wanted is None:
         return _page(request, "missing.html", 404, what=f"job {job_id!r}")
     try:
-        job = await store.job_get(int(job_id))
+        job = await store.job_get(wanted)
     except NotFound:
         return _page(request, "missing.html", 404, what=f"job {job_id}")
     attempts = await store.job_attempts(job.id)
@@ -160,9 +161,9 @@ async def responses_page(request: Request) -> HTMLResponse:
         shown = ", ".join((*RESPONSE_STATUSES, "parked"))
         return _page(request, "missing.html", 404, what=f"status {status!r} (one of {shown})")
     before = request.query_params.get("before") or None
-    if before is not None and not _is_id(before):
+    after_id = parse_id(before) if before is not None else None
+    if before is not None and after_id is None:
         return _page(request, "missing.html", 404, what=f"page before {before!r}")
-    after_id = int(before) if before else None
     found: list[Response] = []
     parked: list[dict[str, Any]] = []
     open_keys: dict[str, int] = {}
@@ -195,10 +196,6 @@ async def schedules_page(request: Request) -> HTMLResponse:
         for s in listed
     }
     return _page(request, "schedules.html", schedules=listed, fires=fires)
-
-
-def _is_id(text: str) -> bool:
-    return text.isascii() and text.isdigit() and 1 <= int(text) <= MAX_ID
 
 
 @open_router.get("/")

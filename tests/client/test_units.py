@@ -69,6 +69,8 @@ def test_retry_after_reads_seconds_and_dates() -> None:
     later = (now + timedelta(seconds=30)).strftime("%a, %d %b %Y %H:%M:%S GMT")
     assert calls.retry_after(_answer(503, **{"retry-after": later}), now) == 30
     assert calls.retry_after(_answer(503, **{"retry-after": "soon"})) is None
+    superscript = httpx.Response(503, headers=[(b"retry-after", "²".encode("latin-1"))])
+    assert calls.retry_after(superscript) is None
     assert calls.retry_after(_answer(503)) is None
 
 

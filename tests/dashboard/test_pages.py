@@ -153,3 +153,24 @@ async def test_the_overview_shows_rate_use_and_why_due_jobs_wait(database_url: s
         '<span class="reason">rate 2 per 1h reached</span> <span class="muted">\u00d7 3</span>'
         in default
     )
+
+
+async def test_the_overview_shows_share_use_against_each_quota(database_url: str) -> None:
+    shared = {
+        "default": {
+            "concurrency": 10,
+            "throttlers": [
+                {"share": {"label": "region", "shares": {"east": 60, "west": 30}, "other": 10}}
+            ],
+        },
+        "bulk": {},
+    }
+    async with open_api(database_url, queues=shared) as api:
+        page = (await api.client.get("/dashboard")).text
+    default = page[page.index('id="queue-default"') :]
+    rows = re.findall(r"<tr><td>(region=[^<]+)</td><td>(\d+)</td><td>([^<]+)</td></tr>", default)
+    assert rows == [
+        ("region=(other)", "0", "1"),
+        ("region=east", "0", "6"),
+        ("region=west", "0", "3"),
+    ]

@@ -30,7 +30,7 @@ class TenantCap(ThrottlerBase):
 
     def __init__(self, settings: TenantCapSettings) -> None:
         self.settings = settings
-        self.label = settings.label  # hipq shows capacity in use per value of this label
+        self.label: str = settings.label  # hipq shows capacity in use per value of this label
         self.cap = 0
 
     def bind(self, queue: str, capacity: int | None) -> None:

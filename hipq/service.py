@@ -152,6 +152,10 @@ class LoopActivity:
 
 
 class Service:
+    """One hipq process's activities: what ``hipq serve`` runs, and what an application
+    runs in its own process (``from_config``, ``async with``, ``add_job``, ``get_job``,
+    ``wait_for_job``, ``list_jobs``)."""
+
     def __init__(
         self,
         settings: Settings,

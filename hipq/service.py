@@ -222,7 +222,11 @@ class Service:
         from hipq.process.wiring import build_service
 
         if isinstance(config, Settings):
-            built = config.model_copy(update=settings) if settings else config
+            if settings:  # a copy with unvalidated keys would fail later, less clearly
+                raise TypeError(
+                    "from_config: give keys to override with a config file, not Settings"
+                )
+            built = config
         else:
             built = load_settings(config, **settings)
         return build_service(built, clock=clock, run_loops=run_loops)

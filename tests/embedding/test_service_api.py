@@ -131,6 +131,8 @@ async def test_from_settings_and_use_before_start(database_url: str) -> None:
     with pytest.raises(ServiceError, match="not started"):
         await service.add_job("ok")
     await service.store.close()
+    with pytest.raises(TypeError, match="not Settings"):
+        Service.from_config(make_settings(database_url), database_url="sqlite+aiosqlite://")
 
 
 def test_a_bad_config_is_one_line(tmp_path: Path) -> None:

@@ -1,8 +1,11 @@
 """A running hipq process: its activities, started in order and stopped in reverse.
 
-``hipq serve`` runs one ``Service`` inside the API's lifespan; tests build one
-(``Service(settings)`` or ``hipq.process.wiring.build_service``) and drive its loops tick
-by tick. What the parts are and how they are built is ``hipq.process.wiring``'s.
+``hipq serve`` runs one ``Service`` inside the API's lifespan; an application runs one in
+its own process (``async with Service.from_config(...) as service``, then
+``service.add_job(...)``: docs/howto-embed.md); tests build one (``Service(settings)`` or
+``hipq.process.wiring.build_service``) and drive its loops tick by tick
+(``hipq.testing.run_until_idle``). What the parts are and how they are built is
+``hipq.process.wiring``'s.
 """
 
 from __future__ import annotations
@@ -10,13 +13,19 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, Literal, Self
 
 from hipq.batch_loop.loop import QueueLoop
-from hipq.config import Settings
+from hipq.config import Settings, load_settings
+from hipq.ingest.job_intake import IntakeError
+from hipq.jobs import Job, NewJob
+from hipq.lifecycle import State
+from hipq.observability import tracing
 from hipq.observability.faults import unavailable
 from hipq.process.activity import Activity
 from hipq.process.bulk_runner import BulkRunner
@@ -26,7 +35,7 @@ from hipq.process.notifier import Notifier
 from hipq.process.status_polls import status_polls_of
 from hipq.process.stopping import drain
 from hipq.process.wiring import Parts, ServiceError, build_parts, utcnow
-from hipq.store import Store, migrations
+from hipq.store import JobFilter, Store, migrations
 from hipq.store.process_guard import ProcessGuard
 from hipq.transports.base import Transport
 
@@ -35,7 +44,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("hipq.service")
 
-__all__ = ["Service", "ServiceError", "utcnow"]
+__all__ = ["IntakeError", "Service", "ServiceError", "utcnow"]
+
+JobKeyMode = Literal["replace", "preserve_run_at", "unsafe_dedupe"]
 
 
 class StoreActivity:
@@ -141,6 +152,10 @@ class LoopActivity:
 
 
 class Service:
+    """One hipq process's activities: what ``hipq serve`` runs, and what an application
+    runs in its own process (``from_config``, ``async with``, ``add_job``, ``get_job``,
+    ``wait_for_job``, ``list_jobs``)."""
+
     def __init__(
         self,
         settings: Settings,
@@ -186,6 +201,49 @@ class Service:
         # Set by ``begin_stop``: when the drain of work in flight ends at the latest.
         self._drain_deadline: float | None = None
         self._hurry = False
+
+    @classmethod
+    def from_config(
+        cls,
+        config: str | os.PathLike[str] | Settings | None = None,
+        *,
+        clock: Callable[[], datetime] = utcnow,
+        run_loops: bool = True,
+        **settings: Any,
+    ) -> Service:
+        """A service as ``hipq serve --config`` builds it, not started: from a YAML file
+        (or ``HIPQ_CONFIG``, or ready ``Settings``), with ``settings`` overriding its keys
+        (``database_url=...``, ``queues={...}``). ``HIPQ_*`` variables apply as to the
+        server. A bad config raises ``hipq.config.ConfigError``, one that hipq cannot
+        run ``ServiceError``, each with one readable line.
+
+        ``run_loops=False`` builds one whose queues run only when driven
+        (``hipq.testing.run_until_idle``)."""
+        from hipq.process.wiring import build_service
+
+        if isinstance(config, Settings):
+            if settings:  # a copy with unvalidated keys would fail later, less clearly
+                raise TypeError(
+                    "from_config: give keys to override with a config file, not Settings"
+                )
+            built = config
+        else:
+            built = load_settings(config, **settings)
+        return build_service(built, clock=clock, run_loops=run_loops)
+
+    async def __aenter__(self) -> Self:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        # As on SIGTERM: claim nothing more, let what runs finish for ``shutdown_grace``.
+        self.begin_stop()
+        await self.stop()
 
     def _activities(self) -> list[Activity]:
         """In start order. The loops come last, so that they stop first: no job is
@@ -288,3 +346,140 @@ class Service:
             "kafka_producer": None if producer is None else bool(producer.ready),
             "kafka_consumer": None if consumer is None else bool(consumer.ready),
         }
+
+    # -- jobs, for an application that runs the service in its own process ----------
+
+    async def add_job(
+        self,
+        type: str,
+        payload: Mapping[str, Any] | None = None,
+        *,
+        queue: str | None = None,
+        run_at: datetime | None = None,
+        run_in: float | str | None = None,
+        priority: int | None = None,
+        weight: int | None = None,
+        labels: Mapping[str, str] | None = None,
+        windows: Sequence[Mapping[str, Any]] | None = None,
+        timeout: float | str | None = None,  # noqa: ASYNC109 - the job's, as in the API
+        retry: Mapping[str, Any] | None = None,
+        correlation_key: str | None = None,
+        job_key: str | None = None,
+        job_key_mode: JobKeyMode | None = None,
+        critical: bool = False,
+        flags: Sequence[str] | None = None,
+        notify: Sequence[str] | None = None,
+    ) -> Job:
+        """Add one job as ``POST /v1/jobs`` does: the fields mean what the API's do, an
+        unset one takes the job type's default, and a refused job raises
+        ``IntakeError`` (``.field`` names the field, as the API's 422 does) with nothing
+        written. A ``job_key`` or ``correlation_key`` held by an open job raises
+        ``hipq.store.Conflict`` (the API's 409). Returns the stored job."""
+        fields = _set_fields(locals())
+        new = self._resolve([fields], "")
+        self._check_started("add_job")
+        with tracing.enqueue_span({}, new) as traced:
+            result = await self.job_writer.insert(list(traced))
+        return result.jobs[0]
+
+    async def add_jobs(self, jobs: Sequence[Mapping[str, Any]]) -> list[Job]:
+        """Add several jobs in one transaction, all or none, as ``POST /v1/jobs/batch``
+        does: each a mapping of ``add_job``'s keyword names (``type`` included). A
+        refusal names the job: ``IntakeError`` with ``.field`` such as ``jobs[2].type``."""
+        limit = self.settings.server.max_batch_jobs
+        if not 1 <= len(jobs) <= limit:
+            raise IntakeError("jobs", f"between 1 and {limit} jobs per call, got {len(jobs)}")
+        new = self._resolve([dict(j) for j in jobs], "jobs[")
+        self._check_started("add_jobs")
+        with tracing.enqueue_span({}, new) as traced:
+            result = await self.store.job_insert_many(list(traced), self.clock(), None)
+        return result.jobs
+
+    async def get_job(self, job_id: int) -> Job:
+        """The job as stored now; ``hipq.store.NotFound`` if there is none."""
+        self._check_started("get_job")
+        return await self.store.job_get(job_id)
+
+    async def wait_for_job(self, job_id: int, timeout: float = 60.0) -> Job:  # noqa: ASYNC109
+        """The job once it is finished (completed, failed or cancelled), or as it is
+        when ``timeout`` seconds have passed: look at its ``state``."""
+        self._check_started("wait_for_job")
+        return await self.waiters.wait(job_id, timeout)
+
+    async def list_jobs(
+        self,
+        *,
+        queue: str | None = None,
+        state: State | Sequence[State] | None = None,
+        type: str | None = None,
+        job_key: str | None = None,
+        labels: Mapping[str, str] | None = None,
+        limit: int = 100,
+    ) -> list[Job]:
+        """Jobs that match every filter given, newest first, at most ``limit``."""
+        self._check_started("list_jobs")
+        states = () if state is None else (state,) if isinstance(state, State) else tuple(state)
+        flt = JobFilter(
+            queue=queue,
+            states=tuple(State(s).value for s in states),
+            type=type,
+            labels=dict(labels or {}),
+            job_key=job_key,
+            limit=limit,
+        )
+        return await self.store.job_list(flt)
+
+    def _check_started(self, what: str) -> None:
+        if not self.started:
+            raise ServiceError(f"{what}: the service is not started (use 'async with service')")
+
+    def _resolve(self, jobs: list[dict[str, Any]], prefix: str) -> list[NewJob]:
+        """Each job checked for shape by the API's own model, then resolved by the
+        intake the API uses; an error names the field as the API does."""
+        from pydantic import ValidationError
+
+        from hipq.api.models import JobIn
+
+        now = self.clock()
+        new: list[NewJob] = []
+        for i, fields in enumerate(jobs):
+            where = f"{prefix}{i}]." if prefix else ""
+            try:
+                checked = JobIn.model_validate(fields)
+                new.append(self.intake.resolve(checked.fields_set(), now))
+            except ValidationError as exc:
+                field, message = _first_problem(exc)
+                named = f"{where}{field}" if field else where.rstrip(".")
+                raise IntakeError(named, message) from None
+            except IntakeError as exc:
+                raise IntakeError(f"{where}{exc.field}", exc.message) from None
+        return new
+
+
+def _set_fields(args: dict[str, Any]) -> dict[str, Any]:
+    """``add_job``'s arguments as the API's job fields: those the caller set."""
+    skip = {"self", "critical"}
+    fields = {k: v for k, v in args.items() if k not in skip and v is not None}
+    for name in ("payload", "labels", "retry"):
+        if name in fields:
+            fields[name] = dict(fields[name])
+    for name in ("windows", "flags", "notify"):
+        if name in fields:
+            fields[name] = [dict(w) if name == "windows" else w for w in fields[name]]
+    if args["critical"]:
+        fields["critical"] = True
+    return fields
+
+
+def _first_problem(exc: Any) -> tuple[str, str]:
+    """A pydantic error's first problem: its field (``windows[0].tz``) and message, in
+    the API's words."""
+    err = exc.errors()[0]
+    field = ""
+    for part in err["loc"]:
+        field += f"[{part}]" if isinstance(part, int) else (f".{part}" if field else str(part))
+    if err["type"] == "missing":
+        return field, "field required"
+    if err["type"] == "extra_forbidden":
+        return field, "unknown field"
+    return field, str(err["msg"]).removeprefix("Value error, ")

@@ -1,31 +1,18 @@
-"""Helpers shared by the tests: a pinned clock, settings, waiting for a condition, a
-reporter that records what a transport said."""
+"""Helpers shared by the tests: a pinned clock (the one hipq.testing gives users),
+settings, waiting for a condition, a reporter that records what a transport said."""
 
 from __future__ import annotations
 
 import asyncio
 import time
 from collections.abc import Awaitable, Callable
-from datetime import UTC, datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 from hipq.config import Settings, load_settings
 from hipq.jobs import Job
 from hipq.outcomes import Failed, Outcome
-
-
-class FakeClock:
-    """A clock the test moves by hand: nothing in hipq reads the wall clock directly."""
-
-    def __init__(self, start: datetime | None = None) -> None:
-        self.now = start or datetime(2026, 1, 5, 12, 0, tzinfo=UTC)
-
-    def __call__(self) -> datetime:
-        return self.now
-
-    def advance(self, seconds: float) -> datetime:
-        self.now += timedelta(seconds=seconds)
-        return self.now
+from hipq.testing import FakeClock as FakeClock  # re-exported for the tests
 
 
 def make_settings(database_url: str, **overrides: Any) -> Settings:

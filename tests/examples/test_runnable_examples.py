@@ -42,18 +42,63 @@ def test_a_checkpointed_payload() -> None:
     assert "'resumed_at_row': 3" in out
 
 
-@pytest.mark.parametrize("engine", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
-def test_a_transactional_enqueue(engine: str, request: pytest.FixtureRequest) -> None:
+ENGINES = ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
+
+
+def run_on_engine(name: str, engine: str, request: pytest.FixtureRequest) -> str:
+    """The example on its own SQLite file, or with --database-url of a fresh database."""
     if engine == "sqlite":
-        out = run_example("transactional-enqueue")
-    else:
-        admin = request.getfixturevalue("postgres_admin_url")
-        name = unique_database_name("hipq_example")
-        url = create_database_sync(admin, name)
-        try:
-            out = run_example("transactional-enqueue", "--database-url", url)
-        finally:
-            drop_database_sync(admin, name)
+        return run_example(name)
+    admin = request.getfixturevalue("postgres_admin_url")
+    database = unique_database_name("hipq_example")
+    url = create_database_sync(admin, database)
+    try:
+        return run_example(name, "--database-url", url)
+    finally:
+        drop_database_sync(admin, database)
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_a_transactional_enqueue(engine: str, request: pytest.FixtureRequest) -> None:
+    out = run_on_engine("transactional-enqueue", engine, request)
     assert "order 2 rolled back (payment declined): no order, no job" in out
     assert "order 3 refused, rolled back: type: unknown job type 'send_reciept'" in out
     assert "orders stored: [1]; jobs stored: [1]" in out
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_hipq_inside_an_application(engine: str, request: pytest.FixtureRequest) -> None:
+    out = run_on_engine("embedded-app", engine, request)
+    assert "queue default, priority 10, timeout 120s (the job type's defaults)" in out
+    assert "completed: {'sent_to': 'ada@example.com', 'subject': 'Welcome, ada'}" in out
+    assert "refused: run_in: invalid duration 'soon'" in out
+    assert "a batch of 3 jobs, 3 completed" in out
+    assert out.rstrip().endswith("stopped")
+
+
+def test_the_embedding_example_is_clean_for_mypy_strict(tmp_path: Path) -> None:
+    """An application's own code that uses the Service (and the test helper) passes
+    ``mypy --strict``, with hipq checked as an installed package is (silently)."""
+    files = [
+        EXAMPLES / "embedded-app" / "run.py",
+        EXAMPLES / "embedded-app" / "signup_jobs.py",
+        EXAMPLES / "testing-jobs" / "test_billing_jobs.py",
+        EXAMPLES / "testing-jobs" / "billing_jobs.py",
+    ]
+    mypy = [sys.executable, "-m", "mypy", "--strict", "--follow-imports=silent"]
+    done = subprocess.run(
+        [*mypy, "--cache-dir", str(tmp_path / "cache"), *map(str, files)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=tmp_path,  # not the repository's config: a user's project has its own
+        env={**os.environ, "MYPYPATH": str(EXAMPLES / "testing-jobs")},
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_an_application_s_tests_of_its_jobs(engine: str, request: pytest.FixtureRequest) -> None:
+    out = run_on_engine("testing-jobs", engine, request)
+    assert "4 passed" in out

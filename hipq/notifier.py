@@ -12,7 +12,6 @@ reached a terminal state.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from collections.abc import Callable
@@ -21,14 +20,13 @@ from typing import Any
 
 import httpx
 
+from hipq.activity import Loop
 from hipq.config import KafkaConfig, NotificationsConfig, NotificationTarget, WebhookTarget
 from hipq.events import Events
-from hipq.faults import FaultReporter
 from hipq.kafka_client import client_options, close_quietly
 from hipq.lifecycle import TERMINAL
 from hipq.outbox import Delivery, Notification, retry_delay
 from hipq.signatures import signature_headers
-from hipq.stopping import finish_or_cancel
 from hipq.store import Store
 
 log = logging.getLogger("hipq.notifier")
@@ -42,7 +40,10 @@ class SendError(Exception):
     """A try that did not deliver; the message is what the outbox records."""
 
 
-class Notifier:
+class Notifier(Loop):
+    """A ``Loop``: steps every ``notifications.interval``, at once after a full batch,
+    and when ``wake`` is set (a job reached a terminal state)."""
+
     name = "notifier"
 
     def __init__(
@@ -54,13 +55,11 @@ class Notifier:
         events: Events,
         run: bool = True,
     ) -> None:
+        super().__init__(log, "notifier", config.interval, run=run)
         self.config, self.kafka, self.store = config, kafka, store
-        self.clock, self.events, self.run = clock, events, run
-        self.wake = asyncio.Event()
+        self.clock, self.events = clock, events
         self._client: httpx.AsyncClient | None = None
         self._producer: Any = None
-        self._task: asyncio.Task[None] | None = None
-        self._stopping = False
         events.subscribe(self._on_event)
 
     def _on_event(self, name: str, fields: dict[str, Any]) -> None:
@@ -162,37 +161,14 @@ class Notifier:
 
     # -- the activity ---------------------------------------------------------------
 
-    async def start(self) -> None:
-        self._stopping = False
-        if self.run:
-            self._task = asyncio.create_task(self._loop(), name="hipq-notifier")
+    async def turn(self) -> float | None:
+        full = len(await self.run_once()) >= self.config.batch_size
+        return None if full else self.interval
 
-    async def stop(self) -> None:
-        self._stopping = True
-        self.wake.set()
-        if self._task is not None:
-            await finish_or_cancel([self._task])
-            self._task = None
+    async def stopped(self) -> None:
         if self._client is not None:
             await self._client.aclose()
             self._client = None
         if self._producer is not None:
             producer, self._producer = self._producer, None
             await close_quietly(producer)
-
-    async def _loop(self) -> None:
-        faults = FaultReporter(log, "notifier")
-        while not self._stopping:
-            self.wake.clear()
-            full = False
-            try:
-                full = len(await self.run_once()) >= self.config.batch_size
-                faults.succeeded()
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:
-                faults.failed(exc)
-            if full:
-                continue
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.wake.wait(), self.config.interval)

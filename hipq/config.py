@@ -306,7 +306,11 @@ class WebhookTarget(_Strict):
     # Standard Webhooks signing secret ("whsec_<base64>" or a plain string); null: unsigned.
     secret: str | None = None
     headers: dict[str, str] = Field(default_factory=dict)  # sent as they are
-    timeout: Seconds = Field(10.0, gt=0)  # a try that takes longer fails (and is retried)
+    # A try that takes longer in total (waiting for one of the target's connections,
+    # connecting, sending, the answer) fails and is retried.
+    timeout: Seconds = Field(10.0, gt=0)
+    # At most this much of an answer's body is read, and dropped: the status decides.
+    max_response_bytes: int = Field(65_536, ge=0)
 
     @field_validator("url")
     @classmethod

@@ -362,6 +362,17 @@ class NotificationsConfig(_Strict):
     # PostgreSQL): a process that dies mid-send leaves it to another after this.
     lease: Seconds = Field(60.0, gt=0)
 
+    @model_validator(mode="after")
+    def _tries_end_within_their_lease(self) -> NotificationsConfig:
+        # A try still under way when its lease ends may be sent again by another process.
+        for name, target in self.targets.items():
+            if target.webhook is not None and target.webhook.timeout >= self.lease:
+                raise ValueError(
+                    f"targets.{name}.webhook.timeout ({target.webhook.timeout:g}s) must be"
+                    f" shorter than lease ({self.lease:g}s)"
+                )
+        return self
+
 
 class ResponsesConfig(_Strict):
     # An unmatched response (unknown key, or an early one) waits this long for its job.

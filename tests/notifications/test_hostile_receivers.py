@@ -176,7 +176,7 @@ async def test_a_huge_answer_is_not_read_whole(database_url: str) -> None:
 async def test_a_slow_target_holds_up_only_its_own_notifications(database_url: str) -> None:
     fast = Receiver()
     async with raw_receiver(drip) as slow, fast.up():
-        settings = notify_settings(fast, targets={"slow": target(slow.url(), timeout="60s")})
+        settings = notify_settings(fast, targets={"slow": target(slow.url(), timeout="30s")})
         async with open_api(database_url, **settings) as api:
             notifier = api.service.notifier
             first = await api.post_job(type="ok", notify=["slow", "hook"])
@@ -206,3 +206,12 @@ async def test_a_slow_target_holds_up_only_its_own_notifications(database_url: s
 
 async def _is(got: Awaitable[dict[str, str]], want: dict[str, str]) -> bool:
     return await got == want
+
+
+def test_a_target_timeout_must_be_shorter_than_the_lease(sqlite_url: str) -> None:
+    from hipq.config import ConfigError
+    from tests.support import make_settings
+
+    hook = target("http://127.0.0.1:9/outcomes", timeout="2m")
+    with pytest.raises(ConfigError, match=r"targets.hook.webhook.timeout \(120s\) must be"):
+        make_settings(sqlite_url, notifications={"targets": {"hook": hook}})

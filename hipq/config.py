@@ -306,7 +306,11 @@ class WebhookTarget(_Strict):
     # Standard Webhooks signing secret ("whsec_<base64>" or a plain string); null: unsigned.
     secret: str | None = None
     headers: dict[str, str] = Field(default_factory=dict)  # sent as they are
-    timeout: Seconds = Field(10.0, gt=0)  # a try that takes longer fails (and is retried)
+    # A try that takes longer in total (waiting for one of the target's connections,
+    # connecting, sending, the answer) fails and is retried.
+    timeout: Seconds = Field(10.0, gt=0)
+    # At most this much of an answer's body is read, and dropped: the status decides.
+    max_response_bytes: int = Field(65_536, ge=0)
 
     @field_validator("url")
     @classmethod
@@ -357,6 +361,17 @@ class NotificationsConfig(_Strict):
     # A notification taken by a process is its own for this long (several processes on
     # PostgreSQL): a process that dies mid-send leaves it to another after this.
     lease: Seconds = Field(60.0, gt=0)
+
+    @model_validator(mode="after")
+    def _tries_end_within_their_lease(self) -> NotificationsConfig:
+        # A try still under way when its lease ends may be sent again by another process.
+        for name, target in self.targets.items():
+            if target.webhook is not None and target.webhook.timeout >= self.lease:
+                raise ValueError(
+                    f"targets.{name}.webhook.timeout ({target.webhook.timeout:g}s) must be"
+                    f" shorter than lease ({self.lease:g}s)"
+                )
+        return self
 
 
 class ResponsesConfig(_Strict):

@@ -36,10 +36,9 @@ from hipq.events import Events
 from hipq.job_types import JobTypes
 from hipq.jobs import Job
 from hipq.lifecycle import State
-from hipq.observability.faults import FaultReporter
 from hipq.outcomes import Failed, Outcome, Settlement, Succeeded
 from hipq.plugins import RetryStrategies
-from hipq.process.stopping import finish_or_cancel
+from hipq.process.activity import Loop
 from hipq.retry import AttemptError
 from hipq.store import LeaseLost, Store
 from hipq.store.requests import Requests, requests_pending
@@ -74,8 +73,9 @@ class TickReport:
     next_run_at: datetime | Unread | None = Unread.UNREAD
 
 
-class QueueLoop:
-    """One queue's loop; an ``Activity`` (start, stop, run_once)."""
+class QueueLoop(Loop):
+    """One queue's loop; a ``Loop`` whose step owns the queue's lease when it can and
+    ticks, resting until the next tick, due job or deadline (``next_wake``)."""
 
     def __init__(
         self,
@@ -92,6 +92,7 @@ class QueueLoop:
         events: Events | None = None,
         lease_ttl: float = 15.0,
     ) -> None:
+        super().__init__(log, f"queue {name}", config.batch_interval)
         self.name, self.config, self.store = name, config, store
         self.owner, self.stages, self.transports = owner, list(stages), transports
         self.retry, self.clock = retry, clock
@@ -104,10 +105,7 @@ class QueueLoop:
         self.token: int | None = None
         self.in_flight: dict[int, Job] = {}
         self._reports = Reports()
-        self.wake = asyncio.Event()
-        self._stopping = False
         self._drain = Drain()
-        self._task: asyncio.Task[None] | None = None
         # Cancel requests and inbox responses are looked for when something hinted at
         # them, and at least every RECHECK_SECONDS (a hint from another process may be
         # lost while its LISTEN connection reconnects).
@@ -342,44 +340,39 @@ class QueueLoop:
             wake = min(wake, rate)
         return max(0.0, (wake - now).total_seconds())
 
-    async def run(self) -> None:
-        """Own the queue when possible and tick until ``stop``."""
-        failures = 0
-        faults = FaultReporter(log, f"queue {self.name}")
-        while not self._stopping:
-            try:
-                if self.token is None and (self._drain.requested or not await self.acquire()):
-                    await self._sleep(self.lease_ttl / 3)
-                    continue
-                report = await self.run_once()
-                failures = 0
-                faults.succeeded()
-                # A full read that changed something may have more behind it: go on at
-                # once. One whose jobs were all held would read the same jobs again.
-                more = report.full and (report.admitted or report.deferred)
-                if self.token is None or more or self._reports.outcomes:
-                    continue
-                now = self.clock()
-                await self._sleep(self.next_wake(now, await self._next_run_at(report, now)))
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:
-                failures += 1
-                faults.failed(exc)  # one line when a fault starts, not one per tick
-                self.events.emit("tick_failed", queue=self.name)
-                failures = await self._reload_after_failure(failures, faults)
+    @property
+    def task_name(self) -> str:
+        return f"hipq-loop-{self.name}"
 
-    async def _reload_after_failure(self, failures: int, faults: FaultReporter) -> int:
+    async def turn(self) -> float | None:
+        """Own the queue when possible, then tick; how long to rest after."""
+        if self.token is None and (self._drain.requested or not await self.acquire()):
+            return self.lease_ttl / 3
+        report = await self.run_once()
+        # A full read that changed something may have more behind it: go on at
+        # once. One whose jobs were all held would read the same jobs again.
+        more = report.full and (report.admitted or report.deferred)
+        if self.token is None or more or self._reports.outcomes:
+            return None
+        now = self.clock()
+        return self.next_wake(now, await self._next_run_at(report, now))
+
+    async def after_failure(self, exc: Exception) -> float | None:
+        self.events.emit("tick_failed", queue=self.name)
+        await self._reload_after_failure()
+        return None  # the reload rested, backing off
+
+    async def _reload_after_failure(self) -> None:
         """After a failed tick, take what this loop owns from the database
         (``hipq.batch_loop.recovery``): newly claimed jobs are dispatched, settled ones
-        forgotten. Returns the failures counted so far."""
-        owned, failures = await reread_owned(
+        forgotten."""
+        owned, _failures = await reread_owned(
             self.store,
             self.name,
-            failures,
-            faults,
-            sleep=self._sleep,
-            stopping=lambda: self._stopping,
+            self.faults.failures,
+            self.faults,
+            sleep=self.rest,
+            stopping=lambda: self.stopping,
             owns=lambda: self.token is not None,
         )
         if owned is not None:
@@ -388,34 +381,21 @@ class QueueLoop:
             for job in now.forgotten:
                 self._transport_of(job).abandon(job.id)
             self._dispatch(now.to_dispatch)
-        return failures
 
-    async def _sleep(self, seconds: float) -> None:
-        if not self.wake.is_set():
-            # A timer that sets the wake-up rather than ``wait_for``: that runs the wait
-            # in a task of its own, and a wake-up then takes three turns of the event
-            # loop to reach this one.
-            timer = asyncio.get_running_loop().call_later(seconds, self.wake.set)
-            try:
-                await self.wake.wait()
-            finally:
-                timer.cancel()
-        self.wake.clear()
+    async def rest(self, seconds: float) -> None:
+        await super().rest(seconds)
         await self._paused_wait()
 
     async def _paused_wait(self) -> None:
         """Hold a paused queue's next tick back to PAUSED_TICK_SECONDS after its last."""
-        if self._paused_since_tick is None or self._stopping or self._reports.outcomes:
+        if self._paused_since_tick is None or self.stopping or self._reports.outcomes:
             return
         rest = PAUSED_TICK_SECONDS - (time.monotonic() - self._paused_since_tick)
         if rest > 0:
             await asyncio.sleep(rest)
 
-    async def start(self) -> None:
-        """Run the loop in a task of its own until ``stop``."""
-        self._stopping = False
+    async def starting(self) -> None:
         self._drain = Drain()
-        self._task = asyncio.create_task(self.run(), name=f"hipq-loop-{self.name}")
 
     def request_drain(self) -> None:
         """Claim nothing from now on; keep ticking to settle what is in flight."""
@@ -427,11 +407,6 @@ class QueueLoop:
         return self._drain.requested
 
     @property
-    def running(self) -> bool:
-        """Its task ticks (``start``), as opposed to a test driving ``run_once``."""
-        return self._task is not None and not self._task.done()
-
-    @property
     def ticking(self) -> bool:
         """A tick is under way: what it claims is dispatched when it ends."""
         return self._ticking
@@ -440,18 +415,6 @@ class QueueLoop:
     def settling(self) -> bool:
         """Transports reported something that no tick has taken yet."""
         return bool(self._reports.outcomes or self._reports.sent)
-
-    def request_stop(self) -> None:
-        """Ask the loop to end after the tick under way."""
-        self._stopping = True
-        self.wake.set()
-
-    async def stop(self) -> None:
-        """End the loop: its tick under way finishes, or is cancelled after a grace."""
-        self.request_stop()
-        if self._task is not None:
-            await finish_or_cancel([self._task])
-            self._task = None
 
 
 class _UnknownType:

@@ -6,14 +6,11 @@ uncommitted work, which the next step does again.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
 from collections.abc import Callable
 from datetime import datetime
 
-from hipq.observability.faults import FaultReporter
-from hipq.process.stopping import finish_or_cancel
+from hipq.process.activity import Loop
 from hipq.store import Store
 
 log = logging.getLogger("hipq.process.bulk_runner")
@@ -27,7 +24,10 @@ IDLE_INTERVAL_SECONDS = 2.0
 MAX_STEP_FAILURES = 5
 
 
-class BulkRunner:
+class BulkRunner(Loop):
+    """A ``Loop``: steps at once while operations are under way, else every
+    ``interval`` seconds or when ``wake`` is set (an operation was started here)."""
+
     name = "bulk"
 
     def __init__(
@@ -40,11 +40,8 @@ class BulkRunner:
     ) -> None:
         # ``run`` False: started, it does nothing by itself (tests drive ``run_once``),
         # as the queue loops of a service started without them.
-        self.store, self.clock, self.run = store, clock, run
-        self.step_size, self.interval = step_size, interval
-        self.wake = asyncio.Event()
-        self._stopping = asyncio.Event()
-        self._task: asyncio.Task[None] | None = None
+        super().__init__(log, "bulk operations", interval, run=run)
+        self.store, self.clock, self.step_size = store, clock, step_size
         self._failures: dict[int, int] = {}
 
     async def run_once(self) -> int:
@@ -65,41 +62,6 @@ class BulkRunner:
             under_way += op.state == "running"
         return under_way
 
-    async def start(self) -> None:
-        if not self.run:
-            return
-        self._stopping.clear()
-        self._task = asyncio.create_task(self._run(), name="hipq-bulk")
-
-    async def stop(self) -> None:
-        if self._task is not None:
-            self._stopping.set()
-            await finish_or_cancel([self._task])
-            self._task = None
-
-    async def _run(self) -> None:
-        faults = FaultReporter(log, "bulk operations")
-        while not self._stopping.is_set():
-            under_way = 0
-            try:
-                under_way = await self.run_once()
-                faults.succeeded()
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:
-                faults.failed(exc)
-            if under_way:
-                await asyncio.sleep(0)  # the next steps at once, letting others run
-                continue
-            self.wake.clear()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wait(), self.interval)
-
-    async def _wait(self) -> None:
-        stop = asyncio.ensure_future(self._stopping.wait())
-        wake = asyncio.ensure_future(self.wake.wait())
-        try:
-            await asyncio.wait({stop, wake}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            stop.cancel()
-            wake.cancel()
+    async def turn(self) -> float | None:
+        # Operations under way: their next steps at once, letting others run between.
+        return 0.0 if await self.run_once() else self.interval

@@ -14,7 +14,8 @@ job. A check runs when:
   SQLite an operator's verb; on PostgreSQL a wake-up lost while the LISTEN
   connection reconnected).
 
-Checks do not overlap: wake-ups that arrive during one are folded into the next.
+Checks do not overlap: wake-ups that arrive during one are folded into the next. With
+nobody waiting a check reads nothing.
 """
 
 from __future__ import annotations
@@ -27,8 +28,7 @@ from typing import Any
 
 from hipq.jobs import Job
 from hipq.lifecycle import TERMINAL
-from hipq.observability.faults import FaultReporter
-from hipq.process.stopping import finish_or_cancel
+from hipq.process.activity import Loop
 from hipq.store import Store
 
 log = logging.getLogger("hipq.process.job_waiters")
@@ -39,21 +39,28 @@ RECHECK_SECONDS = 5.0
 _TERMINAL = frozenset(s.value for s in TERMINAL)
 
 
-class JobWaiters:
-    """An ``Activity``: the waiting requests of this process and their checks."""
+class JobWaiters(Loop):
+    """A ``Loop``: the waiting requests of this process and their checks, every
+    ``recheck_seconds`` and when ``wake`` is set (a waited-for job may have finished)."""
 
     name = "job-waiters"
 
     def __init__(self, store: Store, recheck_seconds: float = RECHECK_SECONDS) -> None:
-        self.store, self.recheck_seconds = store, recheck_seconds
+        super().__init__(log, "job waiters", recheck_seconds)
+        self.store = store
         # A waiter's future gets its finished job, or None: answer now (the process stops).
         self._futures: dict[int, list[asyncio.Future[Job | None]]] = defaultdict(list)
         self._queue_of: dict[int, str] = {}
         self._due: set[int] = set()  # job ids to read at the next check
-        self._kick = asyncio.Event()
-        self._task: asyncio.Task[None] | None = None
-        self._stopping = False
         self.checks = 0  # queries the checks ran (for the benchmark)
+
+    @property
+    def recheck_seconds(self) -> float:
+        return self.interval
+
+    @recheck_seconds.setter
+    def recheck_seconds(self, seconds: float) -> None:
+        self.interval = seconds
 
     @property
     def waiting(self) -> int:
@@ -69,7 +76,6 @@ class JobWaiters:
             if job.state in TERMINAL or seconds <= 0:
                 return job
             self._queue_of[job_id] = job.queue
-            self._ensure_task()
             try:
                 finished = await asyncio.wait_for(asyncio.shield(future), seconds)
             except TimeoutError:
@@ -94,14 +100,14 @@ class JobWaiters:
             job_id = fields.get("job_id")
             if job_id in self._futures:
                 self._due.add(job_id)
-                self._kick.set()
+                self.wake.set()
 
     def on_settled(self, queue: str) -> None:
         """A ``settled:<queue>`` wake-up: check the waiters of that queue."""
         due = [i for i, q in self._queue_of.items() if q == queue]
         if due:
             self._due.update(due)
-            self._kick.set()
+            self.wake.set()
 
     # -- the checks -----------------------------------------------------------------
 
@@ -119,30 +125,6 @@ class JobWaiters:
                     future.set_result(job)
         return len(finished)
 
-    def _ensure_task(self) -> None:
-        if self._task is None or self._task.done():
-            self._stopping = False
-            self._task = asyncio.create_task(self._run(), name="hipq-job-waiters")
-
-    async def _run(self) -> None:
-        faults = FaultReporter(log, "job waiters")
-        while not self._stopping and self._futures:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._kick.wait(), self.recheck_seconds)
-            self._kick.clear()
-            if self._stopping or not self._futures:
-                break
-            try:
-                await self.run_once()
-                faults.succeeded()
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:
-                faults.failed(exc)  # the waiters still end at their time
-
-    async def start(self) -> None:
-        self._stopping = False
-
     def release_all(self) -> None:
         """Answer every waiter now, with its job as it is: the process is stopping, and
         a request held for its whole wait would hold up the server's shutdown."""
@@ -153,8 +135,4 @@ class JobWaiters:
 
     async def stop(self) -> None:
         self.release_all()
-        self._stopping = True
-        self._kick.set()
-        if self._task is not None:
-            await finish_or_cancel([self._task])
-            self._task = None
+        await super().stop()

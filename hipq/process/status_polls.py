@@ -19,7 +19,6 @@ owner asks again.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -39,8 +38,7 @@ from hipq.ingest.response_writer import ResponseWriter
 from hipq.job_types import JobTypeInfo, JobTypes
 from hipq.jobs import Job
 from hipq.lifecycle import State
-from hipq.observability.faults import FaultReporter
-from hipq.process.stopping import finish_or_cancel
+from hipq.process.activity import Loop
 from hipq.process.wiring import ServiceError
 from hipq.templates import job_context
 from hipq.transports.http_pool import PooledTransport
@@ -92,8 +90,8 @@ def _compile(info: JobTypeInfo) -> _Poll:
     return _Poll(cfg, compile_url(cfg.url, f"{where}.url"), headers, body, rule, working)
 
 
-class StatusPolls:
-    """An ``Activity``: every ``interval`` seconds, asks about overdue callbacks."""
+class StatusPolls(Loop):
+    """A ``Loop``: every ``interval`` seconds, asks about overdue callbacks."""
 
     name = "status-polls"
 
@@ -112,52 +110,33 @@ class StatusPolls:
             for name, info in job_types.items()
             if info.config.status_request is not None
         }
+        super().__init__(log, "status polls", interval)
         self.loops, self.responses, self.clock = loops, responses, clock
         self.events = events or Events()
-        self.interval = interval
         self._asked: dict[tuple[int, int], datetime] = {}  # (job, attempt) -> next ask
         self._busy: set[tuple[int, int]] = set()
         self._tasks: set[asyncio.Task[None]] = set()
         self._client: httpx.AsyncClient | None = None
-        self._task: asyncio.Task[None] | None = None
-        self._stopping = asyncio.Event()
 
     @classmethod
     def wanted(cls, job_types: JobTypes) -> bool:
         return any(t.config.status_request is not None for t in job_types.values())
 
-    async def start(self) -> None:
+    async def starting(self) -> None:
         # As the http transport's client: no redirects followed, no cookies kept.
         self._client = httpx.AsyncClient(
             follow_redirects=False,
             transport=PooledTransport(MAX_CONCURRENT, MAX_CONCURRENT),
             cookies=CookieJar(DefaultCookiePolicy(allowed_domains=[])),
         )
-        self._stopping.clear()
-        self._task = asyncio.create_task(self._run(), name="hipq-status-polls")
 
-    async def stop(self) -> None:
-        self._stopping.set()
-        if self._task is not None:
-            await finish_or_cancel([self._task])
-            self._task = None
+    async def stopped(self) -> None:
         for task in list(self._tasks):
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         if self._client is not None:
             await self._client.aclose()
             self._client = None
-
-    async def _run(self) -> None:
-        faults = FaultReporter(log, "status polls")
-        while not self._stopping.is_set():
-            try:
-                await self.run_once()
-                faults.succeeded()
-            except Exception as exc:
-                faults.failed(exc)
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._stopping.wait(), self.interval)
 
     def due(self, now: datetime) -> list[Job]:
         """Awaiting jobs of owned queues whose status request is due now."""

@@ -10,8 +10,6 @@ never read a finished job again).
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
 from collections.abc import Callable
 from datetime import datetime, timedelta
@@ -19,8 +17,7 @@ from datetime import datetime, timedelta
 from hipq.config import Settings
 from hipq.events import Events
 from hipq.lifecycle import State
-from hipq.observability.faults import FaultReporter
-from hipq.process.stopping import finish_or_cancel
+from hipq.process.activity import Loop
 from hipq.store import Store
 
 log = logging.getLogger("hipq.process.upkeep")
@@ -30,8 +27,8 @@ PRUNE_BATCH = 5_000
 JOBS_PER_PASS = 200_000
 
 
-class Upkeep:
-    """An ``Activity``: ``run_once`` every ``interval`` seconds until stopped."""
+class Upkeep(Loop):
+    """A ``Loop``: ``run_once`` every ``interval`` seconds until stopped."""
 
     name = "upkeep"
 
@@ -44,11 +41,10 @@ class Upkeep:
         interval: float = 2.0,
         prune_every: float = 3600.0,
     ) -> None:
+        super().__init__(log, "upkeep", interval)
         self.settings, self.store, self.clock, self.events = settings, store, clock, events
-        self.interval, self.prune_every = interval, prune_every
+        self.prune_every = prune_every
         self._last_prune: datetime | None = None
-        self._task: asyncio.Task[None] | None = None
-        self._stopping = asyncio.Event()
 
     async def run_once(self) -> dict[str, int]:
         now = self.clock()
@@ -79,33 +75,10 @@ class Upkeep:
             if seconds is None:
                 continue
             before, pruned = now - timedelta(seconds=seconds), 0
-            while pruned < JOBS_PER_PASS and not self._stopping.is_set():
+            while pruned < JOBS_PER_PASS and not self.stopping:
                 deleted = await self.store.job_prune(state, before, PRUNE_BATCH)
                 pruned += deleted
                 if deleted < PRUNE_BATCH:
                     break
             if pruned:
                 self.events.emit("jobs_pruned", state=state.value, count=pruned)
-
-    async def start(self) -> None:
-        self._stopping.clear()
-        self._task = asyncio.create_task(self._run(), name="hipq-upkeep")
-
-    async def stop(self) -> None:
-        if self._task is not None:
-            self._stopping.set()
-            await finish_or_cancel([self._task])
-            self._task = None
-
-    async def _run(self) -> None:
-        faults = FaultReporter(log, "upkeep")  # a fault is logged once, not every interval
-        while not self._stopping.is_set():
-            try:
-                await self.run_once()
-                faults.succeeded()
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:
-                faults.failed(exc)
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._stopping.wait(), self.interval)

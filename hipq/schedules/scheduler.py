@@ -9,8 +9,6 @@ database runs a scheduler; the claims make each fire time one job.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
 from collections.abc import Callable, Mapping
 from datetime import datetime
@@ -22,8 +20,7 @@ from hipq.api.models import JobIn
 from hipq.events import Events
 from hipq.ingest.job_intake import Intake, IntakeError
 from hipq.jobs import NewJob
-from hipq.observability.faults import FaultReporter
-from hipq.process.stopping import finish_or_cancel
+from hipq.process.activity import Loop
 from hipq.schedules.cron import ScheduleError
 from hipq.schedules.definition import Schedule, build_schedule, job_fields, plan
 from hipq.store import Store
@@ -62,7 +59,7 @@ def to_row(schedule: Schedule, now: datetime, checked_until: datetime | None = N
     )
 
 
-class Scheduler:
+class Scheduler(Loop):
     """``run_once`` decides every schedule's due fire times; ``start`` runs it every
     ``interval`` seconds. The clock is the service's, so tests move time by hand."""
 
@@ -79,11 +76,10 @@ class Scheduler:
         on_time: float = 60.0,
         run: bool = True,
     ) -> None:
+        # ``run`` False: only ``run_once`` calls decide (tests drive it).
+        super().__init__(log, "scheduler", interval, run=run)
         self.store, self.intake, self.clock, self.events = store, intake, clock, events
-        self.configured, self.interval, self.on_time = configured, interval, on_time
-        self.run = run  # False: only ``run_once`` calls decide (tests drive it)
-        self._task: asyncio.Task[None] | None = None
-        self._stopping = asyncio.Event()
+        self.configured, self.on_time = configured, on_time
 
     def check(self, name: str, fields: dict[str, Any], source: str = "api") -> Schedule:
         """A schedule checked as a job it makes would be: ``ScheduleError`` names the
@@ -177,28 +173,5 @@ class Scheduler:
             elif result.outcome == "skipped":
                 self.events.emit("schedule_skipped", schedule=name, fire_time=result.at.isoformat())
 
-    async def start(self) -> None:
+    async def starting(self) -> None:
         await self.sync_config()
-        if not self.run:
-            return
-        self._stopping.clear()
-        self._task = asyncio.create_task(self._run(), name="hipq-scheduler")
-
-    async def stop(self) -> None:
-        if self._task is not None:
-            self._stopping.set()
-            await finish_or_cancel([self._task])
-            self._task = None
-
-    async def _run(self) -> None:
-        faults = FaultReporter(log, "scheduler")
-        while not self._stopping.is_set():
-            try:
-                await self.run_once()
-                faults.succeeded()
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:
-                faults.failed(exc)
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._stopping.wait(), self.interval)

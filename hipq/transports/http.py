@@ -167,7 +167,7 @@ class HttpTransport:
             return _failed(f"request template: {exc}", retryable=False)
         except (httpx.InvalidURL, httpx.UnsupportedProtocol, ValueError) as exc:
             return _failed(f"request cannot be built: {exc}", retryable=False)
-        target = _shown(request.url)
+        target = shown_url(request.url)
         if route.cookies is not None:
             route.cookies.set_cookie_header(request)
         try:
@@ -290,9 +290,11 @@ def _failed(message: str, retryable: bool = True) -> Failed:
     return Failed(AttemptError(message, kind="http", retryable=retryable))
 
 
-def _shown(url: httpx.URL) -> str:
-    # The query may carry tokens: messages and logs show scheme, host and path only.
-    # netloc leaves out any user:password of the URL.
+def shown_url(url: httpx.URL | str) -> str:
+    """``url`` as errors and logs show it: scheme, host and path only (the notifier's
+    too). The query may carry tokens, and netloc leaves out any user:password."""
+    if isinstance(url, str):
+        url = httpx.URL(url)
     return f"{url.scheme}://{url.netloc.decode('ascii')}{url.path}"
 
 

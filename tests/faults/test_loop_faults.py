@@ -116,7 +116,7 @@ async def test_failing_ticks_are_one_fault_in_the_log(
 
         monkeypatch.setattr(api.service.store, "queue_batch", down)
         monkeypatch.setattr(api.service.store, "job_in_flight", down_read)
-        monkeypatch.setattr(loop, "_sleep", no_wait)
+        monkeypatch.setattr(loop, "rest", no_wait)
         with caplog.at_level(logging.INFO, logger="hipq"):
             await loop.run()
         assert failures > 20
@@ -145,12 +145,12 @@ async def test_failing_upkeep_is_one_fault_then_one_recovery_line(
                 full = sqlite3.OperationalError("database or disk is full")
                 raise OperationalError("UPDATE", {}, full)
             if calls >= 25:
-                upkeep._stopping.set()
+                upkeep.request_stop()
             return await real(now)
 
         monkeypatch.setattr(api.service.store, "response_classify", classify)
         with caplog.at_level(logging.INFO, logger="hipq"):
-            await upkeep._run()
+            await upkeep.run()
         lines = [r.getMessage() for r in caplog.records if r.name == "hipq.process.upkeep"]
         assert len(lines) == 2, lines
         assert "database or disk is full" in lines[0] and "recovered after 20" in lines[1]

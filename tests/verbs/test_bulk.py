@@ -108,7 +108,7 @@ async def test_retry_and_delete_by_error_text(api: Api) -> None:
 async def test_the_runner_in_the_background_finishes_it(database_url: str) -> None:
     async with open_api(database_url, server={"bulk_step_size": STEP}) as api:
         ids = await post_many(api, 9)
-        api.service.bulk.run = True
+        api.service.bulk.runs = True
         await api.service.bulk.start()
         op = await bulk(api, action="complete", filter={"ids": ids}, result={"by": "bulk"})
         for _ in range(500):

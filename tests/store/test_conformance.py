@@ -712,7 +712,7 @@ async def test_job_view_reads_the_job_its_attempts_and_its_heartbeat(store: Stor
     (running,) = await claim_due(store)
     await settle_jobs(store, [(running, Failed(AttemptError("busy")))], at(1))
     (again,) = await claim_due(store, now=at(60))
-    beat = await store.heartbeat_record("order-1", "charge", {"done": 3}, at(61), 30.0)
+    beat, _ = await store.heartbeat_record("order-1", "charge", {"done": 3}, at(61), 30.0)
     view = await store.job_view(job.id)
     assert view.job == await store.job_get(job.id) and view.job.attempt == again.attempt == 2
     assert view.attempts == await store.job_attempts(job.id)

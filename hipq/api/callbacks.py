@@ -64,10 +64,6 @@ def _only_signed(job_types: JobTypes) -> bool:
     return bool(external) and all(t.signed for t in external)
 
 
-def _unauthorized(reason: str) -> JSONResponse:
-    return JSONResponse(error_body("unauthorized", [("webhook-signature", reason)]), 401)
-
-
 # A heartbeat's progress: a small JSON value, shown on the job; larger is refused.
 PROGRESS_MAX_BYTES = 4096
 
@@ -265,10 +261,11 @@ async def deliver_callback(
         except _Unauthorized as exc:
             return exc.answer()
     if message is None and _only_signed(service.job_types):
-        return _unauthorized(
+        return _Unauthorized(
+            "webhook-signature",
             "every job type here requires signed callbacks: add ?type= naming one and a "
-            "Standard Webhooks signature"
-        )
+            "Standard Webhooks signature",
+        ).answer()
     check_callback_key(key)
     body = await off_loop(len(raw), lambda: _parsed_body(raw))
     headers = {k: v for k, v in request.headers.items() if k not in _DROPPED_HEADERS}

@@ -56,8 +56,9 @@ _ERRORS: _Responses = {
 _CREATE_ERRORS: _Responses = {
     403: {
         "model": ErrorOut,
-        "description": "A valid token without the submit scope, or restricted to other "
-        "queues or job types (`field` names the job's queue or type)",
+        "description": "A valid token without the submit scope, restricted to other "
+        "queues or job types, or whose job limits do not allow what a job sets "
+        "(`field` names the job's queue, type, notify, labels.<name>, priority or critical)",
     },
     409: {
         "model": ErrorOut,

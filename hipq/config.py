@@ -211,6 +211,10 @@ class TransportConfig(_Strict):
 class CallbackSignature(_Strict):
     secret: str  # "whsec_<base64>" or a plain string
     tolerance: Seconds = Field(300.0, gt=0)  # replay window around webhook-timestamp
+    # Where the signed body carries the job's correlation key, a template over it such
+    # as "{body.order_id}": the URL (key and ?type=) is not signed, so a message is bound
+    # to its job by what is. The key in the URL must equal it (docs/security.md).
+    key: str = "{body.correlation_key}"
 
     @field_validator("secret")
     @classmethod

@@ -15,7 +15,13 @@ from typing import Any
 from hipq.config import JobTypeConfig, Settings
 from hipq.ingest.outcome_rules import ANY_RESPONSE, OutcomeRule, OutcomeRuleError, rule_for
 from hipq.plugins import PluginError, RetryStrategies
-from hipq.templates import JOB_ROOTS, KeyTemplate, TemplateError, compile_template
+from hipq.templates import (
+    JOB_ROOTS,
+    SIGNED_BODY_ROOTS,
+    KeyTemplate,
+    TemplateError,
+    compile_template,
+)
 
 # Roots known only once the job exists / is claimed: such keys are built at dispatch.
 _LATE_ROOTS = frozenset({"id", "attempt"})
@@ -36,6 +42,9 @@ class JobTypeInfo:
     correlation: KeyTemplate | None
     # How a response for this type is judged (success or failure, and why).
     outcome_rule: OutcomeRule = ANY_RESPONSE
+    # Where a signed callback's or heartbeat's body carries the correlation key
+    # (callback_signature.key); None for a type without signatures.
+    signed_key: KeyTemplate | None = None
 
     @property
     def key_at_dispatch(self) -> bool:
@@ -82,7 +91,15 @@ class JobTypes(Mapping[str, JobTypeInfo]):
                 rule = rule_for(jt.outcome)
             except OutcomeRuleError as exc:
                 raise JobTypeError(f"job_types.{name}.outcome", str(exc)) from None
-            out[name] = JobTypeInfo(name, jt, template, rule)
+            signed_key = None
+            if jt.callback_signature is not None:
+                try:
+                    signed_key = compile_template(jt.callback_signature.key, SIGNED_BODY_ROOTS)
+                except TemplateError as exc:
+                    raise JobTypeError(
+                        f"job_types.{name}.callback_signature.key", str(exc)
+                    ) from None
+            out[name] = JobTypeInfo(name, jt, template, rule, signed_key)
         return cls(out)
 
     def __getitem__(self, name: str) -> JobTypeInfo:

@@ -27,6 +27,7 @@ from hipq.jobs import Job
 __all__ = [
     "JOB_ROOTS",
     "KAFKA_RESPONSE_ROOTS",
+    "SIGNED_BODY_ROOTS",
     "KeyTemplate",
     "PathError",
     "Placeholder",
@@ -43,6 +44,8 @@ __all__ = [
 JOB_ROOTS: frozenset[str] = frozenset({"payload", "attempt", "id", "type", "labels"})
 # Roots a Kafka response source's key template may use.
 KAFKA_RESPONSE_ROOTS: frozenset[str] = frozenset({"key", "value", "headers", "topic"})
+# Roots a job type's callback_signature.key may use: the signed body, parsed as JSON.
+SIGNED_BODY_ROOTS: frozenset[str] = frozenset({"body"})
 
 
 class TemplateError(ValueError):

@@ -81,7 +81,11 @@ def create_app(
     ``tokens``: who may call it (default: those of ``HIPQ_TOKENS`` and ``auth.tokens_file``)."""
     if tokens is None:
         tokens = load_tokens(service.settings.auth.tokens_file)
-        tokens.check_restrictions(service.settings.queues, service.settings.job_types)
+        tokens.check_restrictions(
+            service.settings.queues,
+            service.settings.job_types,
+            service.settings.notifications.targets,
+        )
 
     @asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:

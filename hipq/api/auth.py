@@ -25,6 +25,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from hipq.api.errors import error_body
 from hipq.api.models import ErrorOut
+from hipq.api.tenancy import job_refusal
 from hipq.config import Settings
 from hipq.ingest.job_intake import LIST_JOB_TYPES
 from hipq.jobs import NewJob
@@ -119,10 +120,13 @@ class Forbidden(Exception):
 
 
 def check_tenancy(request: Request, jobs: Sequence[NewJob], prefix: str = "") -> None:
-    """Refuse jobs outside the queues and job types the caller's token is restricted to."""
+    """Refuse jobs outside the queues and job types the caller's token is restricted to,
+    or setting what its job limits do not allow (``hipq.api.tenancy``)."""
     principal = principal_of(request)
-    if principal is None or not principal.restricted:
+    if principal is None or not principal.authenticated:
         return
+    limits = principal.job_limits
+    types = request.app.state.service.job_types
     for i, job in enumerate(jobs):
         where = f"{prefix}{i}]." if prefix else ""
         if principal.queues is not None and job.queue not in principal.queues:
@@ -133,6 +137,10 @@ def check_tenancy(request: Request, jobs: Sequence[NewJob], prefix: str = "") ->
             raise Forbidden(
                 f"{where}type", f"token {principal.name!r} may not submit jobs of type {job.type!r}"
             )
+        jt = types[job.type].config
+        if refused := job_refusal(limits, job, jt.notify, jt.priority):
+            field, why = refused
+            raise Forbidden(f"{where}{field}", f"token {principal.name!r} {why}")
 
 
 def install(app: FastAPI) -> None:

@@ -15,14 +15,23 @@ from hipq.api.errors import InvalidParameter, error_body
 from hipq.api.json_body import loads, off_loop
 from hipq.api.models import ErrorOut
 from hipq.ingest.outcome_rules import ANY_RESPONSE
-from hipq.ingest.response_intake import WEBHOOK_ID, check_body, check_callback_key, new_response
+from hipq.ingest.response_intake import (
+    WEBHOOK_ID,
+    check_body,
+    check_callback_key,
+    fingerprint,
+    new_response,
+    shown_headers,
+    signed_key_problem,
+)
 from hipq.job_types import JobTypeInfo, JobTypes
 from hipq.security.signatures import SignatureError, verify
 from hipq.service import Service
 
 router = APIRouter(tags=["callbacks"])
 
-# Headers kept with a stored response (never credentials).
+# Headers an outcome rule never sees (credentials); what is stored drops the signature
+# headers too (``shown_headers``).
 _DROPPED_HEADERS = frozenset({"authorization", "cookie", "proxy-authorization", "x-api-key"})
 
 
@@ -55,16 +64,16 @@ def _only_signed(job_types: JobTypes) -> bool:
     return bool(external) and all(t.signed for t in external)
 
 
-def _unauthorized(reason: str) -> JSONResponse:
-    return JSONResponse(error_body("unauthorized", [("webhook-signature", reason)]), 401)
-
-
 # A heartbeat's progress: a small JSON value, shown on the job; larger is refused.
 PROGRESS_MAX_BYTES = 4096
 
 
 class HeartbeatAccepted(BaseModel):
-    status: str = Field(default="accepted", description="accepted: stored now")
+    status: str = Field(
+        default="accepted",
+        description="accepted (stored now), or duplicate (a signed heartbeat taken before: "
+        "nothing changed, and attempt and deadline are those of the last one)",
+    )
     attempt: int = Field(description="the attempt of the job it was counted for")
     deadline: datetime = Field(
         description="the attempt's deadline once the queue's loop takes the heartbeat "
@@ -72,10 +81,22 @@ class HeartbeatAccepted(BaseModel):
     )
 
 
-def _signature_refusal(
+class _Unauthorized(Exception):
+    """A signed request that does not prove itself, or not for this job (a 401)."""
+
+    def __init__(self, field: str, reason: str) -> None:
+        super().__init__(reason)
+        self.field, self.reason = field, reason
+
+    def answer(self) -> JSONResponse:
+        return JSONResponse(error_body("unauthorized", [(self.field, self.reason)]), 401)
+
+
+def _signed_message(
     info: JobTypeInfo, request: Request, raw: bytes, service: Service
-) -> JSONResponse | None:
-    """A 401 unless the request carries what the job type's callbacks must carry."""
+) -> str | None:
+    """The ``webhook-id`` of a request the job type requires to be signed, once its
+    signature verifies; None when it need not be (no secret, or a token stands in)."""
     signature = info.config.callback_signature
     if signature is None or token_proves_callback(request, info.config.callback_accepts):
         return None
@@ -88,24 +109,41 @@ def _signature_refusal(
             int(signature.tolerance),
         )
     except SignatureError as exc:
-        return _unauthorized(exc.reason)
-    return None
+        raise _Unauthorized("webhook-signature", exc.reason) from None
+    return request.headers[WEBHOOK_ID]
 
 
-def _progress(raw: bytes) -> tuple[bool, Any]:
-    """(given, progress) from a heartbeat's body: empty, or ``{"progress": <JSON>}``."""
+def _bind(info: JobTypeInfo, body: Any, key: str) -> None:
+    """Refuse a signed message whose signed body does not name the URL's key: the URL
+    is not signed, so the same message posted under another key must settle nothing."""
+    if info.signed_key is None:  # not a signed type: _signed_message gave no message
+        raise RuntimeError(f"job type {info.name!r} has no callback_signature.key")
+    if problem := signed_key_problem(info.signed_key, body, key):
+        raise _Unauthorized("key", problem)
+
+
+def _replay_window(info: JobTypeInfo) -> timedelta:
+    """How long a signed message of ``info`` may verify after it first arrived: its
+    timestamp may be up to the tolerance ahead, and verifies until the tolerance after."""
+    signature = info.config.callback_signature
+    return timedelta(seconds=2 * int(signature.tolerance if signature else 0))
+
+
+def _progress(raw: bytes) -> tuple[bool, Any, Any]:
+    """(given, progress, body) from a heartbeat's body: empty, or a JSON object whose
+    ``progress`` is read; its other fields (a signed one's correlation key) are not."""
     if not raw.strip():
-        return False, None
+        return False, None, None
     if len(raw) > PROGRESS_MAX_BYTES:
         raise InvalidParameter("progress", f"the body is over {PROGRESS_MAX_BYTES} bytes")
     try:
         body = loads(raw, "body")
     except json.JSONDecodeError as exc:
         raise InvalidParameter("body", f"not JSON: {exc.msg}") from None
-    if not isinstance(body, dict) or set(body) - {"progress"}:
+    if not isinstance(body, dict):
         raise InvalidParameter("body", 'a heartbeat\'s body is empty or {"progress": <JSON>}')
-    check_body(body, "progress")
-    return "progress" in body, body.get("progress")
+    check_body(body, "body")
+    return "progress" in body, body.get("progress"), body
 
 
 # Declared before the callback route: its `{key:path}` would take `.../heartbeat` too.
@@ -125,12 +163,16 @@ def _progress(raw: bytes) -> tuple[bool, Any]:
         "For job types with a `heartbeat_timeout`: the attempt's deadline becomes now plus "
         "that timeout (taken by the queue's loop within a few seconds), so a job that needs "
         "hours stays alive while its system heartbeats, and fails its attempt (for its retry "
-        'strategy) when they stop. The body is empty or `{"progress": <JSON>}` of at most '
-        f"{PROGRESS_MAX_BYTES} bytes, shown as `heartbeat.progress` on GET /v1/jobs/{{id}}; "
-        "without it the last progress stays. `?type=` is required, and the request is "
-        "authenticated exactly as the callback of that type (a Standard Webhooks signature "
-        "over this body, or a token with the callbacks scope): else 401. No job of that type "
-        "in flight with the key: 404 (one that is scheduled: 409)."
+        'strategy) when they stop. The body is empty or a JSON object such as `{"progress": '
+        f"<JSON>}}` of at most {PROGRESS_MAX_BYTES} bytes; its `progress` is shown as "
+        "`heartbeat.progress` on GET /v1/jobs/{id}, and without one the last progress stays. "
+        "`?type=` is required, and the request is authenticated exactly as the callback of "
+        "that type (a Standard Webhooks signature over this body, or a token with the "
+        "callbacks scope): else 401. A signed heartbeat is bound to its job as a signed "
+        "callback is: its body carries the correlation key where the type's "
+        "`callback_signature.key` says (else 401, field `key`), and its `webhook-id` is taken "
+        "once per type (a replay is a 200 with status `duplicate` and changes nothing). No "
+        "job of that type in flight with the key: 404 (one that is scheduled: 409)."
     ),
 )
 async def deliver_heartbeat(
@@ -143,19 +185,34 @@ async def deliver_heartbeat(
     info = service.job_types.lookup(type)
     if info is None:
         raise InvalidParameter("type", f"unknown job type {type!r}")
-    refusal = _signature_refusal(info, request, raw, service)
-    if refusal is not None:
-        return refusal
+    try:
+        message = _signed_message(info, request, raw, service)
+    except _Unauthorized as exc:
+        return exc.answer()
     timeout = info.config.heartbeat_timeout
     if timeout is None:
         raise InvalidParameter(
             "type", f"job type {type!r} takes no heartbeats (it has no heartbeat_timeout)"
         )
     check_callback_key(key)
-    given, progress = _progress(raw)
-    beat = await service.store.heartbeat_record(
-        key, info.name, progress, service.clock(), timeout, keep_progress=not given
+    given, progress, body = _progress(raw)
+    if message is not None:
+        try:
+            _bind(info, body, key)
+        except _Unauthorized as exc:
+            return exc.answer()
+    beat, new = await service.store.heartbeat_record(
+        key,
+        info.name,
+        progress,
+        service.clock(),
+        timeout,
+        keep_progress=not given,
+        message=None if message is None else fingerprint(None, message),
     )
+    if not new:
+        replay = HeartbeatAccepted(status="duplicate", attempt=beat.attempt, deadline=beat.deadline)
+        return JSONResponse(replay.model_dump(mode="json"), 200)
     return HeartbeatAccepted(attempt=beat.attempt, deadline=beat.deadline)
 
 
@@ -176,8 +233,11 @@ async def deliver_heartbeat(
         "sends. Answers 202 once the response is stored, also for a duplicate or an unknown key "
         "(kept until the TTL, see GET /v1/responses). With `?type=` naming a job type that "
         "requires signatures, a bad or missing Standard Webhooks signature is a 401 before any "
-        "lookup; a replay of a signed message (same `webhook-id` within the tolerance) is a 200 "
-        "with status `duplicate`, not stored again. When every job type that takes callbacks "
+        "lookup, and so is a signed body that does not carry the URL's key where the type's "
+        "`callback_signature.key` says (field `key`: the URL is not signed); a replay of a "
+        "signed message (its `webhook-id` taken before for this type, whatever the key, within "
+        "twice the tolerance) is a 200 with status `duplicate`, not stored again. The "
+        "signature headers are not stored. When every job type that takes callbacks "
         "requires signatures, a callback without such a `?type=` is a 401. A key over 500 "
         "characters, or a key or JSON body holding \\u0000 (which PostgreSQL cannot store), "
         "is a 422."
@@ -191,45 +251,44 @@ async def deliver_callback(
     service: Service = request.app.state.service
     raw = await request.body()
     info: JobTypeInfo | None = None
-    replay_seed: str | None = None
+    message: str | None = None
     if type is not None:
         info = service.job_types.lookup(type)
         if info is None:
             raise InvalidParameter("type", f"unknown job type {type!r}")
-        signature = info.config.callback_signature
-        if signature is not None and not token_proves_callback(
-            request, info.config.callback_accepts
-        ):
-            try:
-                verify(
-                    signature.secret,
-                    request.headers,
-                    raw,
-                    service.clock().timestamp(),
-                    int(signature.tolerance),
-                )
-            except SignatureError as exc:
-                return _unauthorized(exc.reason)
-            replay_seed = request.headers[WEBHOOK_ID]
-    if replay_seed is None and _only_signed(service.job_types):
-        return _unauthorized(
+        try:
+            message = _signed_message(info, request, raw, service)
+        except _Unauthorized as exc:
+            return exc.answer()
+    if message is None and _only_signed(service.job_types):
+        return _Unauthorized(
+            "webhook-signature",
             "every job type here requires signed callbacks: add ?type= naming one and a "
-            "Standard Webhooks signature"
-        )
+            "Standard Webhooks signature",
+        ).answer()
     check_callback_key(key)
     body = await off_loop(len(raw), lambda: _parsed_body(raw))
     headers = {k: v for k, v in request.headers.items() if k not in _DROPPED_HEADERS}
     rule = ANY_RESPONSE if info is None else info.outcome_rule
     response = new_response(
-        key, body, source="webhook", rule=rule, headers=headers, kept_headers=headers, job_type=type
+        key,
+        body,
+        source="webhook",
+        rule=rule,
+        headers=headers,
+        kept_headers=shown_headers(headers),
+        job_type=type,
     )
-    if replay_seed is not None and info is not None and info.config.callback_signature:
-        # Standard Webhooks: remember message ids for the tolerance window, so that a
-        # captured request replayed within it is not stored (and counted) again.
-        # Older replays already fail the timestamp check.
-        window = timedelta(seconds=int(info.config.callback_signature.tolerance))
+    if message is not None and info is not None:
+        try:
+            _bind(info, body, key)
+        except _Unauthorized as exc:
+            return exc.answer()
+        # Standard Webhooks: a message id is taken once per job type, whatever key the
+        # URL names, while a signature that old still verifies; older ones fail the
+        # timestamp check. The fingerprint of a signed response is its webhook-id's.
         seen = await service.store.response_delivered(
-            key, info.name, response.fingerprint or "", service.clock() - window
+            info.name, response.fingerprint or "", service.clock() - _replay_window(info)
         )
         if seen is not None:
             return JSONResponse(CallbackAccepted(status="duplicate", response_id=seen).model_dump())

@@ -10,7 +10,7 @@ import orjson
 from fastapi import APIRouter, Depends, Header, Path, Query, Request, Response
 
 from hipq.api.answers import json_answer
-from hipq.api.auth import check_tenancy, require
+from hipq.api.auth import check_tenancy, principal_of, require
 from hipq.api.errors import InvalidParameter
 from hipq.api.json_body import JSONBodyRoute, off_loop
 from hipq.api.models import (
@@ -56,8 +56,9 @@ _ERRORS: _Responses = {
 _CREATE_ERRORS: _Responses = {
     403: {
         "model": ErrorOut,
-        "description": "A valid token without the submit scope, or restricted to other "
-        "queues or job types (`field` names the job's queue or type)",
+        "description": "A valid token without the submit scope, restricted to other "
+        "queues or job types, or whose job limits do not allow what a job sets "
+        "(`field` names the job's queue, type, notify, labels.<name>, priority or critical)",
     },
     409: {
         "model": ErrorOut,
@@ -70,7 +71,8 @@ IdempotencyKey = Annotated[
     Header(
         alias="Idempotency-Key",
         max_length=300,
-        description="a retried POST with the same key returns the first one's jobs",
+        description="a retried POST with the same key returns the first one's jobs; "
+        "keys are per token (another token's same key is another request)",
     ),
 ]
 # Each label filter is a condition of the query: SQLite refuses a thousand of them.
@@ -97,6 +99,17 @@ def _request_hash(body: Any) -> str:
     return hashlib.sha256(orjson.dumps(body, option=orjson.OPT_SORT_KEYS)).hexdigest()
 
 
+def _scoped_key(request: Request, key: str) -> str:
+    """The Idempotency-Key as stored: one namespace per token, so that a caller who
+    learns or guesses another's key gets a job of its own, never theirs (and its
+    result). Without tokens there is one caller, and the key is stored as given."""
+    principal = principal_of(request)
+    if principal is None or not principal.authenticated:
+        return key
+    scoped = f"{principal.name}\n{key}".encode("utf-8", "surrogatepass")
+    return "token:" + hashlib.sha256(scoped).hexdigest()
+
+
 async def _body_size(request: Request) -> int:
     return len(await request.body())
 
@@ -106,6 +119,7 @@ async def _insert(
 ) -> Any:
     service = _service(request)
     now = service.clock()
+    scoped_key = _scoped_key(request, key) if key else ""
 
     def resolve() -> tuple[list[NewJob], tuple[str, str] | None]:
         new = []
@@ -121,7 +135,7 @@ async def _insert(
             # Dumping every job again to hash the request costs as much as validating it:
             # only a keyed request pays for it.
             body = [item.model_dump(mode="json", exclude_unset=True) for item in items]
-            idempotency = (key, _request_hash(body))
+            idempotency = (scoped_key, _request_hash(body))
         return new, idempotency
 
     # Resolving walks every payload (the NUL check): a big body's, off the event loop.

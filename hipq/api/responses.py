@@ -13,6 +13,7 @@ from hipq.api.errors import InvalidParameter
 from hipq.api.json_body import JSONBodyRoute
 from hipq.api.models import MAX_ID, ErrorOut
 from hipq.api.paging import Cursor, json_size, within_budget
+from hipq.ingest.response_intake import shown_headers
 from hipq.service import Service
 from hipq.storable_text import NUL_MESSAGE
 from hipq.store import Conflict, Response
@@ -31,7 +32,9 @@ class ResponseOut(BaseModel):
     succeeded: bool = Field(description="whether the job type's outcome rule read a success")
     reason: str | None = Field(description="the outcome rule's reason for a failure")
     body: Any = Field(description="its body: JSON, or text")
-    headers: dict[str, str] | None = Field(description="its headers, credentials left out")
+    headers: dict[str, str] | None = Field(
+        description="its headers, credentials and signature headers (webhook-*) left out"
+    )
     job_type: str | None = Field(description="the job type it named (?type=)")
     status: str = Field(
         description="pending (early or unknown key), matched, duplicate, late, expired"
@@ -42,7 +45,10 @@ class ResponseOut(BaseModel):
 
     @classmethod
     def of(cls, r: Response) -> ResponseOut:
-        return cls(**{name: getattr(r, name) for name in cls.model_fields})
+        fields = {name: getattr(r, name) for name in cls.model_fields}
+        # Rows stored before the signature headers were dropped at intake.
+        fields["headers"] = shown_headers(r.headers)
+        return cls(**fields)
 
 
 class ResponseListOut(BaseModel):

@@ -67,7 +67,9 @@ def serve(
         settings.server.port = port
     try:
         tokens = load_tokens(settings.auth.tokens_file)
-        tokens.check_restrictions(settings.queues, settings.job_types)
+        tokens.check_restrictions(
+            settings.queues, settings.job_types, settings.notifications.targets
+        )
     except TokenConfigError as exc:
         fail(str(exc))
     exposed = exposure_problem(settings.server.host, tokens, settings.auth.behind_gateway)

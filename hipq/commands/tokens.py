@@ -32,11 +32,18 @@ def tokens_new(
     type: Annotated[
         list[str], typer.Option(help="restrict the token to this job type (repeat for several)")
     ] = [],  # noqa: B006
+    limit: Annotated[
+        list[str],
+        typer.Option(
+            help="what its jobs may set, e.g. notify=a,b labels=region:east priority=50..200 "
+            "critical=yes (repeat for several; docs/security.md)"
+        ),
+    ] = [],  # noqa: B006
 ) -> None:
     """Print a new token (give it to the client, it is shown once) and the line to add
     to HIPQ_TOKENS or to auth.tokens_file (it holds the token's SHA-256, not the token)."""
     token = new_token()
-    line = config_line(name, scope or ["admin"], token, queue, type)
+    line = config_line(name, scope or ["admin"], token, queue, type, limit)
     try:
         parse_line(line, "the new token")  # the same rules as at start
     except TokenConfigError as exc:

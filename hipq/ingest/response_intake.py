@@ -19,9 +19,23 @@ from hipq.ingest.outcome_rules import OutcomeRule, decide
 from hipq.storable_text import NUL_MESSAGE, nul_field
 from hipq.store import NewResponse
 from hipq.store.schema import KEY_MAX_LENGTH
+from hipq.templates import KeyTemplate, TemplateError
 
 # Standard Webhooks senders keep a message's ``webhook-id`` across its redeliveries.
 WEBHOOK_ID = "webhook-id"
+# Never stored or shown with a response: credentials, and a signed message's headers
+# (with them and its body anyone who may read responses could deliver it again).
+HIDDEN_HEADERS = frozenset(
+    {
+        "authorization",
+        "cookie",
+        "proxy-authorization",
+        "x-api-key",
+        WEBHOOK_ID,
+        "webhook-timestamp",
+        "webhook-signature",
+    }
+)
 
 # C0 and C1 control characters and DEL.
 _CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")
@@ -34,6 +48,8 @@ __all__ = [
     "check_key",
     "fingerprint",
     "new_response",
+    "shown_headers",
+    "signed_key_problem",
 ]
 
 
@@ -126,3 +142,25 @@ def fingerprint(body: Any, delivery_id: str | None = None) -> str:
             text = json.dumps(body, sort_keys=True).encode()
         seed = b"body:" + text
     return hashlib.sha256(seed).hexdigest()
+
+
+def shown_headers(headers: Mapping[str, str] | None) -> dict[str, str] | None:
+    """``headers`` without those never kept (rows stored before they were dropped)."""
+    if headers is None:
+        return None
+    return {k: v for k, v in headers.items() if k.lower() not in HIDDEN_HEADERS}
+
+
+def signed_key_problem(template: KeyTemplate, body: Any, key: str) -> str | None:
+    """Why a signed message whose body is ``body`` may not settle the job holding
+    ``key`` (None if it may): the URL's key is not signed, so the body must carry it
+    where the job type's ``callback_signature.key`` says."""
+    if not isinstance(body, dict):
+        return f"the signed body is not a JSON object carrying the correlation key ({template})"
+    try:
+        signed = template.render({"body": body})
+    except TemplateError as exc:
+        return f"the signed body carries no correlation key at {template}: {exc}"
+    if signed != key:
+        return f"the signed body is for another correlation key ({template}) than the URL's"
+    return None

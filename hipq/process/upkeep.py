@@ -61,7 +61,18 @@ class Upkeep(Loop):
         cutoff = now - timedelta(seconds=self.settings.idempotency_ttl)
         await self.store.idempotency_prune(cutoff)
         await self.store.response_prune(now - timedelta(seconds=self.settings.responses.retention))
+        await self.store.heartbeat_messages_prune(now - self._signed_replay_window())
         await self._prune_jobs(now)
+
+    def _signed_replay_window(self) -> timedelta:
+        """How long a signed heartbeat may still verify after it arrived: its timestamp
+        may be a tolerance ahead, and verifies until a tolerance after (the longest)."""
+        tolerances = [
+            t.callback_signature.tolerance
+            for t in self.settings.job_types.values()
+            if t.callback_signature is not None
+        ]
+        return timedelta(seconds=2 * max(tolerances, default=0.0))
 
     async def _prune_jobs(self, now: datetime) -> None:
         """Finished jobs past their retention, a batch per transaction (short write

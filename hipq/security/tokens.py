@@ -1,7 +1,9 @@
 """API tokens: who may call hipq's API, with which scopes.
 
-A token is configured as one line, ``NAME SCOPES [queue=Q,...] [type=T,...] SECRET``:
-``SCOPES`` is a comma-separated list of submit, read, operate, callbacks, admin;
+A token is configured as one line, ``NAME SCOPES [queue=Q,...] [type=T,...] [LIMIT...]
+SECRET``: ``SCOPES`` is a comma-separated list of submit, read, operate, callbacks, admin;
+each ``LIMIT`` bounds what the token's jobs may set (``notify=``, ``labels=``,
+``priority=``, ``critical=``; see :class:`JobLimits`);
 ``SECRET`` is the token itself or its ``sha256:<hex>`` digest (what ``hipq tokens new``
 prints). Lines come from the ``HIPQ_TOKENS`` variable (separated by newlines or ``;``)
 and from the file at ``auth.tokens_file`` (one a line, ``#`` comments), never from the
@@ -21,7 +23,7 @@ import ipaddress
 import os
 import secrets
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 SCOPES = ("submit", "read", "operate", "callbacks", "admin")
@@ -32,6 +34,45 @@ _DIGEST_PREFIX = "sha256:"
 
 class TokenConfigError(ValueError):
     """A token line that cannot be used; the message names the line, never its secret."""
+
+
+# The job fields a token line may bound, as ``name=value``.
+LIMIT_NAMES = ("notify", "labels", "priority", "critical")
+
+
+@dataclass(frozen=True)
+class JobLimits:
+    """What a token's jobs may set beyond their queue and type.
+
+    A restricted token (``queue=`` or ``type=``) starts from the strict defaults
+    (``RESTRICTED``): its jobs notify exactly their type's targets, carry no labels,
+    are not critical, and run no sooner than their type's priority. Any other token
+    starts unbounded (``OPEN``). A limit on the token's line replaces its default.
+    """
+
+    # Targets a job may add to its type's (which it may never drop); None: any.
+    notify: frozenset[str] | None = None
+    # Label name -> the values allowed (None: any value); None: any label.
+    labels: Mapping[str, frozenset[str] | None] | None = None
+    # Inclusive bounds of ``priority`` (lower runs first); None on a side: unbounded,
+    # except that a restricted token's lowest is its job type's priority by default.
+    priority_min: int | None = None
+    priority_max: int | None = None
+    # Whether a job may set ``critical: true`` (passing let_critical_through throttlers).
+    critical: bool = True
+    # The defaults of a restricted token: keeps its type's targets and priority floor.
+    keep_type_targets: bool = False
+    type_priority_floor: bool = False
+
+
+OPEN = JobLimits()
+RESTRICTED = JobLimits(
+    notify=frozenset(),
+    labels={},
+    critical=False,
+    keep_type_targets=True,
+    type_priority_floor=True,
+)
 
 
 @dataclass(frozen=True)
@@ -45,6 +86,8 @@ class Principal:
     types: frozenset[str] | None = None
     # False for the anonymous caller of a hipq that has no tokens (open on loopback).
     authenticated: bool = True
+    # What its jobs may set; None: the default for its kind (``job_limits``).
+    limits: JobLimits | None = None
 
     def has(self, scope: str) -> bool:
         return scope in self.scopes or "admin" in self.scopes
@@ -52,6 +95,12 @@ class Principal:
     @property
     def restricted(self) -> bool:
         return self.queues is not None or self.types is not None
+
+    @property
+    def job_limits(self) -> JobLimits:
+        if self.limits is not None:
+            return self.limits
+        return RESTRICTED if self.restricted else OPEN
 
     @property
     def reads_all(self) -> bool:
@@ -78,13 +127,16 @@ def config_line(
     token: str,
     queues: Iterable[str] = (),
     types: Iterable[str] = (),
+    limits: Iterable[str] = (),
 ) -> str:
-    """The line that configures ``token`` (its digest, not the token)."""
+    """The line that configures ``token`` (its digest, not the token); ``limits`` are
+    ``name=value`` job limits as the line writes them (``priority=50..200``)."""
     parts = [name, ",".join(scopes)]
     if queues:
         parts.append("queue=" + ",".join(queues))
     if types:
         parts.append("type=" + ",".join(types))
+    parts.extend(limits)
     parts.append(_DIGEST_PREFIX + digest(token).hex())
     return " ".join(parts)
 
@@ -112,13 +164,16 @@ class Tokens:
     def names(self) -> list[str]:
         return [e.principal.name for e in self._entries]
 
-    def check_restrictions(self, queues: Iterable[str], types: Iterable[str]) -> None:
-        """Refuse a restriction naming a queue or job type the config does not have
-        (a typo would lock the tenant out, silently)."""
-        known = {"queue": set(queues), "type": set(types)}
+    def check_restrictions(
+        self, queues: Iterable[str], types: Iterable[str], targets: Iterable[str] = ()
+    ) -> None:
+        """Refuse a restriction naming a queue, job type or notification target the config
+        does not have (a typo would lock the tenant out, silently)."""
+        known = {"queue": set(queues), "type": set(types), "notify": set(targets)}
         for entry in self._entries:
             p = entry.principal
-            for kind, names in (("queue", p.queues), ("type", p.types)):
+            allowed = p.limits.notify if p.limits is not None else None
+            for kind, names in (("queue", p.queues), ("type", p.types), ("notify", allowed)):
                 unknown = sorted((names or set()) - known[kind])
                 if unknown:
                     raise TokenConfigError(
@@ -141,7 +196,9 @@ def parse_line(line: str, where: str) -> tuple[Principal, bytes]:
     """One token line; errors name ``where`` (a file and line number, or the variable)."""
     fields = line.split()
     if len(fields) < 3:
-        raise TokenConfigError(f"{where}: expected 'NAME SCOPES [queue=..] [type=..] SECRET'")
+        raise TokenConfigError(
+            f"{where}: expected 'NAME SCOPES [queue=..] [type=..] [limits..] SECRET'"
+        )
     name, scope_list, *limits, secret = fields
     scopes = frozenset(s for s in scope_list.split(",") if s)
     unknown = sorted(scopes - set(SCOPES))
@@ -152,17 +209,29 @@ def parse_line(line: str, where: str) -> tuple[Principal, bytes]:
         )
     queues: frozenset[str] | None = None
     types: frozenset[str] | None = None
+    job_limits: dict[str, str] = {}
     for limit in limits:
         key, sep, values = limit.partition("=")
+        if sep and key in LIMIT_NAMES:
+            job_limits[key] = values
+            continue
         names = frozenset(v for v in values.split(",") if v)
         if not sep or key not in ("queue", "type") or not names:
             raise TokenConfigError(
-                f"{where}: token {name!r}: a restriction looks like queue=a,b or type=x,y"
+                f"{where}: token {name!r}: a restriction looks like queue=a,b or type=x,y, "
+                f"or a job limit {', '.join(n + '=' for n in LIMIT_NAMES)}"
             )
         if key == "queue":
             queues = names
         else:
             types = names
+    parsed_limits = None
+    if job_limits:
+        base = RESTRICTED if queues is not None or types is not None else OPEN
+        try:
+            parsed_limits = _job_limits(base, job_limits)
+        except ValueError as exc:
+            raise TokenConfigError(f"{where}: token {name!r}: {exc}") from None
     if secret.startswith(_DIGEST_PREFIX):
         try:
             hashed = bytes.fromhex(secret.removeprefix(_DIGEST_PREFIX))
@@ -176,7 +245,51 @@ def parse_line(line: str, where: str) -> tuple[Principal, bytes]:
                 f"{where}: token {name!r}: too short (use `hipq tokens new` for one)"
             )
         hashed = digest(secret)
-    return Principal(name, scopes, queues, types), hashed
+    return Principal(name, scopes, queues, types, limits=parsed_limits), hashed
+
+
+def _job_limits(base: JobLimits, given: Mapping[str, str]) -> JobLimits:
+    """``base`` with the limits of a token line (``notify=a,b``, ``labels=region,tier:gold``,
+    ``priority=50..200``, ``critical=yes``) in place of its defaults."""
+    limits = base
+    if "notify" in given:
+        # The type's own targets stay (a tenant must not silence them); these may be added.
+        limits = replace(limits, notify=_names(given["notify"]), keep_type_targets=True)
+    if "labels" in given:
+        labels: dict[str, frozenset[str] | None] = {}
+        for entry in _names(given["labels"]):
+            label, sep, value = entry.partition(":")
+            if not label:
+                raise ValueError(f"labels=: {entry!r} is not NAME or NAME:VALUE")
+            if not sep:
+                labels[label] = None
+            elif label not in labels or labels[label] is not None:
+                labels[label] = (labels.get(label) or frozenset()) | {value}
+        limits = replace(limits, labels=labels)
+    if "priority" in given:
+        low, sep, high = given["priority"].partition("..")
+        try:
+            bounds = (int(low) if low else None, int(high) if high else None)
+        except ValueError:
+            bounds = None
+        if not sep or bounds is None or bounds == (None, None):
+            raise ValueError("priority= takes MIN..MAX, MIN.. or ..MAX (integers)")
+        low_bound, high_bound = bounds
+        if low_bound is not None and high_bound is not None and low_bound > high_bound:
+            raise ValueError("priority=: MIN is above MAX")
+        limits = replace(
+            limits, priority_min=low_bound, priority_max=high_bound, type_priority_floor=False
+        )
+    if "critical" in given:
+        if given["critical"] not in ("yes", "no"):
+            raise ValueError("critical= takes yes or no")
+        limits = replace(limits, critical=given["critical"] == "yes")
+    return limits
+
+
+def _names(values: str) -> frozenset[str]:
+    """``a,b`` as a set; an empty value is the empty set (``notify=`` adds no target)."""
+    return frozenset(v for v in values.split(",") if v)
 
 
 def load_tokens(tokens_file: str | None, environ: Mapping[str, str] | None = None) -> Tokens:

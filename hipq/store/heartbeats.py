@@ -12,13 +12,13 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import bindparam, select, update
+from sqlalchemy import bindparam, delete, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from hipq.batch_loop.wakeup import cancels_payload
 from hipq.store.batch import QueueBatch
 from hipq.store.records import Conflict, NotFound
-from hipq.store.schema import job_heartbeats, jobs
+from hipq.store.schema import heartbeat_messages, job_heartbeats, jobs
 from hipq.store.state_guards import OPEN_SQL
 from hipq.store.transactions import Transactions
 
@@ -48,10 +48,15 @@ class HeartbeatTable(Transactions):
         now: datetime,
         timeout_seconds: float,
         keep_progress: bool = False,
-    ) -> Heartbeat:
+        message: str | None = None,
+    ) -> tuple[Heartbeat, bool]:
         """Record a heartbeat for the open job of ``job_type`` holding ``correlation_key``:
         its deadline becomes ``now + timeout_seconds`` once its loop takes it. With
-        ``keep_progress`` the last progress stays (a heartbeat that reports none)."""
+        ``keep_progress`` the last progress stays (a heartbeat that reports none).
+
+        ``message`` is a signed heartbeat's fingerprint (of its ``webhook-id``): taken
+        once per job type. Returns the heartbeat as stored, and whether it was new
+        (False: a replay, which changes nothing and gets the last one)."""
         async with self._write() as conn:
             row = (
                 await conn.execute(
@@ -70,6 +75,11 @@ class HeartbeatTable(Transactions):
                     f"job {row.id} is {row.state}: only a job in flight takes heartbeats",
                     field="key",
                 )
+            if message is not None and not await self._message_claim(conn, job_type, message, now):
+                last = await read_heartbeat(conn, row.id)
+                if last is None:  # its first heartbeat was for a job since retried
+                    raise Conflict("this signed heartbeat was taken already", field="webhook-id")
+                return last, False
             beat = Heartbeat(
                 row.id,
                 row.queue,
@@ -98,7 +108,27 @@ class HeartbeatTable(Transactions):
             # The loop reads heartbeats where it reads cancel requests: news of a job
             # in flight, looked for on a hint and at least every few seconds.
             await self._notify(conn, {cancels_payload(beat.queue)})
-        return beat
+        return beat, True
+
+    async def heartbeat_messages_prune(self, before: datetime) -> int:
+        """Forget the signed heartbeats taken before ``before``; how many."""
+        async with self._write() as conn:
+            done = await conn.execute(
+                delete(heartbeat_messages).where(heartbeat_messages.c.received_at < before)
+            )
+        return done.rowcount or 0
+
+    async def _message_claim(
+        self, conn: AsyncConnection, job_type: str, message: str, now: datetime
+    ) -> bool:
+        """Claim a signed heartbeat's message for ``job_type``; False if it was before."""
+        claim = (
+            self.dialect.insert(heartbeat_messages)
+            .values(job_type=job_type, fingerprint=message, received_at=now)
+            .on_conflict_do_nothing()
+            .returning(heartbeat_messages.c.fingerprint)
+        )
+        return (await conn.execute(claim)).first() is not None
 
     async def heartbeat_of(self, job_id: int) -> Heartbeat | None:
         """The last heartbeat of ``job_id`` (of whichever attempt), if any."""

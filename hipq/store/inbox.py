@@ -151,13 +151,12 @@ class InboxTable(Transactions):
         return await self.response_get(response_id)
 
     async def response_delivered(
-        self, correlation_key: str, job_type: str, fingerprint: str, since: datetime
+        self, job_type: str, fingerprint: str, since: datetime
     ) -> int | None:
-        """The id of a response of ``job_type`` under ``correlation_key`` with
-        ``fingerprint`` (a signed sender's ``webhook-id``) received since ``since``,
-        or None: a replay within the signature tolerance is answered from it."""
+        """The id of a response of ``job_type`` with ``fingerprint`` (a signed sender's
+        ``webhook-id``) received since ``since``, whatever its correlation key, or None:
+        a replay within the signature tolerance is answered from it."""
         query = select(func.min(responses.c.id)).where(
-            responses.c.correlation_key == correlation_key,
             responses.c.fingerprint == fingerprint,
             responses.c.job_type == job_type,
             responses.c.received_at >= since,

@@ -145,7 +145,15 @@ class JobTable(Transactions):
         if idempotency:
             earlier = await self._idempotency_claim(conn, *idempotency, now)
             if earlier is not None:
-                return InsertResult(await self._jobs_by_ids(conn, earlier), replayed=True)
+                found = await self._jobs_by_ids(conn, earlier)
+                if len(found) != len(earlier):
+                    # Deleted (by an operator or job_retention) since: making them again
+                    # would run a request twice that the key says ran once.
+                    raise Conflict(
+                        "Idempotency-Key was used by a request whose jobs were deleted since",
+                        field="Idempotency-Key",
+                    )
+                return InsertResult(found, replayed=True)
         result = await self._insert(conn, new_jobs, now)
         if idempotency:
             await conn.execute(

@@ -263,6 +263,20 @@ responses = Table(
     Index("ix_hipq_responses_status", "status", "id"),
     Index("ix_hipq_responses_expires", "expires_at"),
     Index("ix_hipq_responses_fingerprint", "correlation_key", "fingerprint"),
+    # A signed callback's webhook-id is taken once per job type, whatever its key.
+    Index("ix_hipq_responses_type_fingerprint", "job_type", "fingerprint"),
+)
+
+# The signed heartbeats taken (their webhook-id's fingerprint, as for responses), so
+# that one is accepted once per job type; upkeep forgets them once no signature that
+# old would verify.
+heartbeat_messages = Table(
+    "hipq_heartbeat_messages",
+    metadata,
+    Column("job_type", String(200), primary_key=True),
+    Column("fingerprint", String(FINGERPRINT_LENGTH), primary_key=True),
+    Column("received_at", UTCDateTime, nullable=False),
+    Index("ix_hipq_heartbeat_messages_received", "received_at"),
 )
 
 # Kafka messages that cannot become responses (not UTF-8, not JSON, no key, too

@@ -857,3 +857,34 @@ def test_random_bodies_never_get_a_500(fuzz_target: Any, body: Any, how: str) ->
     assert response.status_code < 500, (how, body, response.text)
     if response.status_code >= 400:
         assert_error(response, response.status_code)
+
+
+async def test_reusing_the_idempotency_key_of_a_deleted_job_is_a_conflict(api: Api) -> None:
+    body = {"type": "ok"}
+    headers = {"Idempotency-Key": "gone"}
+    first = await api.client.post("/v1/jobs", json=body, headers=headers)
+    assert first.status_code == 201, first.text
+    await _finish(api, first.json()["id"])
+    deleted = await api.client.delete(f"/v1/jobs/{first.json()['id']}")
+    assert deleted.status_code == 200, deleted.text
+    again = await api.client.post("/v1/jobs", json=body, headers=headers)
+    assert "deleted" in assert_error(again, 409, "Idempotency-Key")["message"]
+    assert await api.count_jobs() == 0
+
+    batch = _batch(2)
+    made = await api.client.post("/v1/jobs/batch", json=batch, headers={"Idempotency-Key": "b"})
+    assert made.status_code == 201, made.text
+    gone = made.json()["jobs"][1]["id"]
+    await _finish(api, gone)
+    assert (await api.client.delete(f"/v1/jobs/{gone}")).status_code == 200
+    replay = await api.client.post("/v1/jobs/batch", json=batch, headers={"Idempotency-Key": "b"})
+    assert_error(replay, 409, "Idempotency-Key")
+    assert await api.count_jobs() == 1
+
+
+async def _finish(api: Api, job_id: int) -> None:
+    async def done() -> bool:
+        await api.tick()
+        return (await api.job(job_id))["state"] == "completed"
+
+    await eventually(done, timeout=30)

@@ -20,9 +20,15 @@ def _signed(api: Api, body: bytes, msg_id: str = "msg-1") -> dict[str, str]:
 BODY = orjson.dumps({"status": "ok"})
 
 
+def body_for(key: str) -> bytes:
+    """A signed body carries its correlation key (callback_signature.key's default)."""
+    return orjson.dumps({"status": "ok", "correlation_key": key})
+
+
 async def test_a_signed_type_takes_a_signature_without_a_token(authed: Api) -> None:
+    body = body_for("k-1")
     signed = await authed.client.post(
-        "/v1/callbacks/k-1?type=signed", content=BODY, headers=_signed(authed, BODY)
+        "/v1/callbacks/k-1?type=signed", content=body, headers=_signed(authed, body)
     )
     assert signed.status_code == 202, signed.text
     unsigned = await authed.client.post("/v1/callbacks/k-1?type=signed", content=BODY)
@@ -47,8 +53,9 @@ async def test_either_takes_a_token_or_a_signature(authed: Api, tokens: Tokens) 
         "/v1/callbacks/k-1?type=either", content=BODY, headers=tokens.header("callbacks")
     )
     assert by_token.status_code == 202, by_token.text
+    body = body_for("k-2")
     by_signature = await authed.client.post(
-        "/v1/callbacks/k-2?type=either", content=BODY, headers=_signed(authed, BODY, "msg-2")
+        "/v1/callbacks/k-2?type=either", content=body, headers=_signed(authed, body, "msg-2")
     )
     assert by_signature.status_code == 202, by_signature.text
     neither = await authed.client.post("/v1/callbacks/k-3?type=either", content=BODY)

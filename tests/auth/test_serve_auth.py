@@ -108,3 +108,21 @@ def eval_json(text: str) -> dict[str, object]:
     value = json.loads(text)
     assert isinstance(value, dict)
     return value
+
+
+def test_tokens_new_writes_job_limits_and_refuses_a_bad_one() -> None:
+    _token, line = _new_token(
+        "--name",
+        "acme",
+        "--scope",
+        "submit",
+        "--queue",
+        "default",
+        "--limit",
+        "priority=50..200",
+        "--limit",
+        "critical=yes",
+    )
+    assert " queue=default priority=50..200 critical=yes sha256:" in line
+    refused = _run("tokens", "new", "--name", "acme", "--limit", "priority=soon")
+    assert "priority= takes MIN..MAX" in _one_error_line(refused)

@@ -73,7 +73,7 @@ def test_a_restriction_must_name_a_configured_queue_or_type() -> None:
 @pytest.mark.parametrize(
     ("line", "message"),
     [
-        ("ci", "here: expected 'NAME SCOPES [queue=..] [type=..] SECRET'"),
+        ("ci", "here: expected 'NAME SCOPES [queue=..] [type=..] [limits..] SECRET'"),
         ("ci read,delete hipq_0123456789abcdefghij", "here: token 'ci': unknown scope 'delete'"),
         ("ci , hipq_0123456789abcdefghij", "here: token 'ci': unknown scope '(none)'"),
         (

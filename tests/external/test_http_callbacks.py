@@ -227,7 +227,7 @@ async def test_a_declined_callback_is_a_failed_attempt_through_the_strategy(worl
 
 
 async def test_signature_failures_are_401_before_anything_is_stored(world: World) -> None:
-    body = b'{"status": "ok"}'
+    body = b'{"status": "ok", "correlation_key": "sig-1"}'
     unsigned = await world.api.post("/v1/callbacks/sig-1?type=charge_signed", content=body)
     assert unsigned.status_code == 401
     assert unsigned.json()["field"] == "webhook-signature"
@@ -261,6 +261,7 @@ async def test_an_unsigned_callback_cannot_settle_a_job_that_requires_signatures
     world.service.wake_all()
     await world.service.loops["default"].run_once()
     assert await world.state(posted["id"]) == "awaiting"
+    body = b'{"status": "ok", "correlation_key": "sig-2"}'  # signed, the key is in it
     signed = signature_headers(SECRET, "msg-2", int(time.time()), body)
     accepted = await world.api.post(
         "/v1/callbacks/sig-2?type=charge_signed", content=body, headers=signed

@@ -20,7 +20,8 @@ TYPES = {
     "either": {**OK, "callback_signature": {"secret": SIGNED_SECRET}, "callback_auth": "either"},
     "token": OK,
 }
-BODY = orjson.dumps({"progress": 1})
+# Signed, it carries its key (callback_signature.key's default), as a callback's body.
+BODY = orjson.dumps({"progress": 1, "correlation_key": "k-1"})
 _ids = itertools.count()
 
 

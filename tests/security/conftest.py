@@ -31,6 +31,7 @@ def charge_types(external: str) -> dict[str, Any]:
         "charge": charge,
         "charge_signed": signed,
         "charge_signed_late": {**signed, "timeout": "1s", "late_responses": "accept"},
+        "charge_beats": {**signed, "timeout": "30s", "heartbeat_timeout": "30s"},
     }
 
 

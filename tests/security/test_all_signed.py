@@ -37,6 +37,7 @@ async def test_an_unsigned_callback_is_refused_when_every_type_is_signed(
         assert refused.status_code == 401, refused.text
         assert refused.json()["field"] == "webhook-signature"
     assert (await api.get("/v1/responses")).json()["responses"] == []
+    body = b'{"status": "ok", "correlation_key": "k1"}'
     headers = signature_headers(SECRET, "m1", int(time.time()), body)
     signed = await api.post("/v1/callbacks/k1?type=charge_signed", content=body, headers=headers)
     assert signed.status_code == 202, signed.text

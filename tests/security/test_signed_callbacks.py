@@ -11,6 +11,11 @@ from tests.security.conftest import SECRET, World
 BODY = b'{"status": "ok", "forged": true}'
 
 
+def body_for(key: str) -> bytes:
+    """A signed body names its correlation key (callback_signature.key's default)."""
+    return b'{"status": "ok", "correlation_key": "%s"}' % key.encode()
+
+
 async def _unsigned(world: World, key: str) -> int:
     """An attacker's callback without ``?type=``: stored, as an unknown key would be."""
     stored = await world.api.post(f"/v1/callbacks/{key}", content=BODY)
@@ -46,9 +51,11 @@ async def test_an_operator_may_say_explicitly_that_an_unsigned_response_settles_
 async def test_a_signed_response_matches_by_hand_without_saying_more(world: World) -> None:
     posted = await world.post("charge_signed", order_id="hand-3", behavior="hold")
     await world.reaches(posted["id"], "awaiting")
-    headers = signature_headers(SECRET, "msg-hand-3", int(time.time()), BODY)
+    # Signed by the sender for a key no job holds (its own typo).
+    body = body_for("typo-key")
+    headers = signature_headers(SECRET, "msg-hand-3", int(time.time()), body)
     stored = await world.api.post(
-        "/v1/callbacks/typo-key?type=charge_signed", content=BODY, headers=headers
+        "/v1/callbacks/typo-key?type=charge_signed", content=body, headers=headers
     )
     assert stored.status_code == 202, stored.text
     matched = await world.api.post(
@@ -67,9 +74,10 @@ async def test_an_unsigned_late_success_does_not_complete_a_signed_job(world: Wo
         await world.service.loops["default"].run_once()
     assert await world.state(posted["id"]) == "failed"
     # The signed late answer is still accepted.
-    headers = signature_headers(SECRET, "msg-late-s1", int(time.time()), BODY)
+    body = body_for("late-s1")
+    headers = signature_headers(SECRET, "msg-late-s1", int(time.time()), body)
     signed = await world.api.post(
-        "/v1/callbacks/late-s1?type=charge_signed_late", content=BODY, headers=headers
+        "/v1/callbacks/late-s1?type=charge_signed_late", content=body, headers=headers
     )
     assert signed.status_code == 202, signed.text
     assert (await world.service.upkeep.run_once())["late"] == 1
@@ -78,15 +86,16 @@ async def test_an_unsigned_late_success_does_not_complete_a_signed_job(world: Wo
 
 
 async def test_a_replayed_signed_callback_is_a_duplicate_and_not_stored(world: World) -> None:
-    headers = signature_headers(SECRET, "msg-replay", int(time.time()), BODY)
+    body = body_for("replay-1")
+    headers = signature_headers(SECRET, "msg-replay", int(time.time()), body)
     url = "/v1/callbacks/replay-1?type=charge_signed"
-    first = await world.api.post(url, content=BODY, headers=headers)
+    first = await world.api.post(url, content=body, headers=headers)
     assert first.status_code == 202, first.text
-    again = await world.api.post(url, content=BODY, headers=headers)
+    again = await world.api.post(url, content=body, headers=headers)
     assert again.status_code == 200, again.text
     assert again.json() == {"status": "duplicate", "response_id": first.json()["response_id"]}
     stored = (await world.api.get("/v1/responses", params={"key": "replay-1"})).json()
     assert len(stored["responses"]) == 1
     # Another message (a new webhook-id) under the same key is stored.
-    other = signature_headers(SECRET, "msg-replay-2", int(time.time()), BODY)
-    assert (await world.api.post(url, content=BODY, headers=other)).status_code == 202
+    other = signature_headers(SECRET, "msg-replay-2", int(time.time()), body)
+    assert (await world.api.post(url, content=body, headers=other)).status_code == 202

@@ -712,7 +712,7 @@ async def test_job_view_reads_the_job_its_attempts_and_its_heartbeat(store: Stor
     (running,) = await claim_due(store)
     await settle_jobs(store, [(running, Failed(AttemptError("busy")))], at(1))
     (again,) = await claim_due(store, now=at(60))
-    beat = await store.heartbeat_record("order-1", "charge", {"done": 3}, at(61), 30.0)
+    beat, _ = await store.heartbeat_record("order-1", "charge", {"done": 3}, at(61), 30.0)
     view = await store.job_view(job.id)
     assert view.job == await store.job_get(job.id) and view.job.attempt == again.attempt == 2
     assert view.attempts == await store.job_attempts(job.id)
@@ -720,3 +720,16 @@ async def test_job_view_reads_the_job_its_attempts_and_its_heartbeat(store: Stor
     assert view.heartbeat == beat and view.heartbeat.progress == {"done": 3}
     with pytest.raises(NotFound):
         await store.job_view(job.id + 1000)
+
+
+async def test_a_signed_heartbeat_is_taken_once_per_type_until_pruned(store: Store) -> None:
+    await insert(store, new(type="charge", correlation_key="order-1"))
+    await claim_due(store)
+    first, taken = await store.heartbeat_record("order-1", "charge", 1, at(1), 30.0, message="m")
+    assert taken
+    again, taken = await store.heartbeat_record("order-1", "charge", 2, at(2), 30.0, message="m")
+    assert not taken and again == first  # a replay changes nothing
+    assert await store.heartbeat_messages_prune(at(1)) == 0
+    assert await store.heartbeat_messages_prune(at(5)) == 1
+    later, taken = await store.heartbeat_record("order-1", "charge", 3, at(6), 30.0, message="m")
+    assert taken and later.progress == 3

@@ -1,0 +1,68 @@
+"""What a token's jobs may set beyond their queue and type: its ``JobLimits``.
+
+Decided here, in pure code, for each job as intake resolved it (the type's defaults
+applied); ``hipq.api.auth.check_tenancy`` answers a refusal with 403 naming the field.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from hipq.jobs import NewJob
+from hipq.security.tokens import JobLimits
+
+
+def job_refusal(
+    limits: JobLimits, job: NewJob, type_targets: Sequence[str], type_priority: int
+) -> tuple[str, str] | None:
+    """(field, why) when ``job`` sets what ``limits`` do not allow; None if it may."""
+    return (
+        _notify(limits, job, type_targets)
+        or _labels(limits, job)
+        or _priority(limits, job, type_priority)
+        or _critical(limits, job)
+    )
+
+
+def _notify(limits: JobLimits, job: NewJob, type_targets: Sequence[str]) -> tuple[str, str] | None:
+    chosen = set(job.notify or ())
+    if limits.keep_type_targets and (dropped := sorted(set(type_targets) - chosen)):
+        # Silencing the type's own targets would hide the outcome from their owner.
+        return "notify", f"may not leave out the job type's notification target {dropped[0]!r}"
+    if limits.notify is not None:
+        extra = sorted(chosen - set(type_targets) - limits.notify)
+        if extra:
+            # hipq signs what it sends: a target is trusted to receive only its own jobs.
+            return "notify", f"may not notify target {extra[0]!r}"
+    return None
+
+
+def _labels(limits: JobLimits, job: NewJob) -> tuple[str, str] | None:
+    if limits.labels is None:
+        return None
+    for name, value in sorted(job.labels.items()):
+        if name not in limits.labels:
+            # Throttlers share capacity by label: another tenant's label takes its share.
+            return f"labels.{name}", f"may not set label {name!r}"
+        values = limits.labels[name]
+        if values is not None and value not in values:
+            return f"labels.{name}", f"may not set label {name!r} to {value!r}"
+    return None
+
+
+def _priority(limits: JobLimits, job: NewJob, type_priority: int) -> tuple[str, str] | None:
+    low = type_priority if limits.type_priority_floor else limits.priority_min
+    if low is not None and job.priority < low:
+        return "priority", f"must be at least {low} (lower runs sooner)"
+    if limits.priority_max is not None and job.priority > limits.priority_max:
+        return "priority", f"must be at most {limits.priority_max}"
+    return None
+
+
+def _critical(limits: JobLimits, job: NewJob) -> tuple[str, str] | None:
+    if job.critical and not limits.critical:
+        return (
+            "critical",
+            "may not submit critical jobs (they pass let_critical_through throttlers)",
+        )
+    return None

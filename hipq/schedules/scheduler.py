@@ -144,7 +144,8 @@ class Scheduler:
 
     async def _decide(self, row: ScheduleRow, now: datetime) -> list[FireResult]:
         schedule = build_schedule(row.name, schedule_fields(row), now, "api")
-        decided = plan(schedule, row.checked_until, now, self.on_time)
+        # Up to MAX_FIRES_PER_TICK fire times are searched: not on the event loop.
+        decided = await asyncio.to_thread(plan, schedule, row.checked_until, now, self.on_time)
         if not decided.changes:
             return []
         fires = []

@@ -36,7 +36,7 @@ from hipq.intake import NUL_MESSAGE, IntakeError, nul_field
 from hipq.job_waiters import MAX_WAIT_SECONDS
 from hipq.jobs import NewJob
 from hipq.lifecycle import IN_FLIGHT, State
-from hipq.operator_requests import Reschedule
+from hipq.operator_requests import Reschedule, RetryRefused
 from hipq.service import Service
 from hipq.store import JobFilter
 
@@ -331,7 +331,10 @@ async def reschedule_job(
         reset_attempts=body.reset_attempts,
         max_attempts=body.max_attempts,
     )
-    return _verb_response(await service.store.job_reschedule(job_id, now, change))
+    try:
+        return _verb_response(await service.store.job_reschedule(job_id, now, change))
+    except RetryRefused as exc:  # nothing was written
+        raise IntakeError(exc.field, exc.message) from None
 
 
 @router.delete(

@@ -195,7 +195,11 @@ class RescheduleRequest(_In):
     priority: StrictInt | None = Field(None, ge=-_INT32, le=_INT32, description="lower runs first")
     reset_attempts: StrictBool = Field(False, description="count attempts from 0 again")
     max_attempts: StrictInt | None = Field(
-        None, ge=1, le=10_000, description="the job's retry max_attempts from now on"
+        None,
+        ge=1,
+        le=10_000,
+        description="the job's retry max_attempts from now on, checked as a new job's retry "
+        "is (422 if its strategy refuses it: none takes only 1)",
     )
 
 

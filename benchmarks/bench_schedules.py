@@ -8,6 +8,10 @@ Two figures per engine, on a Service whose clock the script sets (no waiting):
   takes (each process runs one every ``scheduler.interval``, 1 s);
 - a catch-up: one ``* * * * *`` schedule with ``catch_up: all`` that missed a day
   (1,440 fire times); how fast the ticks claim the fire times and insert their jobs.
+
+And, without a database, the CPU of the cron searches a request may cause: refusing
+an expression that never fires (each search stops 10 years ahead) and listing 1,000
+fire times (``/next?count=1000``, run off the event loop).
 """
 
 from __future__ import annotations
@@ -81,12 +85,35 @@ async def measure(url: str, count: int) -> tuple[float, int, float]:
         await service.stop()
 
 
+def cron_figures() -> None:
+    from hipq.schedules import Cron, ScheduleError
+
+    for expression in ("0 0 30 2 *", "0 0 31 4,6,9,11 *"):
+        started = time.process_time()
+        for _ in range(20):
+            try:
+                Cron.parse(expression, "Europe/Berlin", START)
+            except ScheduleError:
+                pass
+        ms = (time.process_time() - started) / 20 * 1000
+        print(f"  cron {expression!r:<22} refused in {ms:5.2f} ms CPU", flush=True)
+    for expression in ("*/5 * * * *", "0 0 1 * mon"):
+        cron = Cron.parse(expression, "Europe/Berlin", START)
+        started = time.process_time()
+        fires = cron.fire_times(START)
+        for _ in range(1000):
+            next(fires)
+        ms = (time.process_time() - started) * 1000
+        print(f"  cron {expression!r:<22} 1,000 fire times in {ms:5.1f} ms CPU", flush=True)
+
+
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     add_engine_options(parser)
     parser.add_argument("--schedules", type=int, default=200)
     args = parser.parse_args()
     engines, opts = chosen_engines(args)
+    cron_figures()
     with tempfile.TemporaryDirectory(prefix="hipq-bench-schedules-") as tmp:
         for engine in engines:
             async with fresh_database(engine, opts, Path(tmp), f"schedules-{engine}") as url:

@@ -30,7 +30,7 @@ from hipq.api.models import (
     job_body,
 )
 from hipq.api.paging import Cursor, json_size, within_budget
-from hipq.batch_loop.operator_requests import Reschedule
+from hipq.batch_loop.operator_requests import Reschedule, RetryRefused
 from hipq.durations import parse_duration
 from hipq.ingest.job_intake import NUL_MESSAGE, IntakeError, nul_field
 from hipq.jobs import NewJob
@@ -345,7 +345,10 @@ async def reschedule_job(
         reset_attempts=body.reset_attempts,
         max_attempts=body.max_attempts,
     )
-    return _verb_response(await service.store.job_reschedule(job_id, now, change))
+    try:
+        return _verb_response(await service.store.job_reschedule(job_id, now, change))
+    except RetryRefused as exc:  # nothing was written
+        raise IntakeError(exc.field, exc.message) from None
 
 
 @router.delete(

@@ -100,13 +100,15 @@ class JobIn(_In):
         min_length=1,
         max_length=KEY_MAX_LENGTH,
         description="the key its response carries, unique among open jobs; no control "
-        "characters; default: built from the job type's template",
+        "characters, not '.' or '..', not ending in '/heartbeat' (its callback URL must "
+        "carry it); default: built from the job type's template",
     )
     job_key: str | None = Field(
         None,
         min_length=1,
         max_length=KEY_MAX_LENGTH,
-        description="at most one open job per key (see job_key_mode)",
+        description="at most one open job per key (see job_key_mode); no control "
+        "characters, not '.' or '..' (the by-key routes must carry it)",
     )
     job_key_mode: Literal["replace", "preserve_run_at", "unsafe_dedupe"] | None = Field(
         None,
@@ -195,7 +197,11 @@ class RescheduleRequest(_In):
     priority: StrictInt | None = Field(None, ge=-_INT32, le=_INT32, description="lower runs first")
     reset_attempts: StrictBool = Field(False, description="count attempts from 0 again")
     max_attempts: StrictInt | None = Field(
-        None, ge=1, le=10_000, description="the job's retry max_attempts from now on"
+        None,
+        ge=1,
+        le=10_000,
+        description="the job's retry max_attempts from now on, checked as a new job's retry "
+        "is (422 if its strategy refuses it: none takes only 1)",
     )
 
 

@@ -12,6 +12,7 @@ from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import Any
 
+from hipq.ingest.response_intake import callback_key_problem
 from hipq.job_types import JobTypes
 from hipq.jobs import Job
 from hipq.outcomes import Failed, Outcome, response_outcome
@@ -71,17 +72,32 @@ class Correlation:
         self, batch: QueueBatch, claimed: list[Job], fail: Callable[[Job, Outcome], None]
     ) -> list[Job]:
         """Build correlation keys that depend on the job's id or attempt; a job whose
-        key cannot be built or is taken is reported to ``fail``."""
-        if not self.key_templates:
-            return claimed
+        key cannot be built, cannot be carried by its callback URL or is taken is
+        reported to ``fail`` (and is not sent)."""
         keys: dict[int, str] = {}
         for job in claimed:
             template = self.key_templates.get(job.type)
-            if template is not None:
+            if template is None:
+                # Given or built at intake, where it was checked; not so by PostgreSQL's
+                # hipq_add_jobs function, nor for a job stored by an older hipq.
+                key = job.correlation_key
+                if key is not None and (problem := callback_key_problem(key)):
+                    error = AttemptError(f"correlation key {key!r}: {problem}", retryable=False)
+                    fail(job, Failed(error))
+            else:
                 try:
-                    keys[job.id] = template.render(job_context(job))
+                    key = template.render(job_context(job))
                 except TemplateError as exc:
                     fail(job, Failed(AttemptError(f"correlation key: {exc}", retryable=False)))
+                    continue
+                # A key its callback URL cannot carry would only time out: fail it now.
+                if problem := callback_key_problem(key):
+                    error = AttemptError(f"correlation key {key!r}: {problem}", retryable=False)
+                    fail(job, Failed(error))
+                    continue
+                keys[job.id] = key
+        if not keys:
+            return claimed
         # A key another open job holds would break the unique index and, with it, every
         # tick of the queue: such a job fails instead (its key cannot identify it).
         for job_id, reason in (await batch.job_keys_in_use(keys)).items():

@@ -15,6 +15,7 @@ from datetime import datetime
 from typing import Any
 
 from hipq.outcomes import Cancelled, FailedByOperator, Outcome, Rescheduled, Succeeded
+from hipq.plugins import PluginError, RetryStrategies
 
 VERBS = ("cancel", "complete", "fail", "reschedule")
 
@@ -28,16 +29,44 @@ class Reschedule:
     reset_attempts: bool = False
     max_attempts: int | None = None
 
-    def columns(self, job_retry: dict[str, Any]) -> dict[str, Any]:
-        """The job's columns this reschedule sets (run_at aside)."""
+    def columns(self, job_retry: dict[str, Any], *, strict: bool = True) -> dict[str, Any]:
+        """The job's columns this reschedule sets (run_at aside).
+
+        A changed retry is validated as a new job's is (``none`` takes no max_attempts
+        but 1): refused with ``RetryRefused`` when ``strict``, else the job keeps its
+        retry (a bulk reschedule over jobs of several strategies)."""
         out: dict[str, Any] = {}
         if self.priority is not None:
             out["priority"] = self.priority
         if self.reset_attempts:
             out["attempt"] = 0
         if self.max_attempts is not None:
-            out["retry"] = {**job_retry, "max_attempts": self.max_attempts}
+            retry = {**job_retry, "max_attempts": self.max_attempts}
+            try:
+                _RETRIES.validate(retry)
+            except PluginError as exc:
+                if strict:
+                    strategy = job_retry.get("strategy", "exponential")
+                    raise RetryRefused(
+                        f"the job's retry strategy {strategy!r} refuses it ({exc})"
+                    ) from None
+                retry = job_retry  # the same columns for every job of a bulk step
+            out["retry"] = retry
         return out
+
+
+class RetryRefused(ValueError):
+    """A reschedule's max_attempts that the job's retry strategy does not take."""
+
+    field = "max_attempts"
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+# The validation of a job's retry at intake, shared (strategies are plugins).
+_RETRIES = RetryStrategies()
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,7 +14,7 @@ from typing import Any
 
 from hipq.config import Settings
 from hipq.durations import parse_duration
-from hipq.ingest.response_intake import callback_key_problem
+from hipq.ingest.response_intake import callback_key_problem, route_key_problem
 from hipq.job_types import JobTypeInfo, JobTypes
 from hipq.jobs import Job, NewJob
 from hipq.plugins import PluginError, RetryStrategies
@@ -151,6 +151,9 @@ class Intake:
         if correlation_key is not None and (problem := callback_key_problem(correlation_key)):
             # Rendered from the payload, the key may hold what its callback URL cannot.
             raise IntakeError("correlation_key", problem)
+        job_key = job.get("job_key")
+        if job_key is not None and (problem := route_key_problem(job_key, "job_key")):
+            raise IntakeError("job_key", problem)  # the by-key routes could not reach it
         mode = job.get("job_key_mode") or "replace"
         if mode not in JOB_KEY_MODES:
             raise IntakeError("job_key_mode", f"must be one of {', '.join(JOB_KEY_MODES)}")
@@ -169,7 +172,7 @@ class Intake:
             retry=retry,
             critical=bool(job.get("critical", False)),
             correlation_key=correlation_key,
-            job_key=job.get("job_key"),
+            job_key=job_key,
             job_key_mode=mode,
             flags=sorted(set(job["flags"])) if job.get("flags") else None,
             notify=self.notify_targets(job.get("notify"), jt.notify),

@@ -37,6 +37,9 @@ HIDDEN_HEADERS = frozenset(
     }
 )
 
+# The callback route's sibling: POST /v1/callbacks/{key}/heartbeat.
+HEARTBEAT_SUFFIX = "/heartbeat"
+
 # C0 and C1 control characters and DEL.
 _CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")
 
@@ -48,6 +51,7 @@ __all__ = [
     "check_key",
     "fingerprint",
     "new_response",
+    "route_key_problem",
     "shown_headers",
     "signed_key_problem",
 ]
@@ -69,17 +73,34 @@ def check_key(key: str) -> None:
         raise ResponseRefused("key", NUL_MESSAGE)
 
 
-def callback_key_problem(key: str) -> str | None:
-    """Why ``key`` cannot be carried by the callback URL (None if it can).
+def route_key_problem(key: str, what: str) -> str | None:
+    """Why ``key`` cannot be carried as the end of a route's path (None if it can).
 
-    The route ``/v1/callbacks/{key}`` matches no empty key and no line break, and an
-    HTTP client cannot be trusted with other control characters: a job with such a key
-    could never be completed by a callback.
+    Such a route (``{key:path}``) matches no empty key and no line break, an HTTP
+    client cannot be trusted with other control characters, and clients remove the
+    path segments ``.`` and ``..`` (RFC 3986) before they send: a job with such a key
+    could never be reached by it.
     """
     if not key:
-        return "a correlation key must not be empty"
+        return f"a {what} must not be empty"
     if _CONTROL.search(key):
-        return "a correlation key must not contain control characters (such as a newline)"
+        return f"a {what} must not contain control characters (such as a newline)"
+    if key in (".", ".."):
+        return f"a {what} cannot be '.' or '..' (clients remove such a URL path segment)"
+    return None
+
+
+def callback_key_problem(key: str) -> str | None:
+    """Why ``key`` cannot be carried by the callback URL ``/v1/callbacks/{key}`` (None
+    if it can): see ``route_key_problem``; and a key ending in ``/heartbeat`` would
+    have its callbacks taken by the heartbeat route (the job would time out)."""
+    if problem := route_key_problem(key, "correlation key"):
+        return problem
+    if key.endswith(HEARTBEAT_SUFFIX):
+        return (
+            f"a correlation key must not end in {HEARTBEAT_SUFFIX!r} "
+            "(its callback would reach the heartbeat route)"
+        )
     return None
 
 

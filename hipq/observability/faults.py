@@ -8,7 +8,9 @@ loops, upkeep and the LISTEN connection each keep one ``FaultReporter``.
 
 from __future__ import annotations
 
+import errno
 import logging
+import socket
 import sqlite3
 import time
 from collections.abc import Callable, Iterator
@@ -62,9 +64,39 @@ def unavailable(exc: BaseException) -> str | None:
         if isinstance(e, sqlite3.OperationalError):
             if any(m in str(e).lower() for m in _SQLITE_TRANSIENT):
                 return _one_line(e)
-        elif isinstance(e, OSError | TimeoutError):  # refused, reset, unreachable
+        elif _network_fault(e):
             return _one_line(e)
     return None
+
+
+# What a connection to the database fails with below the drivers: refused, reset,
+# unreachable, a name that does not resolve, a timeout. Any other OSError (a file not
+# found, a folder opened as a file) is no fault of the database.
+_NETWORK_ERRNOS = frozenset(
+    {
+        errno.ECONNREFUSED,
+        errno.ECONNRESET,
+        errno.ECONNABORTED,
+        errno.EPIPE,
+        errno.ETIMEDOUT,
+        errno.EHOSTUNREACH,
+        errno.EHOSTDOWN,
+        errno.ENETUNREACH,
+        errno.ENETDOWN,
+        errno.ENETRESET,
+        errno.EADDRNOTAVAIL,
+    }
+)
+
+
+def _network_fault(e: BaseException) -> bool:
+    if isinstance(e, ConnectionError | TimeoutError | socket.gaierror):
+        return True
+    # asyncio's connect to a host of several addresses that all failed raises a plain
+    # OSError("Multiple exceptions: ...") without an errno.
+    return isinstance(e, OSError) and (
+        e.errno in _NETWORK_ERRNOS or (type(e) is OSError and e.errno is None)
+    )
 
 
 class FaultReporter:

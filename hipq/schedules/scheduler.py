@@ -9,6 +9,7 @@ database runs a scheduler; the claims make each fire time one job.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Callable, Mapping
 from datetime import datetime
@@ -140,7 +141,8 @@ class Scheduler(Loop):
 
     async def _decide(self, row: ScheduleRow, now: datetime) -> list[FireResult]:
         schedule = build_schedule(row.name, schedule_fields(row), now, "api")
-        decided = plan(schedule, row.checked_until, now, self.on_time)
+        # Up to MAX_FIRES_PER_TICK fire times are searched: not on the event loop.
+        decided = await asyncio.to_thread(plan, schedule, row.checked_until, now, self.on_time)
         if not decided.changes:
             return []
         fires = []

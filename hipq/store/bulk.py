@@ -253,7 +253,9 @@ class BulkTable(Transactions):
         if not rows:
             return 0, requested
         params = [
-            {"b_id": r.id, **(reschedule.columns(r.retry) if reschedule else {})} for r in rows
+            # A job whose retry strategy refuses the new max_attempts keeps its retry.
+            {"b_id": r.id, **(reschedule.columns(r.retry, strict=False) if reschedule else {})}
+            for r in rows
         ]
         changed = await self._update_each(conn, guard, values, params)
         if guard.target == State.SCHEDULED:

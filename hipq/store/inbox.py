@@ -184,8 +184,10 @@ class InboxTable(Transactions):
         pending and are not in the page, so they never hold up the rows behind them.
 
         One statement decides and writes: its reads share one snapshot, and the
-        ``status = 'pending'`` guard is checked again on the newest version of each
-        row, so a response the loop matched meanwhile is left alone. The counts are
+        ``status = 'pending'`` and ``forced_job_id IS NULL`` guards are checked again on
+        the newest version of each row (PostgreSQL re-checks only the outer WHERE after
+        a row lock wait), so a response the loop matched or an operator matched by hand
+        meanwhile is left alone. The counts are
         of the rows written.
         """
         page = responses.alias("page")
@@ -204,7 +206,13 @@ class InboxTable(Transactions):
         )
         stmt = (
             update(responses)
-            .where(responses.c.id.in_(chosen), responses.c.status == PENDING_SQL)
+            .where(
+                responses.c.id.in_(chosen),
+                responses.c.status == PENDING_SQL,
+                # Checked again with the status: a match by hand committed while this
+                # waited for the row's lock reopens the row as pending, for the loop.
+                responses.c.forced_job_id.is_(None),
+            )
             .values(status=status, job_id=func.coalesce(copied, last_job), settled_at=now)
             .returning(responses.c.status)
         )

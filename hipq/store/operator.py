@@ -78,6 +78,7 @@ class OperatorTable(Transactions):
             async with self._write() as conn:
                 job = await self._job_locked(conn, job_id)
                 if job.state in IN_FLIGHT:
+                    change.columns(job.retry)  # refuses a retry that would not load
                     request = OperatorRequest("reschedule", reschedule=change)
                     return await self._job_request(conn, job, request, now)
                 if job.state not in guards.RESCHEDULE.sources:

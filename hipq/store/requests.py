@@ -49,7 +49,8 @@ async def requests_finish(
     )
     for job_id in done:  # rare: one statement each
         reschedule = requests[job_id].reschedule
-        columns = reschedule.columns(retries.get(job_id, {})) if reschedule else {}
+        # Checked when requested; the job's retry may have changed since (strict=False).
+        columns = reschedule.columns(retries.get(job_id, {}), strict=False) if reschedule else {}
         if columns:
             await batch.conn.execute(
                 update(jobs)

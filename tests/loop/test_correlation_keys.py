@@ -21,7 +21,12 @@ async def service(database_url: str) -> AsyncIterator[Service]:
                 "correlation_key": "{payload.order}:{attempt}",
                 "retry": {"strategy": "fixed", "delay": "1s", "max_attempts": 3},
                 "transport": {"python": {"handler": "tests.handlers:fail"}},
-            }
+            },
+            # Its key is built at claim and may end in what the payload says.
+            "tailed": {
+                "correlation_key": "{payload.order}:{attempt}{payload.tail}",
+                "transport": {"python": {"handler": "tests.handlers:fail"}},
+            },
         },
     )
     svc = Service(settings, clock=FakeClock(), run_loops=False)
@@ -65,3 +70,29 @@ async def test_a_colliding_key_fails_that_job_and_the_queue_goes_on(service: Ser
     )
     assert (await service.store.job_get(first)).correlation_key == "B-1:1"
     assert (await service.store.job_get(other)).state == State.SCHEDULED  # retried, alive
+
+
+@pytest.mark.parametrize(
+    ("tail", "why"),
+    [("/heartbeat", "must not end in '/heartbeat'"), ("\n", "control characters")],
+)
+async def test_a_key_built_at_claim_that_no_callback_can_reach_fails_the_job_at_once(
+    service: Service, tail: str, why: str
+) -> None:
+    # It used to be sent and then wait for a callback that the heartbeat route took (or
+    # no route matched) until its timeout.
+    new = service.intake.resolve(
+        {"type": "tailed", "payload": {"order": "D-1", "tail": tail}}, service.clock()
+    )
+    [job] = (await service.store.job_insert_many([new], service.clock())).jobs
+    fine = await _add(service, "E-1")
+    loop = service.loops["default"]
+    assert await loop.acquire()
+    await loop.run_once()
+    await asyncio.sleep(0.01)
+    await loop.run_once()
+    failed = await service.store.job_get(job.id)
+    assert failed.state == State.FAILED
+    assert failed.last_error is not None and why in failed.last_error
+    assert failed.correlation_key is None
+    assert (await service.store.job_get(fine)).correlation_key == "E-1:1"

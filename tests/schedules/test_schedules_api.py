@@ -105,6 +105,8 @@ async def test_list_get_next_change_pause_resume_run_now_delete(database_url: st
         ({"cron": "0 2 * * * *"}, "cron", "five fields"),
         ({"cron": "61 * * * *"}, "cron", "maximum"),
         ({"timezone": "Europe/Atlantis"}, "timezone", "unknown IANA time zone"),
+        ({"cron": "0 0 31 4,6,9,11 *"}, "cron", "never fires"),
+        ({"cron": "0 12 * * sat-sun"}, "cron", "day of week"),
         ({"job": {"type": "nope"}}, "job.type", "unknown job type"),
         ({"job": {"type": "ok", "queue": "nope"}}, "job.queue", "unknown queue"),
         ({"job": {"type": "ok", "priority": "high"}}, "job.priority", "integer"),
@@ -122,6 +124,32 @@ async def test_bad_input_is_a_422_naming_the_field(
     assert body["field"] == field
     assert words in body["message"]
     assert (await sqlite_api.client.get("/v1/schedules")).json()["schedules"] == []
+
+
+@pytest.mark.parametrize("zone", ["Europe", "America", "Etc", "America/Argentina"])
+async def test_a_time_zone_folder_is_a_422_and_the_service_stays_ready(api: Api, zone: str) -> None:
+    # A folder of the tz database used to be an OSError taken for a database fault: 503,
+    # and /readyz not ready.
+    for _ in range(3):
+        response = await api.client.post("/v1/schedules", json={**HOURLY, "timezone": zone})
+        assert response.status_code == 422, response.text
+        assert response.json()["field"] == "timezone"
+    ready = await api.client.get("/readyz")
+    assert ready.status_code == 200, ready.text
+
+
+async def test_weekdays_are_crontab_s_sunday_is_zero_and_seven(sqlite_api: Api) -> None:
+    for name, cron in (("sun0", "0 12 * * 0"), ("sun7", "0 12 * * 7"), ("work", "0 12 * * 1-5")):
+        await _create(sqlite_api, name=name, cron=cron)
+    days = {}
+    for name in ("sun0", "sun7", "work"):
+        response = await sqlite_api.client.get(f"/v1/schedules/{name}/next", params={"count": 7})
+        assert response.status_code == 200, response.text
+        days[name] = {
+            datetime.fromisoformat(t).strftime("%a") for t in response.json()["fire_times"]
+        }
+    assert days["sun0"] == days["sun7"] == {"Sun"}
+    assert days["work"] == {"Mon", "Tue", "Wed", "Thu", "Fri"}
 
 
 async def test_a_name_taken_is_a_409(sqlite_api: Api) -> None:

@@ -25,6 +25,10 @@ def _settings(tmp_path: Path, schedule: dict[str, Any]) -> Any:
         ({"cron": "0 0 30 2 *"}, "schedules.nightly.cron: '0 0 30 2 *' never fires"),
         ({"cron": "0 2 * * mon-xyz"}, "schedules.nightly.cron: '0 2 * * mon-xyz'"),
         ({"timezone": "Europe/Nowhere"}, "schedules.nightly.timezone: unknown IANA time zone"),
+        # a folder of the tz database, not a zone
+        ({"timezone": "Europe"}, "schedules.nightly.timezone: unknown IANA time zone"),
+        ({"timezone": "Etc"}, "schedules.nightly.timezone: unknown IANA time zone"),
+        ({"cron": "0 2 * * 8"}, "schedules.nightly.cron: '0 2 * * 8': day of week"),
         ({"job": {"type": "nope"}}, "schedules.nightly.job.type: unknown job type 'nope'"),
         ({"catch_up": "sometimes"}, "schedules.nightly.catch_up: Input should be"),
         ({"backfill": "2y"}, "schedules.nightly.backfill"),

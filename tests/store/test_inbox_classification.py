@@ -4,10 +4,12 @@ on SQLite and PostgreSQL. Time is pinned by each test (see test_conformance)."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
+from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from hipq.ingest.outcome_rules import OutcomeRule
@@ -18,6 +20,7 @@ from hipq.retry import AttemptError
 from hipq.store import NewResponse, Store
 from tests.store.test_conformance import at, claim_due, settle_jobs
 from tests.store.test_inbox import accept_late, in_flight, mark, match, receive, response
+from tests.support import eventually
 
 NOTHING = {"duplicate": 0, "late": 0, "expired": 0}
 STATUS_OK = OutcomeRule(field="status", success=("ok",))
@@ -179,3 +182,69 @@ async def test_the_same_body_under_another_key_is_no_copy(store: Store) -> None:
     matches, duplicates = await match(store)
     assert [(m.response.id, m.job_id) for m in matches] == [(same_body, other.id)]
     assert duplicates == []
+
+
+class _PauseAfterResponseUpdate:
+    """A connection that, right after its UPDATE of the inbox (still uncommitted, the
+    row locked), runs ``pause`` once: upkeep starts and waits for that row's lock."""
+
+    def __init__(self, conn: AsyncConnection, pause: Callable[[], Awaitable[None]]) -> None:
+        self._conn, self._pause, self._ran = conn, pause, False
+
+    async def execute(self, statement: Any, *args: Any, **kwargs: Any) -> Any:
+        result = await self._conn.execute(statement, *args, **kwargs)
+        text = str(statement)
+        if not self._ran and text.startswith("UPDATE hipq_responses"):
+            self._ran = True
+            await self._pause()
+        return result
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._conn, name)
+
+
+async def test_a_match_by_hand_committed_while_upkeep_waits_for_the_row_is_kept(
+    postgres_url_fresh: str,
+) -> None:
+    # PostgreSQL only: upkeep's UPDATE chose the row from its snapshot and waits for the
+    # lock of the operator's uncommitted match; once that commits, the row is checked
+    # again, and it is no longer upkeep's to settle. (SQLite's writers take turns.)
+    operator, upkeep = Store.from_url(postgres_url_fresh), Store.from_url(postgres_url_fresh)
+    try:
+        finished = await in_flight(operator, "k")
+        await settle_jobs(
+            operator, [(finished, Failed(AttemptError("timeout", retryable=False)))], at(1)
+        )
+        chosen = await in_flight(operator, "other")
+        [rid] = await receive(operator, response("k"))
+        classifying: list[asyncio.Task[dict[str, int]]] = []
+
+        async def upkeep_waits() -> None:
+            classifying.append(asyncio.create_task(upkeep.response_classify(at(2))))
+
+            async def waiting() -> bool:
+                async with operator._read() as conn:
+                    blocked = await conn.execute(
+                        text("SELECT count(*) FROM pg_locks WHERE NOT granted")
+                    )
+                    return bool(blocked.scalar())
+
+            await eventually(waiting, timeout=30)
+
+        write = operator._write
+
+        @asynccontextmanager
+        async def paused() -> AsyncIterator[Any]:
+            async with write() as conn:
+                yield _PauseAfterResponseUpdate(conn, upkeep_waits)
+
+        operator._write = paused  # type: ignore[method-assign]
+        await operator.response_force_match(rid, chosen.id, at(2))
+        del operator._write
+        counts = await classifying[0]
+        got = await operator.response_get(rid)
+        assert (got.status, got.forced_job_id) == ("pending", chosen.id)
+        assert counts == NOTHING
+    finally:
+        await operator.close()
+        await upkeep.close()

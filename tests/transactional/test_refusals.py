@@ -105,6 +105,29 @@ async def test_the_correlation_key_is_rendered_as_intake_renders_it(
     assert service.intake.resolve(dict(fields), datetime.now(UTC)).correlation_key == key
 
 
+@pytest.mark.parametrize("key", ["a/heartbeat", ".."])
+async def test_a_given_key_no_callback_can_reach_is_refused_or_fails_at_claim(
+    service: Service, key: str
+) -> None:
+    if service.settings.database_url.startswith("sqlite"):
+        # hipq.transactional checks a key as a POST does.
+        with pytest.raises(EnqueueError) as caught:
+            await add(service, [{**OK, "correlation_key": key}])
+        assert caught.value.field == "jobs[0].correlation_key"
+        return
+    # PostgreSQL's hipq_add_jobs (its checks are a migration's) takes it: the loop fails
+    # the job when it claims it, without sending it, instead of letting it time out.
+    [job_id] = await add(service, [{**OK, "correlation_key": key}])
+    loop = service.loops["mail"]
+    assert await loop.acquire()
+    await loop.run_once()
+    await loop.run_once()
+    job = await service.store.job_get(job_id)
+    assert job.state == "failed" and job.last_error is not None
+    assert f"correlation key {key!r}" in job.last_error
+    assert job.attempt == 1
+
+
 async def test_a_key_built_per_attempt_is_built_when_the_loop_claims_the_job(
     service: Service,
 ) -> None:

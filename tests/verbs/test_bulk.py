@@ -105,6 +105,19 @@ async def test_retry_and_delete_by_error_text(api: Api) -> None:
     assert (await api.client.get(f"/v1/jobs/{fine['id']}")).status_code == 404
 
 
+async def test_a_bulk_max_attempts_leaves_a_strategy_that_refuses_it_alone(api: Api) -> None:
+    none = (await api.post_job(type="permanent", retry={"strategy": "none"}))["id"]
+    fixed = (await api.post_job(type="permanent", retry={"strategy": "fixed"}))["id"]
+    await api.tick()
+    op = await bulk(api, action="reschedule", filter={"ids": [none, fixed]}, max_attempts=4)
+    final = (await run_to_end(api, op["id"]))[-1]
+    assert final["changed"] == 2
+    kept, changed = await api.job(none), await api.job(fixed)
+    assert kept["state"] == changed["state"] == "scheduled"
+    assert kept["retry"] == {"strategy": "none"}  # unchanged: it still loads
+    assert changed["retry"]["max_attempts"] == 4
+
+
 async def test_the_runner_in_the_background_finishes_it(database_url: str) -> None:
     async with open_api(database_url, server={"bulk_step_size": STEP}) as api:
         ids = await post_many(api, 9)

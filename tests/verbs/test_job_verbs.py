@@ -84,6 +84,37 @@ async def test_reschedule_a_failed_job_with_run_in(api: Api) -> None:
     assert again["retry"]["max_attempts"] == 5
 
 
+async def test_reschedule_validates_a_changed_retry_as_a_new_one(api: Api) -> None:
+    # "none" takes max_attempts 1 only: 2 used to be stored, a retry that does not load
+    # (each failure then logged a traceback and fell back to exponential, 25 attempts).
+    job = await api.post_job(type="permanent", retry={"strategy": "none"})
+    await api.tick()
+    before = await api.job(job["id"])
+    assert before["state"] == "failed"
+    answer = await api.client.post(
+        f"/v1/jobs/{job['id']}/reschedule", json={"run_in": "10m", "max_attempts": 2}
+    )
+    assert answer.status_code == 422, answer.text
+    assert answer.json()["field"] == "max_attempts"
+    assert "none" in answer.json()["message"]
+    after = await api.job(job["id"])
+    assert (after["state"], after["retry"]) == ("failed", before["retry"])  # nothing written
+    answer = await api.client.post(f"/v1/jobs/{job['id']}/reschedule", json={"max_attempts": 1})
+    assert answer.status_code == 200, answer.text
+    assert answer.json()["retry"] == {"strategy": "none", "max_attempts": 1}
+
+
+async def test_reschedule_of_a_running_job_validates_its_retry_before_asking_the_loop(
+    api: Api,
+) -> None:
+    job = await running(api, retry={"strategy": "none"})
+    answer = await api.client.post(f"/v1/jobs/{job['id']}/reschedule", json={"max_attempts": 3})
+    assert answer.status_code == 422 and answer.json()["field"] == "max_attempts"
+    await api.tick()
+    still = await api.job(job["id"])
+    assert still["state"] == "running" and still["retry"]["strategy"] == "none"
+
+
 async def test_reschedule_refuses_run_at_with_run_in(api: Api) -> None:
     job = await api.post_job(type="ok")
     body = {"run_in": 5, "run_at": NOW.isoformat()}

@@ -61,6 +61,9 @@ class ServerConfig(_Strict):
     body_read_timeout: Seconds = Field(30.0, gt=0)
     # Connections (and requests) at once; further ones get 503 from the server.
     max_connections: int = Field(1000, ge=1)
+    # Requests held open by ?wait= at once, per token (per client address without
+    # tokens); one more gets 429. Keeps one caller from holding every connection.
+    max_waits_per_token: int = Field(20, ge=1)
     # Jobs per step of a bulk operation (POST /v1/jobs/bulk): each step is one short
     # transaction that commits its jobs and the operation's progress.
     bulk_step_size: int = Field(1000, ge=1, le=100_000)

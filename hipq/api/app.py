@@ -24,6 +24,7 @@ from hipq.api import (
     responses,
     schedules,
 )
+from hipq.api.long_polls import LongPolls
 from hipq.api.models import ReadyOut
 from hipq.api.request_guards import RequestGuards
 from hipq.faults import FaultReporter, unavailable
@@ -107,6 +108,7 @@ def create_app(
     app.state.metrics = Metrics(service.events)
     faults = FaultReporter(log, "API")
     app.state.database_faults = faults
+    app.state.long_polls = LongPolls(service.settings.server.max_waits_per_token)
     errors.install(app, faults)
     auth.install(app)
     app.add_middleware(errors.BodyLimit, max_bytes=service.settings.server.max_body_bytes)

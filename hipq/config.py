@@ -490,6 +490,13 @@ class Settings(BaseSettings):
                         f"job_types.{name}.notify: unknown notification target {target!r} ({known})"
                     )
         for name, schedule in self.schedules.items():
+            from hipq.schedules.cron import ScheduleError
+            from hipq.schedules.definition import check_name
+
+            try:
+                check_name(name)
+            except ScheduleError as exc:
+                raise ValueError(f"schedules.{name!r}: {exc.message}") from None
             job_type = schedule.job.get("type")
             if job_type not in self.job_types:
                 known = ", ".join(sorted(self.job_types)) or "none configured"

@@ -24,7 +24,7 @@ from hipq.faults import FaultReporter
 from hipq.intake import Intake, IntakeError
 from hipq.jobs import NewJob
 from hipq.schedules.cron import ScheduleError
-from hipq.schedules.definition import Schedule, build_schedule, job_fields, plan
+from hipq.schedules.definition import Schedule, build_schedule, check_name, job_fields, plan
 from hipq.stopping import finish_or_cancel
 from hipq.store import Store
 from hipq.store.schedules import Fire, FireResult, ScheduleRow
@@ -88,6 +88,7 @@ class Scheduler:
     def check(self, name: str, fields: dict[str, Any], source: str = "api") -> Schedule:
         """A schedule checked as a job it makes would be: ``ScheduleError`` names the
         field (``job.type``, ``cron``, ``timezone``, ...)."""
+        check_name(name)
         now = self.clock()
         schedule = build_schedule(name, fields, now, "config" if source == "config" else "api")
         fire = schedule.cron.next_after(now)

@@ -181,3 +181,7 @@ def configure_logging(level: str, fmt: LogFormat = "console") -> None:
     # Alembic announces each of its plugins at import, at INFO: seven lines on every
     # start, ahead of a config error's one line.
     logging.getLogger("alembic.runtime.plugins").setLevel(logging.WARNING)
+    # At DEBUG SQLAlchemy's engine and aiosqlite log every statement with its
+    # parameters (payloads, results, callback bodies): not even a debug log holds those.
+    for name in ("sqlalchemy.engine", "aiosqlite"):
+        logging.getLogger(name).setLevel(logging.WARNING)

@@ -458,6 +458,24 @@ class Settings(BaseSettings):
     # Outcome notifications: targets and the sender's timing; see docs/notifications.md.
     notifications: NotificationsConfig = Field(default_factory=NotificationsConfig)
 
+    @field_validator("database_url")
+    @classmethod
+    def _parses(cls, value: str) -> str:
+        # Checked here, so that a malformed URL is one config error line (not a
+        # traceback from the engine, later). The URL is not repeated: it may hold a password.
+        from sqlalchemy.engine import make_url
+        from sqlalchemy.exc import ArgumentError
+
+        try:
+            make_url(value)
+        except (ArgumentError, ValueError) as exc:
+            port = " (its port is not a number)" if isinstance(exc, ValueError) else ""
+            raise ValueError(
+                "cannot be read as a database URL such as sqlite+aiosqlite:///hipq.db "
+                f"or postgresql+asyncpg://user@host/db{port}"
+            ) from None
+        return value
+
     @classmethod
     def settings_customise_sources(
         cls,

@@ -359,6 +359,9 @@ def test_serve_refuses_a_bad_config(tmp_path: Path) -> None:
                 }
             }
         },
+        # A malformed database URL ended in a 70-line traceback (its password shown).
+        "database_url": {"database_url": "postgresql+asyncpg://u:pw-x7@db:notaport/hipq"},
+        "database_url: cannot": {"database_url": "sqlite+aiosqlite//no-slashes"},
     }
     paths = [
         write_config(tmp_path / f"bad{i}.yaml", db, **overrides)
@@ -372,6 +375,7 @@ def test_serve_refuses_a_bad_config(tmp_path: Path) -> None:
     for key, result in zip([*configs, missing], results, strict=True):
         line = result.one_error_line()
         assert key in line, result
+        assert "pw-x7" not in result.err
     assert "Extra inputs are not permitted" in results[0].err
     assert not db.exists()  # refused before touching the database
 

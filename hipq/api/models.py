@@ -27,11 +27,11 @@ MAX_ID = 2**63 - 1
 _INT32 = 2**31 - 1
 # Instants outside this range are client bugs, and near datetime's limits the window
 # and deadline arithmetic would overflow.
-_EARLIEST, _LATEST = datetime(1970, 1, 1, tzinfo=UTC), datetime(9000, 1, 1, tzinfo=UTC)
+EARLIEST, LATEST = datetime(1970, 1, 1, tzinfo=UTC), datetime(9000, 1, 1, tzinfo=UTC)
 
 
 def _plausible(value: datetime) -> datetime:
-    if not _EARLIEST <= value < _LATEST:
+    if not EARLIEST <= value < LATEST:
         raise ValueError("must be between 1970-01-01 and 9000-01-01")
     return value
 

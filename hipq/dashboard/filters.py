@@ -12,7 +12,7 @@ from datetime import UTC, datetime
 from starlette.datastructures import QueryParams
 
 from hipq.api.jobs import MAX_LABEL_FILTERS
-from hipq.api.models import MAX_ID
+from hipq.api.models import EARLIEST, LATEST, MAX_ID
 from hipq.lifecycle import State
 from hipq.storable_text import NUL_MESSAGE
 from hipq.store.operator_reads import JobQuery
@@ -51,11 +51,15 @@ def _instant(params: QueryParams, name: str) -> datetime | None:
         return None
     try:
         parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
+        # Near datetime's limits an offset (or the reads' slack) would overflow.
+        instant = parsed.replace(tzinfo=UTC) if parsed.tzinfo is None else parsed.astimezone(UTC)
+    except (ValueError, OverflowError):
         raise FilterError(
             name, f"{value!r} is not a date and time such as 2026-05-01T08:00"
         ) from None
-    return parsed.replace(tzinfo=UTC) if parsed.tzinfo is None else parsed.astimezone(UTC)
+    if not EARLIEST <= instant < LATEST:
+        raise FilterError(name, "must be between 1970-01-01 and 9000-01-01")
+    return instant
 
 
 def parse_job_filter(params: QueryParams) -> JobFilterForm:

@@ -188,6 +188,8 @@ def create_app(
     app.include_router(schedules.router)
     dashboard.install(app, tokens)
 
+    # Outermost of all (the dashboard's middleware included): see UnexpectedErrors.
+    app.add_middleware(errors.UnexpectedErrors)
     auth.document(app)
     contract.document(app)  # last: it completes what the routes and auth declared
     return app

@@ -27,7 +27,7 @@ from hipq.api import (
 from hipq.api.long_polls import LongPolls
 from hipq.api.models import ReadyOut
 from hipq.api.request_guards import RequestGuards
-from hipq.faults import FaultReporter, unavailable
+from hipq.faults import FaultReporter, disk_full, unavailable
 from hipq.metrics import Metrics
 from hipq.service import Service
 from hipq.store.dialects import time_budget
@@ -38,8 +38,9 @@ log = logging.getLogger("hipq.api")
 # /readyz's check of the database is bounded: a blackholed database answers 503 in
 # this time instead of holding the probe.
 READY_CHECK_SECONDS = 2.0
-# A database fault seen by a request this recently keeps /readyz at 503 (a full
-# SQLite disk lets the check's rolled-back write through, but no job in).
+# A full disk seen by a request this recently keeps /readyz at 503: the check's
+# rolled-back write gets through a full disk, a job does not. (Other faults, such as
+# an unreachable database, the check itself sees.)
 READY_AFTER_FAULT_SECONDS = 5.0
 
 DESCRIPTION = """Durable, throttled jobs against external systems.
@@ -144,7 +145,7 @@ def create_app(
             problems["database"] = f"cannot accept a job now ({cause})"
         else:
             failing = faults.database_failed_within(READY_AFTER_FAULT_SECONDS)
-            if failing is not None:
+            if failing is not None and disk_full(failing):
                 problems["database"] = f"requests are failing ({failing})"
         status = service.status()
         principal = auth.principal_of(request)

@@ -58,19 +58,29 @@ def unavailable_response(message: str) -> JSONResponse:
     )
 
 
+# Answered without the database: their success says nothing of it (a liveness probe
+# every few seconds ended each outage's fault and the next request began a new one).
+_WITHOUT_DATABASE = ("/healthz", "/metrics", "/openapi.json", "/docs", "/dashboard/static/")
+
+
 class FaultRecovery:
-    """Ends the API's database fault (one log line) at the first answer that is not a 503."""
+    """Ends the API's database fault (one log line) at the first successful answer of a
+    route that used the database (not a probe, not a refusal)."""
 
     def __init__(self, app: ASGIApp, faults: FaultReporter) -> None:
         self.app, self.faults = app, faults
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or not self.faults.active:
+        if (
+            scope["type"] != "http"
+            or not self.faults.active
+            or scope["path"].startswith(_WITHOUT_DATABASE)
+        ):
             await self.app(scope, receive, send)
             return
 
         async def watching_send(message: Message) -> None:
-            if message["type"] == "http.response.start" and message["status"] < 500:
+            if message["type"] == "http.response.start" and message["status"] < 400:
                 self.faults.succeeded()
             await send(message)
 

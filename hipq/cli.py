@@ -22,7 +22,13 @@ from hipq.cli_jobs_bulk import add_verbs, bulk_app
 from hipq.cli_responses import responses_app
 from hipq.cli_tokens import tokens_app
 from hipq.client import ApiError, Backoff, Client, HipqError
-from hipq.config import ConfigError, Settings, load_settings
+from hipq.config import (
+    ConfigError,
+    Settings,
+    load_settings,
+    sqlite_lock_path,
+    sqlite_served_message,
+)
 from hipq.tokens import TokenConfigError, Tokens, exposure_problem, load_tokens
 
 app = typer.Typer(
@@ -71,6 +77,7 @@ def serve(
 ) -> None:
     """Run the API and the queues' loops."""
     settings = settings_or_fail(config)
+    _refuse_a_served_sqlite_file(settings.database_url)  # before the heavy imports
     if host:
         settings.server.host = host
     if port is not None:
@@ -101,6 +108,24 @@ def serve(
         asyncio.run(_serve(settings, tokens))
     except KeyboardInterrupt:
         pass
+
+
+def _refuse_a_served_sqlite_file(database_url: str) -> None:
+    """A SQLite file another ``hipq serve`` holds ends this one at once, not after the
+    imports and the start (tens of seconds on a loaded machine). The service takes the
+    lock itself when it starts; this only looks."""
+    import fcntl
+
+    path = sqlite_lock_path(database_url)
+    if path is None or not path.exists():
+        return
+    with open(path) as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = lock.read().strip() or "another process"
+            fail(sqlite_served_message(path.with_suffix(""), holder))
+        fcntl.flock(lock, fcntl.LOCK_UN)
 
 
 async def _serve(settings: Settings, tokens: Tokens) -> None:

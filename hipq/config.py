@@ -422,6 +422,26 @@ class SchedulerConfig(_Strict):
     on_time: Seconds = Field(60.0, gt=0)
 
 
+def sqlite_lock_path(database_url: str) -> Path | None:
+    """The lock file that keeps a SQLite database to one ``hipq serve``
+    (``<file>.lock``, ``hipq.store.process_guard``); None for PostgreSQL or an
+    in-memory database. Here, light to import: ``hipq serve`` checks it first."""
+    from sqlalchemy.engine import make_url
+
+    url = make_url(database_url)
+    db = url.database
+    if url.get_backend_name() != "sqlite" or not db or db == ":memory:":
+        return None
+    return Path(db).resolve().with_name(Path(db).name + ".lock")
+
+
+def sqlite_served_message(database: Path, holder: str) -> str:
+    return (
+        f"{database} is already served by {holder}; SQLite allows one hipq process per "
+        "database file (use PostgreSQL to run several)"
+    )
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(
         env_prefix="HIPQ_", env_nested_delimiter="__", extra="forbid", case_sensitive=False

@@ -401,3 +401,38 @@ def test_migrate_then_serve_once_per_sqlite_file(tmp_path: Path) -> None:
         # The first one is unaffected.
         assert first.ready()
     assert first.process.returncode is not None
+
+
+def test_a_second_serve_of_a_sqlite_file_is_refused_before_the_heavy_imports(
+    tmp_path: Path,
+) -> None:
+    import fcntl
+
+    db = tmp_path / "held.db"
+    config = write_config(tmp_path / "hipq.yaml", db)
+    lock = tmp_path / "held.db.lock"
+    with open(lock, "a+") as held:  # what a serving hipq holds
+        fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        held.write("pid 4242")
+        held.flush()
+        done = subprocess.run(
+            [
+                sys.executable,
+                "-X",
+                "importtime",
+                "-c",
+                "import sys; from hipq.cli import main; sys.argv[0] = 'hipq'; main()",
+                "serve",
+                "--config",
+                str(config),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+    assert done.returncode != 0
+    errors = [line for line in done.stderr.splitlines() if not line.startswith("import time:")]
+    assert len(errors) == 1 and "already served by pid 4242" in errors[0], done.stderr[-2000:]
+    imported = {line.rsplit("|", 1)[-1].strip() for line in done.stderr.splitlines()}
+    for heavy in ("uvicorn", "fastapi", "hipq.service", "hipq.api.app", "aiosqlite"):
+        assert heavy not in imported, heavy

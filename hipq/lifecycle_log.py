@@ -79,7 +79,11 @@ def describe(name: str, f: Mapping[str, Any]) -> Line | None:
         return logging.WARNING, "notification_failed", fields
     if name == "schedule_fired":
         fields = _pick(f, "schedule", "job_id", "queue", "type", "fire_time")
-        return logging.INFO, "schedule_fired", fields
+        # A caught-up fire time is counted in its backfill's one summary line.
+        return logging.DEBUG if f.get("backfill") else logging.INFO, "schedule_fired", fields
+    if name == "schedule_backfilled":
+        fields = _pick(f, "schedule", "jobs", "first", "last")
+        return logging.INFO, "schedule_backfilled", fields
     return None
 
 

@@ -61,6 +61,9 @@ class ServerConfig(_Strict):
     body_read_timeout: Seconds = Field(30.0, gt=0)
     # Connections (and requests) at once; further ones get 503 from the server.
     max_connections: int = Field(1000, ge=1)
+    # Requests held open by ?wait= at once, per token (per client address without
+    # tokens); one more gets 429. Keeps one caller from holding every connection.
+    max_waits_per_token: int = Field(20, ge=1)
     # Jobs per step of a bulk operation (POST /v1/jobs/bulk): each step is one short
     # transaction that commits its jobs and the operation's progress.
     bulk_step_size: int = Field(1000, ge=1, le=100_000)
@@ -438,6 +441,26 @@ class SchedulerConfig(_Strict):
     on_time: Seconds = Field(60.0, gt=0)
 
 
+def sqlite_lock_path(database_url: str) -> Path | None:
+    """The lock file that keeps a SQLite database to one ``hipq serve``
+    (``<file>.lock``, ``hipq.store.process_guard``); None for PostgreSQL or an
+    in-memory database. Here, light to import: ``hipq serve`` checks it first."""
+    from sqlalchemy.engine import make_url
+
+    url = make_url(database_url)
+    db = url.database
+    if url.get_backend_name() != "sqlite" or not db or db == ":memory:":
+        return None
+    return Path(db).resolve().with_name(Path(db).name + ".lock")
+
+
+def sqlite_served_message(database: Path, holder: str) -> str:
+    return (
+        f"{database} is already served by {holder}; SQLite allows one hipq process per "
+        "database file (use PostgreSQL to run several)"
+    )
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(
         env_prefix="HIPQ_", env_nested_delimiter="__", extra="forbid", case_sensitive=False
@@ -474,6 +497,24 @@ class Settings(BaseSettings):
     # Outcome notifications: targets and the sender's timing; see docs/notifications.md.
     notifications: NotificationsConfig = Field(default_factory=NotificationsConfig)
 
+    @field_validator("database_url")
+    @classmethod
+    def _parses(cls, value: str) -> str:
+        # Checked here, so that a malformed URL is one config error line (not a
+        # traceback from the engine, later). The URL is not repeated: it may hold a password.
+        from sqlalchemy.engine import make_url
+        from sqlalchemy.exc import ArgumentError
+
+        try:
+            make_url(value)
+        except (ArgumentError, ValueError) as exc:
+            port = " (its port is not a number)" if isinstance(exc, ValueError) else ""
+            raise ValueError(
+                "cannot be read as a database URL such as sqlite+aiosqlite:///hipq.db "
+                f"or postgresql+asyncpg://user@host/db{port}"
+            ) from None
+        return value
+
     @classmethod
     def settings_customise_sources(
         cls,
@@ -506,6 +547,13 @@ class Settings(BaseSettings):
                         f"job_types.{name}.notify: unknown notification target {target!r} ({known})"
                     )
         for name, schedule in self.schedules.items():
+            from hipq.schedules.cron import ScheduleError
+            from hipq.schedules.definition import check_name
+
+            try:
+                check_name(name)
+            except ScheduleError as exc:
+                raise ValueError(f"schedules.{name!r}: {exc.message}") from None
             job_type = schedule.job.get("type")
             if job_type not in self.job_types:
                 known = ", ".join(sorted(self.job_types)) or "none configured"

@@ -389,6 +389,9 @@ def test_serve_refuses_a_bad_config(tmp_path: Path) -> None:
                 }
             }
         },
+        # A malformed database URL ended in a 70-line traceback (its password shown).
+        "database_url": {"database_url": "postgresql+asyncpg://u:pw-x7@db:notaport/hipq"},
+        "database_url: cannot": {"database_url": "sqlite+aiosqlite//no-slashes"},
     }
     paths = [
         write_config(tmp_path / f"bad{i}.yaml", db, **overrides)
@@ -402,6 +405,7 @@ def test_serve_refuses_a_bad_config(tmp_path: Path) -> None:
     for key, result in zip([*configs, missing], results, strict=True):
         line = result.one_error_line()
         assert key in line, result
+        assert "pw-x7" not in result.err
     assert "Extra inputs are not permitted" in results[0].err
     assert not db.exists()  # refused before touching the database
 
@@ -427,3 +431,38 @@ def test_migrate_then_serve_once_per_sqlite_file(tmp_path: Path) -> None:
         # The first one is unaffected.
         assert first.ready()
     assert first.process.returncode is not None
+
+
+def test_a_second_serve_of_a_sqlite_file_is_refused_before_the_heavy_imports(
+    tmp_path: Path,
+) -> None:
+    import fcntl
+
+    db = tmp_path / "held.db"
+    config = write_config(tmp_path / "hipq.yaml", db)
+    lock = tmp_path / "held.db.lock"
+    with open(lock, "a+") as held:  # what a serving hipq holds
+        fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        held.write("pid 4242")
+        held.flush()
+        done = subprocess.run(
+            [
+                sys.executable,
+                "-X",
+                "importtime",
+                "-c",
+                "import sys; from hipq.commands.main import main; sys.argv[0] = 'hipq'; main()",
+                "serve",
+                "--config",
+                str(config),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+    assert done.returncode != 0
+    errors = [line for line in done.stderr.splitlines() if not line.startswith("import time:")]
+    assert len(errors) == 1 and "already served by pid 4242" in errors[0], done.stderr[-2000:]
+    imported = {line.rsplit("|", 1)[-1].strip() for line in done.stderr.splitlines()}
+    for heavy in ("uvicorn", "fastapi", "hipq.service", "hipq.api.app", "aiosqlite"):
+        assert heavy not in imported, heavy

@@ -24,9 +24,10 @@ from hipq.api import (
     responses,
     schedules,
 )
+from hipq.api.long_polls import LongPolls
 from hipq.api.models import ReadyOut
 from hipq.api.request_guards import RequestGuards
-from hipq.observability.faults import FaultReporter, unavailable
+from hipq.observability.faults import FaultReporter, disk_full, unavailable
 from hipq.observability.metrics import Metrics
 from hipq.security.tokens import Tokens, load_tokens
 from hipq.service import Service
@@ -37,8 +38,9 @@ log = logging.getLogger("hipq.api")
 # /readyz's check of the database is bounded: a blackholed database answers 503 in
 # this time instead of holding the probe.
 READY_CHECK_SECONDS = 2.0
-# A database fault seen by a request this recently keeps /readyz at 503 (a full
-# SQLite disk lets the check's rolled-back write through, but no job in).
+# A full disk seen by a request this recently keeps /readyz at 503: the check's
+# rolled-back write gets through a full disk, a job does not. (Other faults, such as
+# an unreachable database, the check itself sees.)
 READY_AFTER_FAULT_SECONDS = 5.0
 
 DESCRIPTION = """Durable, throttled jobs against external systems.
@@ -111,6 +113,7 @@ def create_app(
     app.state.metrics = Metrics(service.events)
     faults = FaultReporter(log, "API")
     app.state.database_faults = faults
+    app.state.long_polls = LongPolls(service.settings.server.max_waits_per_token)
     errors.install(app, faults)
     auth.install(app)
     app.add_middleware(errors.BodyLimit, max_bytes=service.settings.server.max_body_bytes)
@@ -146,7 +149,7 @@ def create_app(
             problems["database"] = f"cannot accept a job now ({cause})"
         else:
             failing = faults.database_failed_within(READY_AFTER_FAULT_SECONDS)
-            if failing is not None:
+            if failing is not None and disk_full(failing):
                 problems["database"] = f"requests are failing ({failing})"
         status = service.status()
         principal = auth.principal_of(request)
@@ -190,6 +193,8 @@ def create_app(
     app.include_router(schedules.router)
     dashboard.install(app, tokens)
 
+    # Outermost of all (the dashboard's middleware included): see UnexpectedErrors.
+    app.add_middleware(errors.UnexpectedErrors)
     auth.document(app)
     contract.document(app)  # last: it completes what the routes and auth declared
     return app

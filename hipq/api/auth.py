@@ -40,8 +40,9 @@ BEARER_DESCRIPTION = "A token from `hipq tokens new`, sent as `Authorization: Be
 class Requires:
     """A route's scope, as a FastAPI dependency (checked by ``Authentication``)."""
 
-    def __init__(self, scope: str) -> None:
+    def __init__(self, scope: str, *also: str) -> None:
         self.scope = scope
+        self.also = also  # scopes needed besides ``scope``
 
     # No sub-dependency (such as FastAPI's HTTPBearer): FastAPI solves each one again
     # on every request, and ``document`` declares the bearer scheme itself.
@@ -56,12 +57,15 @@ class Requires:
         # checked by ``check_tenancy``): reads and operator routes see every queue.
         if principal.restricted and self.scope != "submit":
             return False
-        return principal.has(self.scope)
+        return all(principal.has(s) for s in (self.scope, *self.also))
 
     def allows_without_token(self, scope: Scope, settings: Settings) -> bool:
         return False
 
     def describe(self) -> str:
+        if self.also:
+            both = " and ".join(f"`{s}`" for s in (self.scope, *self.also))
+            return f"**Scope:** {both} (or `admin`)."
         return f"**Scope:** `{self.scope}` (or `admin`)."
 
 
@@ -95,8 +99,9 @@ def signature_accepted(scope: Scope, settings: Settings) -> bool:
     return job_type is not None and job_type.callback_accepts in ("signature", "either")
 
 
-def require(scope: str) -> Requires:
-    return Requires(scope)
+def require(scope: str, *also: str) -> Requires:
+    """The route needs ``scope``, and each of ``also`` besides."""
+    return Requires(scope, *also)
 
 
 def token_proves_callback(request: Request, accepts: str) -> bool:
@@ -342,4 +347,8 @@ class Authentication:
 def _lacking(principal: Principal, requirement: Requires) -> str:
     if principal.restricted and principal.has(requirement.scope):
         return f"token {principal.name!r} is restricted to queues or job types: it may only submit"
-    return f"token {principal.name!r} lacks the {requirement.scope!r} scope"
+    missing = next(
+        (s for s in (requirement.scope, *requirement.also) if not principal.has(s)),
+        requirement.scope,
+    )
+    return f"token {principal.name!r} lacks the {missing!r} scope"

@@ -15,6 +15,7 @@ from fastapi.responses import JSONResponse
 from fastapi.routing import APIRoute
 from sqlalchemy import exc as sa_exc
 from starlette.exceptions import HTTPException
+from starlette.requests import ClientDisconnect
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from hipq.ingest.job_intake import IntakeError
@@ -57,19 +58,29 @@ def unavailable_response(message: str) -> JSONResponse:
     )
 
 
+# Answered without the database: their success says nothing of it (a liveness probe
+# every few seconds ended each outage's fault and the next request began a new one).
+_WITHOUT_DATABASE = ("/healthz", "/metrics", "/openapi.json", "/docs", "/dashboard/static/")
+
+
 class FaultRecovery:
-    """Ends the API's database fault (one log line) at the first answer that is not a 503."""
+    """Ends the API's database fault (one log line) at the first successful answer of a
+    route that used the database (not a probe, not a refusal)."""
 
     def __init__(self, app: ASGIApp, faults: FaultReporter) -> None:
         self.app, self.faults = app, faults
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or not self.faults.active:
+        if (
+            scope["type"] != "http"
+            or not self.faults.active
+            or scope["path"].startswith(_WITHOUT_DATABASE)
+        ):
             await self.app(scope, receive, send)
             return
 
         async def watching_send(message: Message) -> None:
-            if message["type"] == "http.response.start" and message["status"] < 500:
+            if message["type"] == "http.response.start" and message["status"] < 400:
                 self.faults.succeeded()
             await send(message)
 
@@ -240,9 +251,51 @@ def install(app: FastAPI, faults: FaultReporter) -> None:
         )
         return JSONResponse(error_body(code, [(None, str(exc.detail))]), exc.status_code)
 
-    @app.exception_handler(Exception)
-    async def _unexpected(_r: Request, exc: Exception) -> JSONResponse:
-        log.exception("unexpected error")
-        return JSONResponse(
-            error_body("internal_error", [(None, "internal error; see the log")]), 500
-        )
+    # Anything else: ``UnexpectedErrors``, not a handler for Exception (which Starlette
+    # calls, then re-raises to the server: a second traceback and a closed connection).
+
+
+class UnexpectedErrors:
+    """The last net, outermost: an error nothing answered is logged once and answered
+    500 (JSON) on a connection that stays open; a client that went away while its body
+    was read is one short line (nobody is left to answer)."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = False
+
+        async def tracking_send(message: Message) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, receive, tracking_send)
+        except ClientDisconnect:
+            log.info(
+                "%s %s: the client closed the connection before its request was read",
+                scope["method"],
+                scope["path"],
+            )
+        except Exception:
+            log.exception("unexpected error: %s %s", scope["method"], scope["path"])
+            if not started:
+                body = orjson.dumps(
+                    error_body("internal_error", [(None, "internal error; see the log")])
+                )
+                await send(
+                    {
+                        "type": "http.response.start",
+                        "status": 500,
+                        "headers": [
+                            (b"content-type", b"application/json"),
+                            (b"content-length", str(len(body)).encode()),
+                        ],
+                    }
+                )
+                await send({"type": "http.response.body", "body": body})

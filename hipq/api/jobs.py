@@ -13,6 +13,7 @@ from hipq.api.answers import json_answer
 from hipq.api.auth import check_tenancy, principal_of, require
 from hipq.api.errors import InvalidParameter
 from hipq.api.json_body import JSONBodyRoute, off_loop
+from hipq.api.long_polls import LongPolls, TooManyWaits
 from hipq.api.models import (
     MAX_ID,
     CancelRequest,
@@ -199,8 +200,17 @@ async def create_jobs(
     "/{job_id}",
     dependencies=[Depends(require("read"))],
     response_model=JobOut,
-    responses=_NOT_FOUND,
+    responses={
+        **_NOT_FOUND,
+        429: {"model": ErrorOut, "description": "this token already holds its `?wait=` requests"},
+    },
     summary="A job and its attempts; with ?wait=, once it is finished or the wait ends",
+    description=(
+        "With `?wait=`, the answer is held until the job is finished or the wait ends. "
+        "Each token holds at most `server.max_waits_per_token` such requests at once "
+        "(a hipq without tokens has no such bound); one more is answered 429 "
+        "with `Retry-After`."
+    ),
 )
 async def get_job(
     job_id: JobId,
@@ -220,7 +230,13 @@ async def get_job(
     if wait is None:  # the job, its attempts and its heartbeat on one connection
         view = await service.store.job_view(job_id)
         return json_answer(job_body(view.job, view.attempts, view.heartbeat))
-    job = await service.waiters.wait(job_id, wait_seconds(wait))
+    seconds = wait_seconds(wait)
+    long_polls: LongPolls = request.app.state.long_polls
+    try:
+        with long_polls.hold(request):
+            job = await service.waiters.wait(job_id, seconds)
+    except TooManyWaits as refused:
+        return refused.answer()
     attempts = await service.store.job_attempts(job_id)
     return json_answer(job_body(job, attempts, await service.store.heartbeat_of(job_id)))
 

@@ -27,11 +27,11 @@ MAX_ID = 2**63 - 1
 _INT32 = 2**31 - 1
 # Instants outside this range are client bugs, and near datetime's limits the window
 # and deadline arithmetic would overflow.
-_EARLIEST, _LATEST = datetime(1970, 1, 1, tzinfo=UTC), datetime(9000, 1, 1, tzinfo=UTC)
+EARLIEST, LATEST = datetime(1970, 1, 1, tzinfo=UTC), datetime(9000, 1, 1, tzinfo=UTC)
 
 
 def _plausible(value: datetime) -> datetime:
-    if not _EARLIEST <= value < _LATEST:
+    if not EARLIEST <= value < LATEST:
         raise ValueError("must be between 1970-01-01 and 9000-01-01")
     return value
 
@@ -51,6 +51,19 @@ def _duration(value: Any) -> float | str:
 
 Duration = Annotated[float | str, PlainValidator(_duration, json_schema_input_type=float | str)]
 
+
+# A job's labels are read by throttlers at every tick and shown by the dashboard: a
+# bounded few, of bounded size (docs/api.md).
+MAX_LABELS = 50
+MAX_LABEL_NAME = 100
+MAX_LABEL_VALUE = 500
+Labels = Annotated[
+    dict[
+        Annotated[str, Field(max_length=MAX_LABEL_NAME)],
+        Annotated[str, Field(max_length=MAX_LABEL_VALUE)],
+    ],
+    Field(max_length=MAX_LABELS),
+]
 
 FlagName = Annotated[str, Field(min_length=1, max_length=100, pattern=r"^[^\x00-\x1f]+$")]
 TargetName = Annotated[str, Field(min_length=1, max_length=200)]
@@ -87,7 +100,13 @@ class JobIn(_In):
     )
     priority: StrictInt | None = Field(None, ge=-_INT32, le=_INT32, description="lower runs first")
     weight: StrictInt | None = Field(None, ge=1, le=1_000_000, description="capacity units")
-    labels: dict[str, str] = Field(default_factory=dict, description="used by throttlers")
+    labels: Labels = Field(
+        default_factory=dict,
+        description=(
+            f"used by throttlers: at most {MAX_LABELS}, names up to {MAX_LABEL_NAME} "
+            f"characters, values up to {MAX_LABEL_VALUE}"
+        ),
+    )
     windows: list[WindowIn] | None = Field(
         None, max_length=100, description="time-of-day windows it may start in"
     )
@@ -158,7 +177,7 @@ class JobPatch(_In):
     priority: StrictInt | None = Field(None, ge=-_INT32, le=_INT32, description="lower runs first")
     payload: dict[str, Any] | None = Field(None, description="replaces the payload")
     weight: StrictInt | None = Field(None, ge=1, le=1_000_000, description="capacity units")
-    labels: dict[str, str] | None = Field(None, description="replaces the labels")
+    labels: Labels | None = Field(None, description="replaces the labels (bounded as on a new job)")
     windows: list[WindowIn] | None = Field(
         None, description="replaces the windows (null: none); moves run_at to their next opening"
     )

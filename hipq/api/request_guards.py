@@ -25,7 +25,13 @@ _STATE_CHANGING = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 # answered whatever the Host, and give nothing a rebinding page could use.
 _PROBES = frozenset({"/healthz", "/readyz"})
 _LOOPBACK = ("localhost", "127.0.0.1", "::1")
-_CODES = {421: "misdirected_request", 403: "forbidden", 415: "unsupported_media_type"}
+_CODES = {
+    400: "bad_request",
+    421: "misdirected_request",
+    403: "forbidden",
+    415: "unsupported_media_type",
+}
+_DEFAULT_PORTS = {"http": 80, "https": 443}
 
 
 def allowed_hosts(server: ServerConfig) -> frozenset[str]:
@@ -43,6 +49,7 @@ def possible_refusals(path: str, method: str, reads_body: bool) -> dict[int, str
     beside the checks it describes)."""
     refusals: dict[int, str] = {}
     if path not in _PROBES:
+        refusals[400] = "More than one Host header"
         refusals[421] = "The Host header names a host not served here (`server.allowed_hosts`)"
     if method in _STATE_CHANGING:
         refusals[403] = "A request from another site (its Origin is not allowed)"
@@ -62,6 +69,20 @@ def _host_name(value: str) -> str:
         return ""
 
 
+def _origin(value: str) -> tuple[str, str, int] | None:
+    """``https://Example.com`` -> ``("https", "example.com", 443)``: what makes two
+    origins the same one. None for what is no http(s) origin (``null``, ``file://``)."""
+    try:
+        parts = urlsplit(value)
+        port = parts.port
+    except ValueError:
+        return None
+    scheme = parts.scheme.lower()
+    if scheme not in _DEFAULT_PORTS or not parts.hostname:
+        return None
+    return scheme, parts.hostname.lower(), port or _DEFAULT_PORTS[scheme]
+
+
 class _BodyTimeout(Exception):
     pass
 
@@ -71,7 +92,8 @@ class RequestGuards:
         self.app = app
         self.hosts = allowed_hosts(server)
         self.any_host = "*" in self.hosts
-        self.origins = frozenset(o.rstrip("/").lower() for o in server.allowed_origins)
+        listed = [*server.allowed_origins, *([server.public_url] if server.public_url else [])]
+        self.origins = frozenset(o for o in map(_origin, listed) if o is not None)
         self.body_timeout = server.body_read_timeout
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -79,6 +101,10 @@ class RequestGuards:
             await self.app(scope, receive, send)
             return
         headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
+        # Two Host headers: the dict kept the last, a proxy may have checked the first.
+        if len(headers) < len(scope["headers"]) and _hosts(scope) > 1:
+            await _answer(send, 400, _CODES[400], "host", "more than one Host header")
+            return
         refusal = self._refusal(scope, headers)
         if refusal is not None:
             status, field, message = refusal
@@ -117,7 +143,7 @@ class RequestGuards:
         if scope["method"] not in _STATE_CHANGING:
             return None
         origin = headers.get("origin")
-        if origin is not None and not self._origin_allowed(origin):
+        if origin is not None and not self._origin_allowed(origin, headers.get("host", "")):
             return 403, "origin", "requests from another site are refused"
         # The API takes JSON; external systems post callbacks in whatever type they use
         # (and pages served outside /v1/ bring their own CSRF defence).
@@ -132,12 +158,29 @@ class RequestGuards:
             )
         return None
 
-    def _origin_allowed(self, origin: str) -> bool:
-        if origin.rstrip("/").lower() in self.origins:
+    def _origin_allowed(self, origin: str, host: str) -> bool:
+        """An origin listed (``allowed_origins``, ``public_url``'s), or the API's own:
+        the scheme, host and port the request was sent to. A page of the same host on
+        another port is another origin (another service, perhaps less trusted)."""
+        key = _origin(origin)
+        if key is None:
+            return False
+        if key in self.origins:
             return True
-        # A page served by the API's own host is not another site.
-        scheme, _, rest = origin.partition("://")
-        return scheme.lower() in ("http", "https") and _host_name(rest) in self.hosts
+        scheme, name, port = key
+        try:
+            sent_to = urlsplit("//" + host)
+            sent_port = sent_to.port or _DEFAULT_PORTS[scheme]
+        except ValueError:
+            return False
+        # The scheme the page used is not known here (TLS may end at a proxy): its
+        # port, as the Host header names it, is what tells two origins of one host apart.
+        allowed = self.any_host or name in self.hosts
+        return allowed and sent_to.hostname == name and sent_port == port
+
+
+def _hosts(scope: Scope) -> int:
+    return sum(1 for k, _ in scope["headers"] if k.lower() == b"host")
 
 
 async def _answer(send: Send, status: int, code: str, field: str | None, message: str) -> None:

@@ -183,7 +183,8 @@ async def list_schedules(request: Request) -> ScheduleListOut:
 
 @router.post(
     "",
-    dependencies=[Depends(require("operate"))],
+    # A schedule makes jobs: defining one needs what submitting a job does.
+    dependencies=[Depends(require("operate", "submit"))],
     status_code=201,
     response_model=ScheduleOut,
     responses={**_409, **_422},
@@ -212,7 +213,7 @@ async def get_schedule(name: Name, request: Request) -> ScheduleOut:
 
 @router.patch(
     "/{name}",
-    dependencies=[Depends(require("operate"))],
+    dependencies=[Depends(require("operate", "submit"))],
     response_model=ScheduleOut,
     responses={**_404, **_409, **_422},
     summary="Change a schedule made through the API (a new cron applies from now on)",

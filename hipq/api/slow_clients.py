@@ -5,6 +5,10 @@ finishes its headers holds a slot for ever, and a few hundred of them exhaust
 ``server.max_connections``. This protocol arms a timer when a connection opens and
 when a request's first byte arrives, and closes the connection if the headers are
 not complete when it fires. (Slow bodies are the ``RequestGuards``' 408.)
+
+The probes (/healthz, /readyz) are answered whatever the connection cap: a liveness
+probe that got the cap's 503 would have the process restarted because of clients
+that hold connections.
 """
 
 from __future__ import annotations
@@ -17,6 +21,8 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 from hipq.api.one_send import OneSendProtocol
 
 __all__ = ["header_timeout_protocol"]
+
+_PROBES = (b"/healthz", b"/readyz")
 
 
 class _HeaderTimeoutProtocol(OneSendProtocol):
@@ -41,7 +47,15 @@ class _HeaderTimeoutProtocol(OneSendProtocol):
 
     def on_headers_complete(self) -> None:
         self._disarm()
-        super().on_headers_complete()
+        if self.url.split(b"?", 1)[0] not in _PROBES:
+            super().on_headers_complete()
+            return
+        # uvicorn checks ``limit_concurrency`` here, for every path: not for a probe.
+        limit, self.limit_concurrency = self.limit_concurrency, None
+        try:
+            super().on_headers_complete()
+        finally:
+            self.limit_concurrency = limit
 
     def _arm(self) -> None:
         self._disarm()
@@ -60,6 +74,6 @@ class _HeaderTimeoutProtocol(OneSendProtocol):
 
 def header_timeout_protocol(seconds: float) -> type[HttpToolsProtocol]:
     """uvicorn's ``http=`` protocol class, closing connections whose request headers
-    take longer than ``seconds`` (and sending each response in one write, see
-    ``hipq.api.one_send``)."""
+    take longer than ``seconds``, answering the probes beyond ``limit_concurrency``
+    (and sending each response in one write, see ``hipq.api.one_send``)."""
     return type("HeaderTimeoutProtocol", (_HeaderTimeoutProtocol,), {"header_timeout": seconds})

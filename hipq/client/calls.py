@@ -95,8 +95,9 @@ def retry_delay(
 ) -> float | None:
     """How long to wait before sending ``call`` again after ``outcome``; None: do not."""
     if isinstance(outcome, httpx.Response):
-        # hipq's 503s (database unavailable, starting, too many connections) stored nothing.
-        if outcome.status_code != 503:
+        # hipq's 503s (database unavailable, starting, too many connections) and 429s
+        # (too many ?wait= requests of one token) stored nothing.
+        if outcome.status_code not in (429, 503):
             return None
         return backoff.delay(attempt, retry_after(outcome))
     if isinstance(outcome, NOT_SENT) or (

@@ -31,7 +31,7 @@ from hipq.commands.options import (
 from hipq.commands.responses import responses_app
 from hipq.commands.schedules import app as schedules_app
 from hipq.commands.tokens import tokens_app
-from hipq.config import ConfigError, Settings
+from hipq.config import ConfigError, Settings, sqlite_lock_path, sqlite_served_message
 from hipq.process import runtime
 from hipq.security.tokens import TokenConfigError, Tokens, exposure_problem, load_tokens
 
@@ -61,6 +61,7 @@ def serve(
 ) -> None:
     """Run the API and the queues' loops."""
     settings = settings_or_fail(config)
+    _refuse_a_served_sqlite_file(settings.database_url)  # before the heavy imports
     if host:
         settings.server.host = host
     if port is not None:
@@ -93,6 +94,24 @@ def serve(
         asyncio.run(_serve(settings, tokens))
     except KeyboardInterrupt:
         pass
+
+
+def _refuse_a_served_sqlite_file(database_url: str) -> None:
+    """A SQLite file another ``hipq serve`` holds ends this one at once, not after the
+    imports and the start (tens of seconds on a loaded machine). The service takes the
+    lock itself when it starts; this only looks."""
+    import fcntl
+
+    path = sqlite_lock_path(database_url)
+    if path is None or not path.exists():
+        return
+    with open(path) as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = lock.read().strip() or "another process"
+            fail(sqlite_served_message(path.with_suffix(""), holder))
+        fcntl.flock(lock, fcntl.LOCK_UN)
 
 
 async def _serve(settings: Settings, tokens: Tokens) -> None:

@@ -16,6 +16,7 @@ from fastapi.staticfiles import StaticFiles
 from hipq.dashboard.access import PageCookie, session_router
 from hipq.dashboard.docs import install_docs
 from hipq.dashboard.pages import PREFIX, open_router, router
+from hipq.dashboard.sessions import Sessions
 from hipq.security.tokens import Tokens
 
 STATIC = Path(__file__).parent / "static"
@@ -31,6 +32,7 @@ def install(app: FastAPI, tokens: Tokens) -> None:
     install_docs(app)
     app.include_router(router)
     app.include_router(open_router)
-    app.include_router(session_router(PREFIX))
+    sessions = Sessions()
+    app.include_router(session_router(PREFIX, sessions))
     if tokens:
-        app.add_middleware(PageCookie, tokens=tokens, prefix=PREFIX)
+        app.add_middleware(PageCookie, tokens=tokens, prefix=PREFIX, sessions=sessions)

@@ -6,15 +6,14 @@ Pages need the ``read`` scope (their router declares it, and the API's
 route's scope (``operate`` to retry, cancel, pause, match).
 
 With tokens configured, a person signs in at /dashboard/login. The token is kept in
-two places:
+the tab's ``sessionStorage``, from which the page script sends it as the bearer
+header of every API call. Pages rendered on the server are fetched by the browser
+itself, which sends no header: for them a cookie (``HttpOnly``, ``SameSite=Strict``,
+``Path=/dashboard``) carries the id of a session the server keeps
+(``hipq.dashboard.sessions``: revoked at sign-out, expiring, a new id per sign-in).
 
-- the tab's ``sessionStorage``, from which the page script sends it as the bearer
-  header of every API call;
-- a cookie (``HttpOnly``, ``SameSite=Strict``, ``Path=/dashboard``), because pages
-  rendered on the server are fetched by the browser itself, which sends no header.
-
-The cookie lets the browser *read* pages and nothing else: ``PageCookie`` turns it
-into the bearer header only for GET and HEAD requests of dashboard pages. Every
+The cookie lets the browser *read* pages and nothing else: ``PageCookie`` turns its
+session into the bearer header only for GET and HEAD requests of dashboard pages. Every
 change is a /v1 call that needs the header, which a browser never adds on its own,
 so a forged cross-site request can change nothing (the CSRF defence), whatever the
 cookie's SameSite does.
@@ -30,6 +29,7 @@ from fastapi.params import Depends
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from hipq.api import auth
+from hipq.dashboard.sessions import SESSION_SECONDS, Sessions
 from hipq.security.tokens import Principal, Tokens
 
 COOKIE = "hipq_dashboard"
@@ -51,8 +51,8 @@ class PageCookie:
     sign-in cookie as the bearer token, or, without a cookie that may read, a
     redirect to the sign-in page. Only when tokens are configured."""
 
-    def __init__(self, app: ASGIApp, tokens: Tokens, prefix: str) -> None:
-        self.app, self.tokens, self.prefix = app, tokens, prefix
+    def __init__(self, app: ASGIApp, tokens: Tokens, prefix: str, sessions: Sessions) -> None:
+        self.app, self.tokens, self.prefix, self.sessions = app, tokens, prefix, sessions
         self.open_paths = (f"{prefix}/login", f"{prefix}/static/")
 
     def _is_page(self, scope: Scope) -> bool:
@@ -74,7 +74,8 @@ class PageCookie:
         if any(name == b"authorization" for name, _ in headers):
             await self.app(scope, receive, send)
             return
-        token = _cookie(headers)
+        session_id = _cookie(headers)
+        token = None if session_id is None else self.sessions.token_of(session_id)
         if token is None or not may_read_pages(self.tokens.check(token)):
             await _to_login(scope, self.prefix, send)
             return
@@ -111,7 +112,7 @@ async def _to_login(scope: Scope, prefix: str, send: Send) -> None:
     await send({"type": "http.response.body", "body": b""})
 
 
-def session_router(prefix: str) -> APIRouter:
+def session_router(prefix: str, sessions: Sessions) -> APIRouter:
     """Sign in (the bearer header proves the token; it needs read) and sign out."""
     router = APIRouter(prefix=prefix, include_in_schema=False)
 
@@ -122,9 +123,14 @@ def session_router(prefix: str) -> APIRouter:
         response = Response(status_code=204)
         if not token:
             return response
+        # A session that was the browser's before ends: a new id for every sign-in.
+        old = _cookie(request.scope.get("headers") or [])
+        if old is not None:
+            sessions.end(old)
         response.set_cookie(
             COOKIE,
-            token,
+            sessions.start(token),
+            max_age=int(SESSION_SECONDS),
             path=request.scope.get("root_path", "") + prefix,
             httponly=True,
             samesite="strict",
@@ -134,6 +140,9 @@ def session_router(prefix: str) -> APIRouter:
 
     @router.delete("/session", status_code=204)
     async def sign_out(request: Request) -> Response:
+        session_id = _cookie(request.scope.get("headers") or [])
+        if session_id is not None:
+            sessions.end(session_id)  # revoked: a copy of the cookie reads nothing more
         response = Response(status_code=204)
         response.delete_cookie(
             COOKIE, path=request.scope.get("root_path", "") + prefix, samesite="strict"

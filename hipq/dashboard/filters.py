@@ -12,6 +12,7 @@ from datetime import UTC, datetime
 from starlette.datastructures import QueryParams
 
 from hipq.api.jobs import MAX_LABEL_FILTERS
+from hipq.api.models import EARLIEST, LATEST
 from hipq.api.paging import parse_id
 from hipq.lifecycle import State
 from hipq.storable_text import NUL_MESSAGE
@@ -19,11 +20,6 @@ from hipq.store.operator_reads import JobQuery
 
 PAGE_SIZE = 50
 STATES = [s.value for s in State]
-# The job list widens a time range by a second on each side, which overflows at the ends
-# of what a datetime holds (0001-01-01, 9999-12-31); no job is created outside these
-# years, so a bound beyond them is moved onto them and selects the same jobs.
-EARLIEST = datetime(1970, 1, 1, tzinfo=UTC)
-LATEST = datetime(9000, 1, 1, tzinfo=UTC)
 
 
 class FilterError(ValueError):
@@ -56,17 +52,15 @@ def _instant(params: QueryParams, name: str) -> datetime | None:
         return None
     try:
         parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
+        # Near datetime's limits an offset (or the reads' slack) would overflow.
+        instant = parsed.replace(tzinfo=UTC) if parsed.tzinfo is None else parsed.astimezone(UTC)
+    except (ValueError, OverflowError):
         raise FilterError(
             name, f"{value!r} is not a date and time such as 2026-05-01T08:00"
         ) from None
-    if parsed.tzinfo is None:
-        parsed = parsed.replace(tzinfo=UTC)
-    try:
-        in_utc = parsed.astimezone(UTC)
-    except OverflowError:  # within a day of datetime's first or last instant
-        return EARLIEST if parsed.year == 1 else LATEST
-    return min(max(in_utc, EARLIEST), LATEST)
+    if not EARLIEST <= instant < LATEST:
+        raise FilterError(name, "must be between 1970-01-01 and 9000-01-01")
+    return instant
 
 
 def parse_job_filter(params: QueryParams) -> JobFilterForm:

@@ -47,6 +47,14 @@ def _one_line(e: BaseException) -> str:
     return f"{type(e).__name__}: {text}" if text else type(e).__name__
 
 
+def disk_full(cause: str) -> bool:
+    """Whether a fault's cause (``unavailable``'s line) is a full disk: SQLite's
+    "database or disk is full", PostgreSQL's disk_full ("could not extend file ...
+    No space left on device")."""
+    lowered = cause.lower()
+    return "disk is full" in lowered or "no space left" in lowered or "DiskFullError" in cause
+
+
 def unavailable(exc: BaseException) -> str | None:
     """Why the database cannot serve right now (one short line), or None when ``exc``
     is not such a fault (a bug, a constraint, bad SQL)."""

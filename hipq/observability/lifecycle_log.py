@@ -79,7 +79,11 @@ def describe(name: str, f: Mapping[str, Any]) -> Line | None:
         return logging.WARNING, "notification_failed", fields
     if name == "schedule_fired":
         fields = _pick(f, "schedule", "job_id", "queue", "type", "fire_time")
-        return logging.INFO, "schedule_fired", fields
+        # A caught-up fire time is counted in its backfill's one summary line.
+        return logging.DEBUG if f.get("backfill") else logging.INFO, "schedule_fired", fields
+    if name == "schedule_backfilled":
+        fields = _pick(f, "schedule", "jobs", "first", "last")
+        return logging.INFO, "schedule_backfilled", fields
     return None
 
 
@@ -181,3 +185,7 @@ def configure_logging(level: str, fmt: LogFormat = "console") -> None:
     # Alembic announces each of its plugins at import, at INFO: seven lines on every
     # start, ahead of a config error's one line.
     logging.getLogger("alembic.runtime.plugins").setLevel(logging.WARNING)
+    # At DEBUG SQLAlchemy's engine and aiosqlite log every statement with its
+    # parameters (payloads, results, callback bodies): not even a debug log holds those.
+    for name in ("sqlalchemy.engine", "aiosqlite"):
+        logging.getLogger(name).setLevel(logging.WARNING)

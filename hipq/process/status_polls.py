@@ -75,7 +75,7 @@ def _compile(info: JobTypeInfo) -> _Poll:
     assert cfg is not None
     where = f"job_types.{info.name}.status_request"
     headers = tuple(
-        (name, compile_text(value, f"{where}.headers.{name}"))
+        (name, compile_text(value, f"{where}.headers.{name}", secret=True))
         for name, value in cfg.headers.items()
     )
     body = None if cfg.body is None else compile_body(cfg.body, f"{where}.body")

@@ -51,6 +51,18 @@ class Schedule:
         return self.cron.timezone
 
 
+def check_name(name: str) -> None:
+    """A name the routes can carry as one path segment (``/v1/schedules/{name}``): no
+    ``/`` or ``\\``, not ``.`` or ``..`` (which a browser or a proxy resolves into
+    another route: a dashboard button would act on that), no control characters."""
+    if not name or len(name) > 200:
+        raise ScheduleError("name", "must be 1 to 200 characters")
+    if name in (".", "..") or any(c in "/\\" or ord(c) < 0x20 or ord(c) == 0x7F for c in name):
+        raise ScheduleError(
+            "name", "must not be '.' or '..' nor hold '/', '\\' or control characters"
+        )
+
+
 def build_schedule(
     name: str, fields: dict[str, Any], now: datetime, source: Literal["config", "api"] = "api"
 ) -> Schedule:

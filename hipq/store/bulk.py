@@ -26,6 +26,7 @@ from hipq.batch_loop.operator_requests import OperatorRequest, Reschedule
 from hipq.batch_loop.wakeup import cancels_payload, jobs_payload
 from hipq.lifecycle import IN_FLIGHT, State
 from hipq.store import state_guards as guards
+from hipq.store.labels import label_value
 from hipq.store.records import NotFound
 from hipq.store.schema import attempts, bulk_operations, jobs
 from hipq.store.state_guards import Guard
@@ -80,7 +81,7 @@ class BulkFilter:
         if self.type:
             out.append(c.type == self.type)
         for name, value in self.labels.items():
-            out.append(c.labels[name].as_string() == value)
+            out.append(label_value(c.labels, name) == value)
         if self.ids:
             out.append(c.id.in_(self.ids))
         if self.job_key:

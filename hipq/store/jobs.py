@@ -19,6 +19,7 @@ from hipq.batch_loop.wakeup import jobs_payload
 from hipq.jobs import Attempt, Job, NewJob
 from hipq.lifecycle import TERMINAL, State, check_transition
 from hipq.store import state_guards as guards
+from hipq.store.labels import label_value
 from hipq.store.records import Conflict, InsertResult, JobFilter, NotFound
 from hipq.store.rows import NEW_JOB_COLUMNS, conflict_from, job_from_new, new_row, row_to_job
 from hipq.store.schema import OPEN_JOB_KEY_WHERE, attempts, idempotency_keys, jobs, notifications
@@ -287,7 +288,7 @@ class JobTable(Transactions):
         if flt.job_key:
             conds.append(jobs.c.job_key == flt.job_key)
         for name, value in flt.labels.items():
-            conds.append(jobs.c.labels[name].as_string() == value)
+            conds.append(label_value(jobs.c.labels, name) == value)
         if flt.after_id is not None:
             conds.append(jobs.c.id < flt.after_id)
         if conds:

@@ -28,6 +28,7 @@ from sqlalchemy import Select, and_, case, func, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from hipq.jobs import Job
+from hipq.store.labels import label_value
 from hipq.store.records import Response
 from hipq.store.rows import row_to_job
 from hipq.store.schema import attempts, jobs, responses
@@ -109,7 +110,7 @@ def job_page_query(q: JobQuery, low: int | None, high: int | None) -> Select[Any
     if q.type:
         conds.append(jobs.c.type == q.type)
     for name, value in q.labels.items():
-        conds.append(jobs.c.labels[name].as_string() == value)
+        conds.append(label_value(jobs.c.labels, name) == value)
     if q.job_key is not None:
         conds.append(jobs.c.job_key == q.job_key)
     if q.correlation_key is not None:

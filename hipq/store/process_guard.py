@@ -23,6 +23,7 @@ import asyncpg  # type: ignore[import-untyped]
 from sqlalchemy.engine import make_url
 
 from hipq.batch_loop.wakeup import CHANNEL
+from hipq.config import sqlite_lock_path, sqlite_served_message
 from hipq.observability.faults import FaultReporter
 from hipq.process.activity import Activity
 from hipq.store.records import StoreSetupError
@@ -52,17 +53,17 @@ class SqliteFileLock:
     listening = None  # no listener: wake-ups stay in this process
 
     def __init__(self, database_url: str) -> None:
-        self._database = make_url(database_url).database
+        self._url = database_url
         self._file: IO[str] | None = None
 
     @property
     def path(self) -> Path:
-        db = self._database
-        if not db or db == ":memory:":
+        path = sqlite_lock_path(self._url)
+        if path is None:
             raise StoreSetupError(
                 "database_url: hipq serve needs a SQLite file, not an in-memory DB"
             )
-        return Path(db).resolve().with_name(Path(db).name + ".lock")
+        return path
 
     async def start(self) -> None:
         self._acquire()
@@ -76,10 +77,8 @@ class SqliteFileLock:
             holder = self._file.read().strip() or "another process"
             self._file.close()
             self._file = None
-            raise StoreSetupError(
-                f"{self.path.with_suffix('')} is already served by {holder}; SQLite allows one "
-                "hipq process per database file (use PostgreSQL to run several)"
-            ) from None
+            served = sqlite_served_message(self.path.with_suffix(""), holder)
+            raise StoreSetupError(served) from None
         self._file.truncate(0)
         self._file.write(f"pid {os.getpid()}")
         self._file.flush()

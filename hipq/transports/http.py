@@ -82,7 +82,7 @@ def _compile_route(info: JobTypeInfo) -> _Route:
     for name, value in cfg.headers.items():
         if not name or not set(name) <= _TOKEN:
             raise RequestTemplateError(f"{where}.headers: {name!r} is not a header name")
-        headers.append((name, compile_text(value, f"{where}.headers.{name}")))
+        headers.append((name, compile_text(value, f"{where}.headers.{name}", secret=True)))
     body = None if cfg.body is None else compile_body(cfg.body, f"{where}.body")
     try:
         rule = rule_for(info.config.outcome)

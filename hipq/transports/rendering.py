@@ -77,6 +77,7 @@ class TextTemplate:
     text: str
     parts: tuple[str | Placeholder, ...]
     escape: Callable[[str], str] | None = None  # applied to each filled-in value
+    check: Callable[[str], None] | None = None  # of the whole result (raises RenderError)
 
     def render(self, context: Mapping[str, Any]) -> str:
         out: list[str] = []
@@ -86,11 +87,15 @@ class TextTemplate:
                 continue
             value = _as_text(part, _lookup(part, context))
             out.append(self.escape(value) if self.escape else value)
-        return "".join(out)
+        rendered = "".join(out)
+        if self.check is not None:
+            self.check(rendered)
+        return rendered
 
 
-def compile_text(text: Any, where: str) -> TextTemplate:
-    """Compile a text template; ``where`` names its config key in errors."""
+def compile_text(text: Any, where: str, *, secret: bool = False) -> TextTemplate:
+    """Compile a text template; ``where`` names its config key in errors. A ``secret``
+    one (a header value: a token, a password) is not repeated in them."""
     if not isinstance(text, str):
         raise RequestTemplateError(f"{where}: must be a string, not {type(text).__name__}")
     if not text:
@@ -98,7 +103,12 @@ def compile_text(text: Any, where: str) -> TextTemplate:
     try:
         compiled = compile_template(text, REQUEST_ROOTS)
     except TemplateError as exc:
-        raise RequestTemplateError(f"{where}: {exc}") from None
+        message = str(exc)
+        if secret:
+            message = message.replace(repr(text), "(value not shown)")
+        elif "://" in text:  # a URL: its userinfo and query may hold secrets
+            message = message.replace(repr(text), repr(_without_secrets(text)))
+        raise RequestTemplateError(f"{where}: {message}") from None
     return TextTemplate(text, compiled.parts)
 
 
@@ -114,7 +124,7 @@ def compile_url(text: Any, where: str) -> TextTemplate:
             f"{where}: {_without_secrets(template.text)!r} must start with http:// or https://"
             " and a host written out (placeholders may only follow in the path or query)"
         )
-    return TextTemplate(template.text, template.parts, _quote_all)
+    return TextTemplate(template.text, template.parts, _quote_all, _no_dot_segment)
 
 
 def _without_secrets(url: str) -> str:
@@ -139,6 +149,17 @@ def _quote_all(value: str) -> str:
     if value in _DOT_SEGMENTS:
         raise RenderError(f"{value!r} would be a dot segment in the URL")
     return quote(value, safe="")
+
+
+def _no_dot_segment(url: str) -> None:
+    # Values next to each other, or to a literal dot, may assemble one where no single
+    # value is one ("{a}.{b}" with both empty): the server would resolve it away.
+    path = url.split("?", 1)[0].split("#", 1)[0]
+    authority_end = path.find("/", path.find("://") + 3) if "://" in path else 0
+    if authority_end < 0:
+        return
+    if any(segment in _DOT_SEGMENTS for segment in path[authority_end:].split("/")):
+        raise RenderError("the URL would hold a dot segment ('.' or '..') in its path")
 
 
 # --- body templates -----------------------------------------------------------

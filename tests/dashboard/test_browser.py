@@ -174,8 +174,10 @@ def test_the_jobs_page_filters_and_pages(dashboard: Dashboard, page: Any) -> Non
 
 
 def test_docs_work_offline(dashboard: Dashboard, page: Any) -> None:
-    # The page fixture aborts (and fails the test for) any request not to hipq.
-    page.goto(f"{dashboard.url}/docs")
+    # The page fixture aborts (and fails the test for) any request not to hipq, and
+    # fails it for a Content-Security-Policy violation.
+    answer = page.goto(f"{dashboard.url}/docs")
+    assert "frame-ancestors 'none'" in answer.headers["content-security-policy"]
     expect(page.locator(".swagger-ui .info .title")).to_contain_text("hipq")
     expect(page.locator(".opblock-summary-path").first).to_be_visible()
 

@@ -93,6 +93,15 @@ async def test_docs_load_swagger_ui_from_this_server(sqlite_api: Api) -> None:
         assert (await sqlite_api.client.get(source)).status_code == 200
 
 
+async def test_docs_carry_a_content_security_policy_and_refuse_frames(sqlite_api: Api) -> None:
+    for path in ("/docs", "/docs/oauth2-redirect"):
+        answer = await sqlite_api.client.get(path)
+        policy = answer.headers["content-security-policy"]
+        assert "frame-ancestors 'none'" in policy and "script-src 'self' 'sha256-" in policy
+        assert "unsafe-eval" not in policy and "script-src 'self' 'unsafe-inline'" not in policy
+        assert answer.headers["x-frame-options"] == "DENY"
+
+
 def test_the_wheel_carries_templates_and_static_files(tmp_path: Path) -> None:
     built = subprocess.run(
         [

@@ -100,3 +100,18 @@ def test_the_cookie_reads_pages_and_changes_nothing(dashboard: Dashboard, page: 
         # Signing in goes back into the dashboard only, never to another site.
         login = stranger.get("/dashboard/login?next=https://elsewhere.example/")
         assert 'data-next="/dashboard"' in login.text
+
+
+def test_a_tab_that_holds_its_token_signs_in_again_when_its_session_is_unknown(
+    dashboard: Dashboard, page: Any
+) -> None:
+    # As after a restart, or behind another hipq process: the server knows no session
+    # for the cookie, the tab still holds its token.
+    sign_in(page, dashboard, VIEWER)
+    first = [c["value"] for c in page.context.cookies() if c["name"] == COOKIE]
+    page.context.clear_cookies()
+    page.goto(f"{dashboard.url}/dashboard/failed")
+    expect(page).to_have_url(f"{dashboard.url}/dashboard/failed")
+    expect(page.locator(".who")).to_contain_text("viewer")
+    second = [c["value"] for c in page.context.cookies() if c["name"] == COOKIE]
+    assert second and second != first

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import asyncio
 
+import httpx
 import pytest
 
-from tests.api.conftest import Api, api, open_api
+from tests.api.conftest import Api, api, open_api, sqlite_api, sqlite_url
 
-__all__ = ["api"]  # the fixture, imported for pytest
+__all__ = ["api", "sqlite_api", "sqlite_url"]  # the fixtures, imported for pytest
 
 FORM = {"content-type": "application/x-www-form-urlencoded", "origin": "http://evil.example"}
 
@@ -82,3 +83,66 @@ async def test_a_half_sent_body_is_cut_off_with_408(database_url: str) -> None:
         assert answer.status_code == 408, answer.text
         assert answer.json()["error"] == "request_timeout"
         assert await api.count_jobs() == 0
+
+
+@pytest.mark.parametrize(
+    ("host", "origin"),
+    [
+        ("localhost:8000", "http://localhost:8001"),  # the same host, another port
+        ("localhost:8000", "http://localhost"),
+        ("localhost", "http://localhost:8080"),
+        ("localhost:8000", "http://127.0.0.1:8000"),  # another allowed host
+    ],
+)
+async def test_a_page_of_another_origin_on_an_allowed_host_is_refused(
+    sqlite_api: Api, host: str, origin: str
+) -> None:
+    headers = {"host": host, "origin": origin}
+    answer = await sqlite_api.client.post("/v1/queues/default/pause", json={}, headers=headers)
+    assert answer.status_code == 403, answer.text
+    assert answer.json()["field"] == "origin"
+    assert (await sqlite_api.client.get("/v1/queues/default")).json()["paused"] is False
+
+
+@pytest.mark.parametrize(
+    ("host", "origin"),
+    [
+        ("localhost:8000", "http://localhost:8000"),
+        ("LOCALHOST:8000", "http://localhost:8000/"),
+        ("localhost", "http://localhost:80"),
+        ("localhost", "https://localhost"),  # TLS ended at a proxy
+        ("[::1]:9000", "http://[::1]:9000"),
+    ],
+)
+async def test_the_apis_own_origin_may_post(sqlite_api: Api, host: str, origin: str) -> None:
+    headers = {"host": host, "origin": origin}
+    answer = await sqlite_api.client.post("/v1/queues/default/pause", json={}, headers=headers)
+    assert answer.status_code == 200, answer.text
+
+
+async def test_a_listed_origin_is_compared_with_its_port(sqlite_url: str) -> None:
+    server = {"allowed_origins": ["https://ops.example.com"]}
+    async with open_api(sqlite_url, server=server) as api:
+        for origin, status in (
+            ("https://ops.example.com", 200),
+            ("https://ops.example.com:443", 200),
+            ("https://ops.example.com:8443", 403),
+            ("http://ops.example.com", 403),
+        ):
+            answer = await api.client.post(
+                "/v1/queues/default/pause", json={}, headers={"origin": origin}
+            )
+            assert answer.status_code == status, (origin, answer.text)
+
+
+async def test_two_host_headers_are_refused(sqlite_api: Api) -> None:
+    request = sqlite_api.client.build_request("GET", "/v1/queues")
+    request.headers = httpx.Headers(
+        [("host", "localhost"), ("host", "evil.example"), ("accept", "*/*")]
+    )
+    answer = await sqlite_api.client.send(request)
+    assert answer.status_code == 400, answer.text
+    assert answer.json()["field"] == "host"
+    request = sqlite_api.client.build_request("GET", "/v1/queues")
+    request.headers = httpx.Headers([("host", "evil.example"), ("host", "localhost")])
+    assert (await sqlite_api.client.send(request)).status_code == 400

@@ -38,3 +38,26 @@ async def test_a_connection_whose_headers_never_finish_is_closed() -> None:
             head = await asyncio.wait_for(reader.readuntil(b"ok"), 10)
             assert head.startswith(b"HTTP/1.1 200")
         writer.close()
+
+
+async def _get(port: int, path: str) -> bytes:
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(f"GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n".encode())
+    await writer.drain()
+    answer = await asyncio.wait_for(reader.read(), 10)
+    writer.close()
+    return answer
+
+
+async def test_the_probes_are_answered_while_slow_clients_hold_every_connection() -> None:
+    async with serve_app(_ok, http=header_timeout_protocol(30), limit_concurrency=3) as base:
+        port = int(base.rsplit(":", 1)[1])
+        held = [await asyncio.open_connection("127.0.0.1", port) for _ in range(3)]
+        for _, writer in held:
+            writer.write(b"GET / HTTP/1.1\r\nHost: localhost\r\nX-Slow: ")
+            await writer.drain()
+        assert (await _get(port, "/v1/queues")).startswith(b"HTTP/1.1 503")
+        for probe in ("/healthz", "/readyz", "/healthz?x=1"):
+            assert (await _get(port, probe)).startswith(b"HTTP/1.1 200"), probe
+        for _, writer in held:
+            writer.close()

@@ -175,3 +175,38 @@ def test_correlation_key_missing_is_a_render_error() -> None:
     ctx = job_context(charge_job(correlation_key=None))
     with pytest.raises(RenderError, match="correlation_key is missing"):
         compile_text("{correlation_key}", "h").render(ctx)
+
+
+@pytest.mark.parametrize(
+    ("url", "payload"),
+    [
+        ("http://x.test/a/{payload.a}.{payload.b}/c", {"a": "", "b": ""}),
+        ("http://x.test/a/{payload.a}{payload.b}/c", {"a": ".", "b": "."}),
+        ("http://x.test/{payload.a}{payload.b}", {"a": "", "b": "."}),
+        ("http://x.test/a/.{payload.a}?q=1", {"a": ""}),
+    ],
+)
+def test_values_that_assemble_a_dot_segment_are_refused(url: str, payload: dict) -> None:
+    template = compile_url(url, "url")
+    with pytest.raises(RenderError, match="dot segment"):
+        template.render(job_context(charge_job(payload=payload)))
+
+
+def test_dots_inside_a_segment_or_in_the_query_are_kept() -> None:
+    template = compile_url("http://x.test/{payload.a}.{payload.b}?q={payload.a}", "url")
+    rendered = template.render(job_context(charge_job(payload={"a": "v1", "b": "json"})))
+    assert rendered == "http://x.test/v1.json?q=v1"
+
+
+@pytest.mark.parametrize("value", ["Bearer s3cr3t-t0ken{", "Bearer s3cr3t-t0ken{payload.}"])
+def test_a_header_templates_error_does_not_repeat_its_value(value: str) -> None:
+    with pytest.raises(RequestTemplateError) as caught:
+        compile_text(value, "job_types.x.transport.http.headers.Authorization", secret=True)
+    assert "s3cr3t" not in str(caught.value)
+    assert str(caught.value).startswith("job_types.x.transport.http.headers.Authorization: ")
+
+
+def test_a_url_templates_error_does_not_repeat_its_password() -> None:
+    with pytest.raises(RequestTemplateError) as caught:
+        compile_url("http://user:s3cr3t@x.test/a/{payload.a", "url")
+    assert "s3cr3t" not in str(caught.value)

@@ -73,13 +73,14 @@ function signIn() {
   window.location.assign(document.body.dataset.login + "?next=" + encodeURIComponent(here));
 }
 
-async function startSession(form) {
-  const token = form.elements.token.value.trim();
+async function startSession(form, remembered) {
+  const token = remembered || form.elements.token.value.trim();
   const response = await fetch(form.dataset.session, {
     method: "POST",
     headers: { Authorization: "Bearer " + token },
   });
   if (response.status !== 204) {
+    if (remembered) sessionStorage.removeItem(TOKEN_KEY);  // rotated: ask for one
     let message = response.status + " " + response.statusText;
     try { message = (await response.json()).message || message; } catch (err) { /* not JSON */ }
     flash(message, "error");
@@ -150,6 +151,14 @@ document.addEventListener("click", (event) => {
   event.preventDefault();
   act(el, undefined);
 });
+
+// The sign-in page in a tab that holds its token: the server's session ended (it
+// expired, or another hipq process answers), not the tab's. A new one, at once.
+(() => {
+  const form = document.getElementById("sign-in");
+  const remembered = sessionStorage.getItem(TOKEN_KEY);
+  if (form && remembered) startSession(form, remembered);
+})();
 
 document.addEventListener("submit", (event) => {
   if (event.target.id === "sign-in") {

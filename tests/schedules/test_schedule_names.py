@@ -1,0 +1,48 @@
+"""A schedule's name is one segment of its routes (/v1/schedules/{name}, the dashboard's
+buttons): names that a route cannot carry, or that resolve into another route, are
+refused with a 422 naming the field, in the API and in the config."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from hipq.config import ConfigError
+from tests.api.conftest import Api
+from tests.support import make_settings
+
+BAD_NAMES = ["../../v1/queues/default", "a/b", ".", "..", "a\\b", "tab\there", "nl\nx"]
+JOB = {"type": "ok"}
+
+
+@pytest.mark.parametrize("name", BAD_NAMES)
+async def test_the_api_refuses_a_name_the_routes_cannot_carry(sqlite_api: Api, name: str) -> None:
+    answer = await sqlite_api.client.post(
+        "/v1/schedules", json={"name": name, "cron": "0 * * * *", "job": JOB}
+    )
+    assert answer.status_code == 422, answer.text
+    assert answer.json()["field"] == "name"
+    listed = await sqlite_api.client.get("/v1/schedules")
+    assert listed.json()["schedules"] == []
+
+
+async def test_names_with_dots_and_other_characters_inside_are_kept(sqlite_api: Api) -> None:
+    for name in ("nightly.report", "a..b", "übersicht 1", "x?y#z%"):
+        answer = await sqlite_api.client.post(
+            "/v1/schedules", json={"name": name, "cron": "0 * * * *", "job": JOB}
+        )
+        assert answer.status_code == 201, answer.text
+    assert (await sqlite_api.client.get("/v1/schedules/x%3Fy%23z%25")).status_code == 200
+    assert (await sqlite_api.client.delete("/v1/schedules/a..b")).status_code == 204
+
+
+@pytest.mark.parametrize("name", ["../x", "a/b", ".."])
+def test_the_config_refuses_such_a_name_in_one_line(tmp_path: Path, name: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        make_settings(
+            f"sqlite+aiosqlite:///{tmp_path}/hipq.db",
+            schedules={name: {"cron": "0 2 * * *", "job": JOB}},
+        )
+    message = str(caught.value)
+    assert "\n" not in message and "schedules." in message and "'/'" in message, message

@@ -49,7 +49,8 @@ def test_the_protocol_methods_overridden_keep_their_signatures() -> None:
     for name, params in expected.items():
         assert _params(getattr(HttpToolsProtocol, name)) == params, name
     # Called by uvicorn with the config, server state and loop: passed through as given.
-    assert _params(HttpToolsProtocol.__init__)[:4] == ["self", "config", "server_state", "app_state"]
+    first = _params(HttpToolsProtocol.__init__)[:4]
+    assert first == ["self", "config", "server_state", "app_state"]
 
 
 def test_the_attributes_used_are_set_where_expected() -> None:

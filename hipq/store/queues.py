@@ -143,14 +143,15 @@ class QueueTable(Transactions):
         fence also row-locks the queue, so a takeover waits for this commit.
 
         ``fence_later``: the caller's first statement is the settle or the due scan;
-        on PostgreSQL the fence then goes with it (one round trip for both), and
-        ``paused`` is known after it. Any other statement sends the fence first.
+        the fence then goes with it (on PostgreSQL in the same statement: one round
+        trip for both), and ``paused`` is known after it. Any other statement sends
+        the fence first.
         """
         async with self._write() as conn:
-            driver = await self.dialect.driver_connection(conn)
+            tick = await self.dialect.tick(conn)
             fence = (owner, token, now + timedelta(seconds=ttl))
-            batch = QueueBatch(conn, self.dialect, queue, False, driver=driver, fence=fence)
-            if not (fence_later and driver is not None):
+            batch = QueueBatch(conn, self.dialect, queue, False, tick, fence)
+            if not fence_later:
                 await batch.fence()
             yield batch
             await batch.fence()  # a tick that sent nothing still renews its lease

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import operator
+from dataclasses import fields
 from datetime import datetime
 from typing import Any
 
@@ -13,33 +14,38 @@ from hipq.lifecycle import State
 from hipq.store.records import Conflict
 from hipq.store.schema import jobs
 
-NEW_JOB_COLUMNS = (
-    "type queue payload run_at priority weight labels windows timeout_seconds retry critical "
-    "correlation_key job_key flags trace_context notify"
-).split()
+# Every column list of a job row is derived from ``schema.jobs`` and the records: a
+# column added there and to ``Job`` (and ``NewJob``, if a new job sets it) is read and
+# written on both engines without another list to extend.
+
+# The columns a new job's row takes from its ``NewJob``, in table order.
+NEW_JOB_COLUMNS = tuple(c for c in jobs.c.keys() if c in {f.name for f in fields(NewJob)})
+# What every new job starts with besides (``new_row``).
+_START_COLUMNS = ("state", "attempt", "created_at", "updated_at", "cancel_requested")
+# The columns an insert of new jobs writes, in table order.
+JOB_INSERT_COLUMNS = tuple(c for c in jobs.c.keys() if c in NEW_JOB_COLUMNS or c in _START_COLUMNS)
+# Columns of the jobs table that ``Job`` does not carry, read by their own queries
+# (``hipq.store.requests``).
+NOT_ON_JOB = ("operator_request",)
 
 _STATES = {s.value: s for s in State}
 _ORDER = [jobs.c.keys().index(name) for name in Job._fields]
 _STATE_AT = Job._fields.index("state")
 
 
-def row_to_job(row: Any) -> Job:
-    # Hot path: the due scan converts up to batch_size rows per tick. Rows of
-    # select(jobs) come in table column order; pick them in Job's field order.
-    values = [row[i] for i in _ORDER]
+def row_to_job(row: Any, offset: int = 0) -> Job:
+    """The ``Job`` of a row whose job columns (``select(jobs)``, table order) start at
+    ``offset``: an asyncpg record or a SQLAlchemy row."""
+    # Hot path: the due scan converts up to batch_size rows per tick: pick the columns
+    # in Job's field order.
+    values = [row[offset + i] for i in _ORDER]
     values[_STATE_AT] = _STATES[values[_STATE_AT]]
     return Job._make(values)
 
 
 def new_row(job: NewJob, now: datetime) -> dict[str, Any]:
     row = {name: getattr(job, name) for name in NEW_JOB_COLUMNS}
-    row.update(
-        state=State.SCHEDULED.value,
-        attempt=0,
-        created_at=now,
-        updated_at=now,
-        cancel_requested=False,
-    )
+    row.update(zip(_START_COLUMNS, (State.SCHEDULED.value, 0, now, now, False), strict=True))
     return row
 
 

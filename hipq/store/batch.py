@@ -22,7 +22,7 @@ from hipq.store.dialects import Dialect
 from hipq.store.records import LeaseLost, Match, Response
 from hipq.store.schema import jobs, queues, responses
 from hipq.store.state_guards import IN_FLIGHT_SQL, OPEN_SQL, PENDING_SQL
-from hipq.store.statements import claimed
+from hipq.store.statements import claimed_by
 from hipq.store.tick import DueScanOf, Fence, Tick
 
 
@@ -147,7 +147,8 @@ class QueueBatch:
         for timeout, ids in by_timeout.items():
             await self.fence()
             await self._tick.claim(ids, now, deadlines[timeout])
-        return [claimed(j, now, deadlines[j.timeout_seconds]) for j in admitted]
+        mirrors = {t: claimed_by(now, d) for t, d in deadlines.items()}
+        return [mirrors[j.timeout_seconds](j) for j in admitted]
 
     async def job_defer(self, deferred: dict[int, datetime], reason: str, now: datetime) -> None:
         if not deferred:

@@ -13,10 +13,11 @@ scan), ``b_now``, ``b_deadline``, ``b_ids`` (the claim).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import ColumnElement, Select, bindparam, func, not_, select, true, update
+from sqlalchemy import ColumnElement, Select, bindparam, func, not_, null, select, true, update
 
 from hipq.jobs import Job
 from hipq.lifecycle import State
@@ -91,42 +92,59 @@ def due_scan(due: Select[Any], fenced: bool = False) -> Select[Any]:
 # -- the claim: scheduled -> running ------------------------------------------------------
 
 
-def _claim_effect(now: Any, deadline: Any, attempt: Any) -> dict[str, Any]:
-    """What a claim writes, for SQL (bound values, the column) and for the ``Job`` in
-    memory (the values) alike."""
-    return {
-        "state": State.RUNNING,
-        "attempt": attempt + 1,
-        "claimed_at": now,
-        "deadline": deadline,
-        "waiting_reason": None,
-        "updated_at": now,
-    }
+# What a claim writes, as data: the SQL statement and the ``Job`` in memory are both
+# made from it. ``NOW`` and ``DEADLINE`` stand for the claim's instants.
+NOW, DEADLINE = "now", "deadline"
+CLAIM_SETS: dict[str, Any] = {
+    "state": State.RUNNING,
+    "claimed_at": NOW,
+    "deadline": DEADLINE,
+    "waiting_reason": None,
+    "updated_at": NOW,
+}
+CLAIM_INCREMENTS = ("attempt",)  # each + 1
 
 
 def claim(ids: ColumnElement[bool]) -> Any:
     """The claim of the jobs ``ids`` selects (the dialect binds ``b_ids``)."""
-    effect = _claim_effect(
-        bindparam("b_now", type_=jobs.c.claimed_at.type),
-        bindparam("b_deadline", type_=jobs.c.deadline.type),
-        jobs.c.attempt,
-    )
-    effect["state"] = const(State.RUNNING.value)
-    return update(jobs).where(ids, CLAIM_GUARD.sql(jobs.c.state)).values(effect)
+    bound = {
+        NOW: bindparam("b_now", type_=jobs.c.claimed_at.type),
+        DEADLINE: bindparam("b_deadline", type_=jobs.c.deadline.type),
+    }
+    values: dict[str, Any] = {}
+    for name, value in CLAIM_SETS.items():
+        if isinstance(value, State):
+            values[name] = const(value.value)
+        elif value is None:
+            values[name] = null()
+        else:
+            values[name] = bound[value]
+    values.update({name: jobs.c[name] + 1 for name in CLAIM_INCREMENTS})
+    return update(jobs).where(ids, CLAIM_GUARD.sql(jobs.c.state)).values(values)
 
 
-_CLAIM_AT = [Job._fields.index(name) for name in _claim_effect(0, 0, 0)]
+_FIELD_AT = {name: i for i, name in enumerate(Job._fields)}
 
 
-def claimed(job: Job, now: datetime, deadline: datetime) -> Job:
-    """``job`` as the claim left it (by position: ``_replace`` costs several times
-    more, once per job claimed)."""
-    values = list(job)
-    for at, value in zip(
-        _CLAIM_AT, _claim_effect(now, deadline, job.attempt).values(), strict=True
-    ):
-        values[at] = value
-    return Job._make(values)
+def claimed_by(now: datetime, deadline: datetime) -> Callable[[Job], Job]:
+    """The ``Job`` in memory as a claim at ``now`` with ``deadline`` leaves it (by
+    position: ``_replace`` costs several times more, once per job claimed)."""
+    instants = {NOW: now, DEADLINE: deadline}
+    sets = [
+        (_FIELD_AT[name], value if value is None or isinstance(value, State) else instants[value])
+        for name, value in CLAIM_SETS.items()
+    ]
+    increments = [_FIELD_AT[name] for name in CLAIM_INCREMENTS]
+
+    def claimed(job: Job) -> Job:
+        values = list(job)
+        for at, value in sets:
+            values[at] = value
+        for at in increments:
+            values[at] += 1
+        return Job._make(values)
+
+    return claimed
 
 
 # -- the settle: one attempt's outcome ------------------------------------------------------

@@ -6,6 +6,7 @@ fence sent with a statement is sent just before it, in the same transaction.
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
@@ -14,7 +15,6 @@ from sqlalchemy import bindparam, func, update
 from sqlalchemy.dialects import sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from hipq.lifecycle import State
 from hipq.outcomes import Settlement
 from hipq.store import statements as st
 from hipq.store.schema import attempts, jobs
@@ -35,6 +35,8 @@ _SETTLE = (
         }
     )
 )
+# A settlement's values of SETTLE_COLUMNS (its state a str enum, stored as its value).
+_SETTLED = operator.attrgetter(*st.SETTLE_COLUMNS)
 # Settling the same attempt again (after a lost COMMIT reply) records it once.
 _RECORD = sqlite.insert(attempts).on_conflict_do_nothing()
 
@@ -58,10 +60,6 @@ def _scan(of: DueScanOf) -> Any:
     return scan if of.where is None else st.due_scan(due.where(of.where))
 
 
-def _plain(value: Any) -> Any:
-    return value.value if isinstance(value, State) else value
-
-
 class SqliteTick(Tick):
     def __init__(self, conn: AsyncConnection) -> None:
         self._conn = conn
@@ -80,7 +78,7 @@ class SqliteTick(Tick):
                 "b_id": s.job_id,
                 "b_attempt": s.attempt,
                 "b_now": now,
-                **{c: _plain(getattr(s, c)) for c in st.SETTLE_COLUMNS},
+                **dict(zip(st.SETTLE_COLUMNS, _SETTLED(s), strict=True)),
             }
             for s in settlements
         ]

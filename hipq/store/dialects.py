@@ -37,6 +37,7 @@ from hipq.store.asyncpg_adapter import driver_in_transaction, driver_socket, poo
 from hipq.store.process_guard import PgListener, ProcessGuard, SqliteFileLock
 from hipq.store.records import StoreSetupError
 from hipq.store.schema import attempts, jobs, responses
+from hipq.store.statements import insert_sql
 from hipq.store.tick import Tick
 from hipq.store.tick_sql import PostgresTick
 from hipq.store.tick_sqlite import SqliteTick
@@ -196,7 +197,9 @@ class SqliteDialect(Dialect):
 
     def __init__(self) -> None:
         # Per engine and column list: the insert and its columns' bind processors.
-        self._insert_plans: dict[tuple[int, str, tuple[str, ...]], tuple[str, list[Any]]] = {}
+        self._insert_plans: dict[
+            tuple[int, str, tuple[str, ...]], tuple[str, tuple[str, ...], list[Any]]
+        ] = {}
 
     def prepare(self, engine: AsyncEngine) -> None:
         @event.listens_for(engine.sync_engine, "connect")
@@ -267,8 +270,7 @@ class SqliteDialect(Dialect):
         takes five: BEGIN IMMEDIATE, the insert, its last rowid, COMMIT, and the
         pool's reset. The values are converted by the columns' own bind processors,
         exactly as SQLAlchemy would store them."""
-        columns = tuple(rows[0])
-        sql, convert = self._insert_plan(engine, table, columns)
+        sql, columns, convert = self._insert_plan(engine, table, tuple(rows[0]))
         params = [
             tuple(c(r[k]) if c else r[k] for k, c in zip(columns, convert, strict=True))
             for r in rows
@@ -297,17 +299,15 @@ class SqliteDialect(Dialect):
 
     def _insert_plan(
         self, engine: AsyncEngine, table: Table, columns: tuple[str, ...]
-    ) -> tuple[str, list[Any]]:
-        """The INSERT of ``columns`` and each column's bind processor (or None)."""
+    ) -> tuple[str, tuple[str, ...], list[Any]]:
+        """The INSERT of ``columns``, the order of its parameters, and each one's bind
+        processor (or None)."""
         key = (id(engine), table.name, columns)
         plan = self._insert_plans.get(key)
         if plan is None:
             dialect = engine.sync_engine.dialect
-            marks = ", ".join("?" * len(columns))
-            plan = (
-                f"INSERT INTO {table.name} ({', '.join(columns)}) VALUES ({marks})",
-                [table.c[name].type.bind_processor(dialect) for name in columns],
-            )
+            sql, order = insert_sql(table, columns, "qmark")
+            plan = (sql, order, [table.c[name].type.bind_processor(dialect) for name in order])
             self._insert_plans[key] = plan
         return plan
 

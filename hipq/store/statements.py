@@ -13,11 +13,23 @@ scan), ``b_now``, ``b_deadline``, ``b_ids`` (the claim).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import ColumnElement, Select, bindparam, func, not_, null, select, true, update
+from sqlalchemy import (
+    ColumnElement,
+    Select,
+    Table,
+    bindparam,
+    func,
+    not_,
+    null,
+    select,
+    true,
+    update,
+)
+from sqlalchemy.dialects import sqlite
 
 from hipq.jobs import Job
 from hipq.lifecycle import State
@@ -87,6 +99,23 @@ def due_scan(due: Select[Any], fenced: bool = False) -> Select[Any]:
     gated = locked.where(not_(fence.c.paused)).lateral("d")
     columns = (fence.c.paused, fence.c.forbidden_flags, next_run_at.c.next_run_at, gated)
     return select(*columns).select_from(fence.join(next_run_at, true()).outerjoin(gated, true()))
+
+
+# -- new rows -------------------------------------------------------------------------
+
+
+def insert_sql(
+    table: Table, columns: Sequence[str], paramstyle: str, *, returning_id: bool = False
+) -> tuple[str, tuple[str, ...]]:
+    """SQLite's INSERT of ``columns`` into ``table``: ``table.insert()`` compiled as text
+    for a connection that SQLAlchemy does not drive (the SQLite insert on the aiosqlite
+    connection, an application's own connection in ``hipq.transactional``), in the
+    driver's ``paramstyle`` ("qmark" or "named"); and the order of its parameters."""
+    stmt = table.insert().values({c: bindparam(c) for c in columns})
+    if returning_id:
+        stmt = stmt.returning(table.c.id)
+    compiled: Any = stmt.compile(dialect=sqlite.dialect(paramstyle=paramstyle))
+    return str(compiled), tuple(compiled.positiontup or compiled.bind_names.values())
 
 
 # -- the claim: scheduled -> running ------------------------------------------------------

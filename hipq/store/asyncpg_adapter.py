@@ -42,16 +42,15 @@ async def driver_in_transaction(conn: AsyncConnection) -> Any:
     return raw.driver_connection
 
 
-def pooled_driver(dbapi_conn: Any) -> Any | None:
-    """The asyncpg connection of a pool's DBAPI connection (the adapter), in pool
-    events that get the adapter only."""
-    return getattr(dbapi_conn, "_connection", None)
-
-
-def driver_socket(driver: Any) -> Any | None:
-    """The socket of an asyncpg connection (asyncio's ``TransportSocket``, with
-    ``fileno``), None if it has none (closed)."""
-    transport = getattr(driver, "_transport", None)
-    if transport is None:
+def pooled_socket(dbapi_conn: Any) -> Any | None:
+    """The socket (asyncio's ``TransportSocket``, with ``fileno``) of the asyncpg
+    connection under a pool's DBAPI connection (SQLAlchemy's adapter, as pool events
+    get it); None if it is closed or has none."""
+    try:
+        driver = dbapi_conn._connection
+        transport = driver._transport
+    except AttributeError:
+        return None
+    if transport is None or driver.is_closed():
         return None
     return transport.get_extra_info("socket")

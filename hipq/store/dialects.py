@@ -33,7 +33,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_en
 from sqlalchemy.sql import text
 
 from hipq.store import unnest
-from hipq.store.asyncpg_adapter import driver_in_transaction, driver_socket, pooled_driver
+from hipq.store.asyncpg_adapter import driver_in_transaction, pooled_socket
 from hipq.store.process_guard import PgListener, ProcessGuard, SqliteFileLock
 from hipq.store.records import StoreSetupError
 from hipq.store.schema import attempts, jobs, responses
@@ -247,7 +247,7 @@ class SqliteDialect(Dialect):
     # is nothing to lock.
 
     async def tick(self, conn: AsyncConnection) -> Tick:
-        return SqliteTick(conn)
+        return SqliteTick(conn, self.attempt_insert())
 
     async def job_insert_committed(
         self, engine: AsyncEngine, rows: list[dict[str, Any]], payloads: Sequence[str]
@@ -376,7 +376,7 @@ def _checkout_ping(engine: AsyncEngine) -> None:
     def _on_checkout(dbapi_conn: Any, record: Any, proxy: Any) -> None:
         returned = record.info.get(_RETURNED_AT)
         fresh = returned is not None and time.monotonic() - returned < PING_AFTER_IDLE_SECONDS
-        if fresh and _quiet(pooled_driver(dbapi_conn)):
+        if fresh and _quiet(pooled_socket(dbapi_conn)):
             return
         try:
             dbapi_conn.ping()
@@ -385,11 +385,8 @@ def _checkout_ping(engine: AsyncEngine) -> None:
             raise sa_exc.DisconnectionError(str(exc)) from exc
 
 
-def _quiet(driver: Any) -> bool:
-    """An asyncpg connection that is open and has nothing waiting on its socket."""
-    if driver is None or driver.is_closed():
-        return False
-    sock = driver_socket(driver)
+def _quiet(sock: Any | None) -> bool:
+    """An open connection's socket with nothing waiting on it."""
     if sock is None:
         return False
     poll = select.poll()

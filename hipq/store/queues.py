@@ -20,6 +20,7 @@ from hipq.store.records import QueueCounts
 from hipq.store.rows import row_to_job
 from hipq.store.schema import attempts, jobs, queues
 from hipq.store.state_guards import IN_FLIGHT_SQL, IN_FLIGHT_VALUES, OPEN_VALUES, SCHEDULED_SQL
+from hipq.store.statements import NEXT_RUN_AT
 from hipq.store.transactions import Transactions
 from hipq.wakeup import jobs_payload
 
@@ -200,12 +201,6 @@ class QueueTable(Transactions):
 
     async def job_next_run_at(self, queue: str, after: datetime) -> datetime | None:
         async with self._read() as conn:
-            return (
-                await conn.execute(
-                    select(func.min(jobs.c.run_at)).where(
-                        jobs.c.queue == queue,
-                        jobs.c.state == SCHEDULED_SQL,
-                        jobs.c.run_at > after,
-                    )
-                )
-            ).scalar_one_or_none()
+            params = {"b_queue": queue, "b_after": after}
+            found: datetime | None = (await conn.execute(NEXT_RUN_AT, params)).scalar_one_or_none()
+            return found

@@ -12,12 +12,11 @@ from datetime import datetime
 from typing import Any
 
 from sqlalchemy import bindparam, func, update
-from sqlalchemy.dialects import sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from hipq.outcomes import Settlement
 from hipq.store import statements as st
-from hipq.store.schema import attempts, jobs
+from hipq.store.schema import jobs
 from hipq.store.tick import DueRead, DueScanOf, Fence, Tick, fence_params, read_due
 
 _CLAIM = st.claim(jobs.c.id.in_(bindparam("b_ids", expanding=True)))
@@ -37,8 +36,6 @@ _SETTLE = (
 )
 # A settlement's values of SETTLE_COLUMNS (its state a str enum, stored as its value).
 _SETTLED = operator.attrgetter(*st.SETTLE_COLUMNS)
-# Settling the same attempt again (after a lost COMMIT reply) records it once.
-_RECORD = sqlite.insert(attempts).on_conflict_do_nothing()
 
 
 def _epoch(column: Any) -> Any:
@@ -61,8 +58,10 @@ def _scan(of: DueScanOf) -> Any:
 
 
 class SqliteTick(Tick):
-    def __init__(self, conn: AsyncConnection) -> None:
-        self._conn = conn
+    def __init__(self, conn: AsyncConnection, attempt_insert: Any) -> None:
+        # ``attempt_insert``: ``Dialect.attempt_insert``, which skips a record already
+        # stored (the same settlement again, after a lost COMMIT reply).
+        self._conn, self._record = conn, attempt_insert
 
     async def fence(self, fence: Fence) -> Any:
         return (await self._conn.execute(st.FENCE, fence_params(fence))).first()
@@ -89,7 +88,7 @@ class SqliteTick(Tick):
             if (r := s.record) is not None
         ]
         if records:
-            await self._conn.execute(_RECORD, records)
+            await self._conn.execute(self._record, records)
         return row
 
     async def due(self, scan: DueScanOf, fence: Fence | None) -> DueRead:

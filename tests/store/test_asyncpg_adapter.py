@@ -15,7 +15,7 @@ from sqlalchemy import text
 from sqlalchemy.dialects.postgresql.asyncpg import AsyncAdapt_asyncpg_connection
 
 from hipq.store import Store
-from hipq.store.asyncpg_adapter import driver_in_transaction, driver_socket, pooled_driver
+from hipq.store.asyncpg_adapter import driver_in_transaction, pooled_socket
 
 
 def test_the_adapter_still_has_the_attributes_used() -> None:
@@ -46,9 +46,9 @@ async def test_the_driver_runs_inside_the_transaction_sqlalchemy_began(
             assert seen == 1
             assert await driver_in_transaction(conn) is driver  # begun once
             raw = await conn.get_raw_connection()
-            assert pooled_driver(raw.dbapi_connection) is driver
-            sock = driver_socket(driver)
+            sock = pooled_socket(raw.dbapi_connection)
             assert sock is not None and sock.fileno() >= 0
+            assert sock.fileno() == driver._transport.get_extra_info("socket").fileno()
             await conn.rollback()
             assert not driver.is_in_transaction()
     finally:

@@ -24,6 +24,20 @@ NEW_JOB_COLUMNS = tuple(c for c in jobs.c.keys() if c in {f.name for f in fields
 _START_COLUMNS = ("state", "attempt", "created_at", "updated_at", "cancel_requested")
 # The columns an insert of new jobs writes, in table order.
 JOB_INSERT_COLUMNS = tuple(c for c in jobs.c.keys() if c in NEW_JOB_COLUMNS or c in _START_COLUMNS)
+# Columns whose value is the same in every row of one insert (the insert's instant and
+# what every new row starts with; ``new_row``, ``hipq.store.inbox``): PostgreSQL's
+# unnest insert sends each once instead of as an array.
+SHARED_PER_INSERT = {
+    "hipq_jobs": _START_COLUMNS,
+    "hipq_responses": (
+        "received_at",
+        "expires_at",
+        "status",
+        "job_id",
+        "forced_job_id",
+        "settled_at",
+    ),
+}
 # Columns of the jobs table that ``Job`` does not carry, read by their own queries
 # (``hipq.store.requests``).
 NOT_ON_JOB = ("operator_request",)

@@ -16,7 +16,7 @@ from datetime import datetime
 from typing import Any
 
 import orjson
-from sqlalchemy import JSON, Table
+from sqlalchemy import JSON, String, Table
 from sqlalchemy.dialects.postgresql.psycopg2 import dialect as named_pg_dialect
 from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.sql import text
@@ -25,6 +25,7 @@ from hipq.lifecycle import State
 from hipq.outcomes import Settlement
 from hipq.store import statements as st
 from hipq.store.driver import DriverStatement
+from hipq.store.rows import SHARED_PER_INSERT
 from hipq.store.schema import attempts, jobs
 from hipq.store.tick import Fence, fence_params
 
@@ -50,6 +51,14 @@ def _sql(element: Any) -> str:
     return str(element.compile(dialect=_NAMED))
 
 
+def _sql_type(column: Any) -> str:
+    """The type an unnested value is cast to: strings as ``text`` (an explicit cast to
+    ``varchar(n)`` would cut a longer value short where the column refuses it)."""
+    if isinstance(column.type, String):
+        return "text"
+    return str(column.type.compile(dialect=_NAMED))
+
+
 class _Arrays:
     """``columns`` of ``table`` sent as one array each and unnested into rows ``alias``.
 
@@ -72,7 +81,7 @@ class _Arrays:
             column = table.c[name]
             param = f"{alias}_{name}"
             is_json = isinstance(column.type, JSON)
-            sql_type = "text" if is_json else column.type.compile(dialect=_NAMED)
+            sql_type = "text" if is_json else _sql_type(column)
             casts.append(f"CAST(:{param} AS {sql_type}[])")
             self.select.append(f"{alias}.{name}::jsonb" if is_json else f"{alias}.{name}")
             conv = (convert or {}).get(name)
@@ -178,13 +187,21 @@ async def job_settle(
 
 class _Insert:
     """An insert of rows whose columns are their keys, in the order given (ids drawn
-    from the table's sequence row by row in ``ord`` order), built once per column list."""
+    from the table's sequence row by row in ``ord`` order), built once per column list.
+    Columns in ``shared`` (the same value in every row) are sent once, not as arrays."""
 
-    def __init__(self, table: Table, columns: tuple[str, ...], sql_null: bool) -> None:
-        self.arrays = _Arrays(table, columns, "u", sql_null=sql_null, ordinality=True)
+    def __init__(
+        self, table: Table, columns: tuple[str, ...], sql_null: bool, shared: Sequence[str]
+    ) -> None:
+        self.shared = tuple(c for c in columns if c in shared)
+        per_row = tuple(c for c in columns if c not in shared)
+        self.arrays = _Arrays(table, per_row, "u", sql_null=sql_null, ordinality=True)
+        chosen = dict(zip(per_row, self.arrays.select, strict=True))
+        for name in self.shared:
+            chosen[name] = f"CAST(:s_{name} AS {_sql_type(table.c[name])})"
         self.sql = (
             f"INSERT INTO {table.name} ({', '.join(columns)})"
-            f" SELECT {', '.join(self.arrays.select)} FROM {self.arrays.from_sql}"
+            f" SELECT {', '.join(chosen[c] for c in columns)} FROM {self.arrays.from_sql}"
             f" ORDER BY u.ord RETURNING id"
         )
         self.alone = text(self.sql)
@@ -198,6 +215,10 @@ class _Insert:
             )
         )
 
+    def params(self, rows: list[dict[str, Any]]) -> dict[str, Any]:
+        first = rows[0]
+        return {**self.arrays.params(rows), **{f"s_{c}": first[c] for c in self.shared}}
+
 
 _inserts: dict[tuple[str, tuple[str, ...]], _Insert] = {}
 
@@ -208,7 +229,8 @@ def _insert_of(table: Table, rows: list[dict[str, Any]]) -> _Insert:
     if found is None:
         # A job's nullable JSON (windows, flags, notify) is SQL NULL when None, as the
         # outbox trigger tests it; a response's body and headers are JSON null.
-        found = _inserts[table.name, columns] = _Insert(table, columns, table is jobs)
+        shared = SHARED_PER_INSERT.get(table.name, ())
+        found = _inserts[table.name, columns] = _Insert(table, columns, table is jobs, shared)
     return found
 
 
@@ -219,7 +241,7 @@ async def job_insert_rows(conn: AsyncConnection, rows: list[dict[str, Any]]) -> 
     they increase in the order given: sorting what RETURNING yields restores it.
     """
     insert = _insert_of(jobs, rows)
-    result = await conn.execute(insert.alone, insert.arrays.params(rows))
+    result = await conn.execute(insert.alone, insert.params(rows))
     return sorted(result.scalars().all())
 
 
@@ -233,5 +255,5 @@ async def insert_rows_notify(
     """Insert rows of ``table`` (jobs, responses) and NOTIFY ``notices``, in one statement
     that commits on its own; their ids in the order given."""
     insert = _insert_of(table, rows)
-    params = {**insert.arrays.params(rows), "channel": channel, "notices": notices}
+    params = {**insert.params(rows), "channel": channel, "notices": notices}
     return sorted(row[0] for row in await insert.notifying.fetch(conn, params))

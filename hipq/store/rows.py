@@ -45,6 +45,8 @@ NOT_ON_JOB = ("operator_request",)
 _STATES = {s.value: s for s in State}
 _ORDER = [jobs.c.keys().index(name) for name in Job._fields]
 _STATE_AT = Job._fields.index("state")
+# Per offset of the job's columns in a row: one itemgetter over them in Job's order.
+_PICK: dict[int, operator.itemgetter[Any]] = {}
 
 
 def row_to_job(row: Any, offset: int = 0) -> Job:
@@ -52,7 +54,10 @@ def row_to_job(row: Any, offset: int = 0) -> Job:
     ``offset``: an asyncpg record or a SQLAlchemy row."""
     # Hot path: the due scan converts up to batch_size rows per tick: pick the columns
     # in Job's field order.
-    values = [row[offset + i] for i in _ORDER]
+    pick = _PICK.get(offset)
+    if pick is None:
+        pick = _PICK[offset] = operator.itemgetter(*(offset + i for i in _ORDER))
+    values = list(pick(row))
     values[_STATE_AT] = _STATES[values[_STATE_AT]]
     return Job._make(values)
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import operator
 from dataclasses import fields
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy.exc import IntegrityError
@@ -20,24 +20,8 @@ from hipq.store.schema import jobs
 
 # The columns a new job's row takes from its ``NewJob``, in table order.
 NEW_JOB_COLUMNS = tuple(c for c in jobs.c.keys() if c in {f.name for f in fields(NewJob)})
-# What every new job starts with besides (``new_row``).
-_START_COLUMNS = ("state", "attempt", "created_at", "updated_at", "cancel_requested")
-# The columns an insert of new jobs writes, in table order.
-JOB_INSERT_COLUMNS = tuple(c for c in jobs.c.keys() if c in NEW_JOB_COLUMNS or c in _START_COLUMNS)
-# Columns whose value is the same in every row of one insert (the insert's instant and
-# what every new row starts with; ``new_row``, ``hipq.store.inbox``): PostgreSQL's
-# unnest insert sends each once instead of as an array.
-SHARED_PER_INSERT = {
-    "hipq_jobs": _START_COLUMNS,
-    "hipq_responses": (
-        "received_at",
-        "expires_at",
-        "status",
-        "job_id",
-        "forced_job_id",
-        "settled_at",
-    ),
-}
+
+
 # Columns of the jobs table that ``Job`` does not carry, read by their own queries
 # (``hipq.store.requests``).
 NOT_ON_JOB = ("operator_request",)
@@ -64,9 +48,39 @@ def row_to_job(row: Any, offset: int = 0) -> Job:
 
 def new_row(job: NewJob, now: datetime) -> dict[str, Any]:
     row = {name: getattr(job, name) for name in NEW_JOB_COLUMNS}
-    row.update(zip(_START_COLUMNS, (State.SCHEDULED.value, 0, now, now, False), strict=True))
+    # What every new job starts with (keyword arguments: the cheapest update, per job).
+    row.update(
+        state=State.SCHEDULED.value,
+        attempt=0,
+        created_at=now,
+        updated_at=now,
+        cancel_requested=False,
+    )
     return row
 
+
+# What ``new_row`` sets besides the ``NewJob``'s columns, and the columns an insert of
+# new jobs writes, in table order.
+_START_COLUMNS = tuple(
+    c
+    for c in new_row(NewJob("", "", {}, datetime.now(UTC)), datetime.now(UTC))
+    if c not in NEW_JOB_COLUMNS
+)
+JOB_INSERT_COLUMNS = tuple(c for c in jobs.c.keys() if c in NEW_JOB_COLUMNS or c in _START_COLUMNS)
+# Columns whose value is the same in every row of one insert (the insert's instant and
+# what every new row starts with; ``new_row``, ``hipq.store.inbox``): PostgreSQL's
+# unnest insert sends each once instead of as an array.
+SHARED_PER_INSERT = {
+    "hipq_jobs": _START_COLUMNS,
+    "hipq_responses": (
+        "received_at",
+        "expires_at",
+        "status",
+        "job_id",
+        "forced_job_id",
+        "settled_at",
+    ),
+}
 
 # A batch POST builds a Job per inserted row: by one itemgetter over Job's fields, a
 # third of the cost of Job(**row).

@@ -14,8 +14,7 @@ other error the server reports as ``DBAPIError``, and a lost connection as an
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Mapping
 from typing import Any
 
 import asyncpg  # type: ignore[import-untyped]
@@ -42,7 +41,7 @@ class DriverStatement:
         self.defaults = {
             name: bind.value
             for name, bind in compiled.binds.items()
-            if not bind.required and bind.callable is None
+            if bind.value is not None and bind.callable is None
         }
 
     def arguments(self, params: Mapping[str, Any]) -> list[Any]:
@@ -60,23 +59,24 @@ class DriverStatement:
 
     async def fetch_on(self, driver: Any, params: Mapping[str, Any]) -> list[Any]:
         """Run on an asyncpg connection; its rows."""
-        with _as_sqlalchemy_errors(self.sql):
+        try:
             return list(await driver.fetch(self.sql, *self.arguments(params)))
+        except (asyncpg.PostgresError, asyncpg.InterfaceError, OSError) as exc:
+            raise _as_sqlalchemy_error(self.sql, exc) from exc
 
     async def execute_on(self, driver: Any, params: Mapping[str, Any]) -> None:
         """Run on an asyncpg connection, its rows (if any) unread."""
-        with _as_sqlalchemy_errors(self.sql):
+        try:
             await driver.execute(self.sql, *self.arguments(params))
+        except (asyncpg.PostgresError, asyncpg.InterfaceError, OSError) as exc:
+            raise _as_sqlalchemy_error(self.sql, exc) from exc
 
 
-@contextmanager
-def _as_sqlalchemy_errors(sql: str) -> Iterator[None]:
-    try:
-        yield
-    except asyncpg.IntegrityConstraintViolationError as exc:
-        raise sa_exc.IntegrityError(sql, None, exc) from exc
-    except asyncpg.PostgresError as exc:
-        raise sa_exc.DBAPIError(sql, None, exc) from exc
-    except (asyncpg.InterfaceError, OSError) as exc:
-        # The connection is gone; the pool's checkout ping replaces it before reuse.
-        raise sa_exc.OperationalError(sql, None, exc, connection_invalidated=True) from exc
+def _as_sqlalchemy_error(sql: str, exc: Exception) -> sa_exc.DBAPIError:
+    """asyncpg's error as SQLAlchemy raises it."""
+    if isinstance(exc, asyncpg.IntegrityConstraintViolationError):
+        return sa_exc.IntegrityError(sql, None, exc)
+    if isinstance(exc, asyncpg.PostgresError):
+        return sa_exc.DBAPIError(sql, None, exc)
+    # The connection is gone; the pool's checkout ping replaces it before reuse.
+    return sa_exc.OperationalError(sql, None, exc, connection_invalidated=True)

@@ -31,6 +31,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
+from functools import cache
 from typing import Any
 
 from hipq.ingest.app_connections import AsyncRunner, SyncRunner, async_runner, sync_runner
@@ -45,6 +46,9 @@ from hipq.ingest.mirrored_intake import (
     sqlite_conflict,
     sqlite_row,
 )
+from hipq.store.schema import jobs
+from hipq.store.state_guards import OPEN_STATES_SQL
+from hipq.store.statements import insert_sql
 
 __all__ = ["FIELDS", "EnqueueError", "add_job", "add_job_async", "add_jobs", "add_jobs_async"]
 
@@ -115,18 +119,13 @@ _READ_TYPES = (
     " key_parts, key_at_dispatch FROM hipq_job_types"
 )
 _READ_QUEUES = "SELECT name, concurrency FROM hipq_queue_capacities"
-_KEY_IN_USE = (
-    "SELECT 1 FROM hipq_jobs WHERE correlation_key = :key"
-    " AND state IN ('scheduled', 'running', 'awaiting')"
-)
-_ROW_COLUMNS = (
-    "queue type state payload labels windows retry run_at priority weight timeout_seconds "
-    "critical correlation_key job_key attempt created_at updated_at cancel_requested"
-).split()
-_INSERT = (
-    f"INSERT INTO hipq_jobs ({', '.join(_ROW_COLUMNS)})"
-    f" VALUES ({', '.join(':' + c for c in _ROW_COLUMNS)}) RETURNING id"
-)
+_KEY_IN_USE = f"SELECT 1 FROM hipq_jobs WHERE correlation_key = :key AND {OPEN_STATES_SQL}"
+
+
+@cache
+def _insert(columns: tuple[str, ...]) -> str:
+    """The store's insert of a job row with these columns (the resolved row's)."""
+    return insert_sql(jobs, columns, "named", returning_id=True)[0]
 
 
 def _add_sync(run: SyncRunner, jobs: list[Mapping[str, Any]], many: bool) -> list[int]:
@@ -145,7 +144,7 @@ def _add_sync(run: SyncRunner, jobs: list[Mapping[str, Any]], many: bool) -> lis
         if row["correlation_key"] is not None and run(_KEY_IN_USE, {"key": row["correlation_key"]}):
             raise key_in_use(i, many)
         try:
-            ids.append(run(_INSERT, sqlite_row(row))[0][0])
+            ids.append(run(_insert(tuple(row)), sqlite_row(row))[0][0])
         except Exception as exc:
             taken = sqlite_conflict(exc, i, many)
             if taken is None:
@@ -172,7 +171,7 @@ async def _add_async(run: AsyncRunner, jobs: list[Mapping[str, Any]], many: bool
         if key is not None and await run(_KEY_IN_USE, {"key": key}):
             raise key_in_use(i, many)
         try:
-            ids.append((await run(_INSERT, sqlite_row(row)))[0][0])
+            ids.append((await run(_insert(tuple(row)), sqlite_row(row)))[0][0])
         except Exception as exc:
             taken = sqlite_conflict(exc, i, many)
             if taken is None:

@@ -11,74 +11,19 @@ from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import bindparam, exists, false, func, select, true, update
+from sqlalchemy import bindparam, exists, false, select, true, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from hipq.jobs import Job
 from hipq.lifecycle import State, check_transition
 from hipq.outcomes import Settlement
 from hipq.store import state_guards as guards
-from hipq.store import tick_sql, unnest
 from hipq.store.dialects import Dialect
 from hipq.store.records import LeaseLost, Match, Response
-from hipq.store.rows import row_to_job
 from hipq.store.schema import jobs, queues, responses
-from hipq.store.state_guards import IN_FLIGHT_SQL, OPEN_SQL, PENDING_SQL, SCHEDULED_SQL
-
-# The tick's statements, built once (SQLite's; PostgreSQL sends ``hipq.store.tick_sql``'s).
-_FENCE = (
-    update(queues)
-    .where(
-        queues.c.name == bindparam("b_queue"),
-        queues.c.lease_owner == bindparam("b_owner"),
-        queues.c.lease_token == bindparam("b_token"),
-    )
-    .values(lease_expires_at=bindparam("b_expires", type_=queues.c.lease_expires_at.type))
-    .returning(queues.c.paused, queues.c.forbidden_flags)
-)
-_NEXT_RUN_AT = select(func.min(jobs.c.run_at)).where(
-    jobs.c.queue == bindparam("b_queue"),
-    jobs.c.state == SCHEDULED_SQL,
-    jobs.c.run_at > bindparam("b_after"),
-)
-_CLAIM = (
-    update(jobs)
-    .where(jobs.c.id.in_(bindparam("b_ids", expanding=True)), guards.CLAIM.sql(jobs.c.state))
-    .values(
-        state=State.RUNNING.value,
-        attempt=jobs.c.attempt + 1,
-        claimed_at=bindparam("b_now", type_=jobs.c.claimed_at.type),
-        deadline=bindparam("b_deadline", type_=jobs.c.deadline.type),
-        waiting_reason=None,
-        updated_at=bindparam("b_now", type_=jobs.c.updated_at.type),
-    )
-)
-_due_queries: dict[tuple[str, str, float | None, bool], Any] = {}
-
-
-def _due_query(dialect: Dialect, order: str, aging: float | None, weighed: bool) -> Any:
-    key = (dialect.name, order, aging, weighed)
-    query = _due_queries.get(key)
-    if query is None:
-        epoch = dialect.epoch_seconds(jobs.c.run_at)
-        query = _due_queries[key] = tick_sql.due_query(order, aging, weighed, epoch)
-    return query
-
-
-_FIELD = {name: i for i, name in enumerate(Job._fields)}
-_STATE, _ATTEMPT, _CLAIMED_AT = _FIELD["state"], _FIELD["attempt"], _FIELD["claimed_at"]
-_DEADLINE, _WAITING = _FIELD["deadline"], _FIELD["waiting_reason"]
-_UPDATED_AT = _FIELD["updated_at"]
-
-
-def _claimed(job: Job, now: datetime, deadline: datetime) -> Job:
-    """``job`` as its claim left it (by position: ``_replace`` costs several times more,
-    once per job claimed)."""
-    values = list(job)
-    values[_STATE], values[_ATTEMPT] = State.RUNNING, job.attempt + 1
-    values[_CLAIMED_AT], values[_UPDATED_AT], values[_WAITING] = now, now, None
-    values[_DEADLINE] = deadline
-    return Job._make(values)
+from hipq.store.state_guards import IN_FLIGHT_SQL, OPEN_SQL, PENDING_SQL
+from hipq.store.statements import claimed_by
+from hipq.store.tick import DueScanOf, Fence, Tick
 
 
 class QueueBatch:
@@ -92,17 +37,16 @@ class QueueBatch:
         dialect: Dialect,
         queue: str,
         paused: bool,
-        *,
-        driver: Any = None,
+        tick: Tick,
         fence: tuple[str, int, datetime] | None = None,
     ) -> None:
         self._conn, self.dialect, self.queue, self.paused = conn, dialect, queue, paused
-        # PostgreSQL's asyncpg connection in the same transaction: the hot statements
-        # go on it directly (``hipq.store.tick_sql``); None on SQLite.
-        self.driver = driver
-        # The lease fence not sent yet (owner, token, new expiry): it goes with the
-        # settle or the due scan when one is the tick's first statement, else on its own.
-        self._fence = fence
+        # The dialect's hot statements (``hipq.store.tick``), in this transaction.
+        self._tick = tick
+        # The lease fence not sent yet (queue, owner, token, new expiry): it goes with
+        # the settle or the due scan when one is the tick's first statement, else on
+        # its own.
+        self._fence: Fence | None = None if fence is None else (queue, *fence)
         # (after, the next run_at after it) as the due scan read it; forgotten by any
         # write that may schedule a job later than now.
         self._next_run_at: tuple[datetime, datetime | None] | None = None
@@ -117,15 +61,8 @@ class QueueBatch:
 
     async def fence(self) -> None:
         """Send the lease fence if it has not gone yet; ``LeaseLost`` if it failed."""
-        if self._fence is None:
-            return
-        owner, token, expires = self._fence
-        if self.driver is not None:
-            row = await self.driver.fetchrow(tick_sql.FENCE, self.queue, owner, token, expires)
-        else:
-            params = {"b_queue": self.queue, "b_owner": owner, "b_token": token}
-            row = (await self._conn.execute(_FENCE, {**params, "b_expires": expires})).first()
-        self._fenced(row)
+        if self._fence is not None:
+            self._fenced(await self._tick.fence(self._fence))
 
     def _fenced(self, row: Any) -> None:
         """The fence's answer: the queue's row (paused, forbidden flags), None if lost."""
@@ -145,16 +82,10 @@ class QueueBatch:
         if not settlements:
             return
         self._next_run_at = None
-        if self.driver is not None and self._fence is not None:
-            row = await unnest.job_settle_driver(
-                self.driver, settlements, now, (self.queue, *self._fence)
-            )
+        fence = self._fence
+        row = await self._tick.settle(settlements, now, fence)
+        if fence is not None:
             self._fenced(row)
-        elif self.driver is not None:
-            await unnest.job_settle_driver(self.driver, settlements, now)
-        else:
-            await self.fence()
-            await self.dialect.job_settle(self._conn, settlements, now)
 
     async def job_due(
         self,
@@ -175,40 +106,23 @@ class QueueBatch:
         The order is ``hipq.queue_order``'s; with aging no index serves it: the
         database sorts all due jobs of the queue each tick.
 
-        With the lease fence still to send (``hipq.store.tick_sql``), a paused queue
-        reads nothing: ``paused`` says so afterwards."""
-        if self.driver is not None and label is None:
-            return await self._job_due_driver(now, limit, order, aging, max_weight)
-        params: dict[str, Any] = {"b_queue": self.queue, "b_now": now, "b_limit": limit}
-        if max_weight is not None:
-            params["b_max_weight"] = max_weight
-        query = _due_query(self.dialect, order, aging, max_weight is not None)
+        With the lease fence still to send, it goes with the scan, and a paused queue
+        reads nothing: ``paused`` says so afterwards. The scan also reads when the
+        next job falls due after ``now`` (``knows_next_run_at``)."""
+        where = None
         if label is not None:
             found = jobs.c.labels[label].as_string()
             if value is not None:
-                query = query.where(found == value)
+                where = found == value
             elif other_than:
-                query = query.where(found.is_(None) | found.not_in(list(other_than)))
-        rows = await self._execute(self.dialect.skip_locked(query), params)
-        return [row_to_job(r) for r in rows.all()]
-
-    async def _job_due_driver(
-        self, now: datetime, limit: int, order: str, aging: float | None, max_weight: int | None
-    ) -> list[Job]:
-        scan = tick_sql.due_scan(self._conn.dialect, order, aging, max_weight is not None)
-        values = {"b_queue": self.queue, "b_now": now, "b_limit": limit}
-        if max_weight is not None:
-            values["b_max_weight"] = max_weight
-        args = scan.args(values)
-        if self._fence is not None:
-            rows = await self.driver.fetch(scan.fenced_sql, *args, *self._fence)
-            self._fenced(rows[0] if rows else None)
-            first = 3
-        else:
-            rows = await self.driver.fetch(scan.sql, *args)
-            first = 1
-        self._next_run_at = (now, rows[0][first - 1])
-        return [tick_sql.job_from_record(r, first) for r in rows if r[first] is not None]
+                where = found.is_(None) | found.not_in(list(other_than))
+        scan = DueScanOf(self.queue, now, limit, order, aging, max_weight, where)
+        fence = self._fence
+        read = await self._tick.due(scan, fence)
+        if fence is not None:
+            self._fenced(read.queue_row)
+        self._next_run_at = (now, read.next_run_at)
+        return read.jobs
 
     def knows_next_run_at(self, after: datetime) -> bool:
         """Whether ``job_next_run_at(after)`` costs no statement (the due scan read it)."""
@@ -220,13 +134,7 @@ class QueueBatch:
         await self.fence()
         if self._next_run_at is not None and self._next_run_at[0] == after:
             return self._next_run_at[1]
-        if self.driver is not None:
-            found: datetime | None = await self.driver.fetchval(
-                tick_sql.NEXT_RUN_AT, self.queue, after
-            )
-            return found
-        params = {"b_queue": self.queue, "b_after": after}
-        return (await self._execute(_NEXT_RUN_AT, params)).scalar_one_or_none()
+        return await self._tick.next_run_at(self.queue, after)
 
     async def job_claim(self, admitted: Sequence[Job], now: datetime) -> list[Job]:
         """scheduled -> running for ``admitted`` (rows the due scan locked in this transaction)."""
@@ -237,14 +145,10 @@ class QueueBatch:
                 self._next_run_at = None  # not one the due scan read
         deadlines = {t: now + timedelta(seconds=t) for t in by_timeout}
         for timeout, ids in by_timeout.items():
-            deadline = deadlines[timeout]
             await self.fence()
-            if self.driver is not None:
-                await self.driver.execute(tick_sql.CLAIM, now, deadline, ids)
-            else:
-                params = {"b_now": now, "b_deadline": deadline, "b_ids": ids}
-                await self._execute(_CLAIM, params)
-        return [_claimed(j, now, deadlines[j.timeout_seconds]) for j in admitted]
+            await self._tick.claim(ids, now, deadlines[timeout])
+        mirrors = {t: claimed_by(now, d) for t, d in deadlines.items()}
+        return [mirrors[j.timeout_seconds](j) for j in admitted]
 
     async def job_defer(self, deferred: dict[int, datetime], reason: str, now: datetime) -> None:
         if not deferred:

@@ -22,11 +22,10 @@ from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from contextlib import asynccontextmanager, contextmanager
 from contextvars import ContextVar
-from datetime import datetime
 from typing import Any
 
 import orjson
-from sqlalchemy import ARRAY, BigInteger, Select, Table, bindparam, event, func, update
+from sqlalchemy import ARRAY, BigInteger, Select, Table, bindparam, event, func
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import URL, make_url
@@ -34,13 +33,15 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_en
 from sqlalchemy.sql import text
 
 from hipq.batch_loop.wakeup import CHANNEL
-from hipq.jobs import Attempt
-from hipq.outcomes import Settlement
 from hipq.store import unnest
+from hipq.store.asyncpg_adapter import driver_in_transaction, pooled_socket
 from hipq.store.process_guard import PgListener, ProcessGuard, SqliteFileLock
 from hipq.store.records import StoreSetupError
 from hipq.store.schema import attempts, jobs, responses
-from hipq.store.state_guards import SETTLE
+from hipq.store.statements import insert_sql
+from hipq.store.tick import Tick
+from hipq.store.tick_sql import PostgresTick
+from hipq.store.tick_sqlite import SqliteTick
 
 SQLITE_BUSY_TIMEOUT_MS = 30_000
 # A new PostgreSQL connection that has not answered within this gives up (asyncpg's
@@ -138,10 +139,6 @@ class Dialect(ABC):
     def id_in(self, column: Any, ids: list[int]) -> Any:
         return column.in_(ids)
 
-    @abstractmethod
-    def epoch_seconds(self, column: Any) -> Any:
-        """Seconds since 1970 of a timestamp column, in SQL (for aging's ORDER BY)."""
-
     async def notify(self, conn: AsyncConnection, payloads: set[str]) -> None:
         """Wake the loops of other processes (delivered at commit)."""
         return None  # nothing to do by default
@@ -166,10 +163,14 @@ class Dialect(ABC):
         return None
 
     @abstractmethod
-    async def job_settle(
-        self, conn: AsyncConnection, settlements: Sequence[Settlement], now: datetime
-    ) -> None:
-        """Persist a tick's settlements (job rows and attempt records)."""
+    async def tick(self, conn: AsyncConnection) -> Tick:
+        """The hot statements of a queue's tick in ``conn``'s transaction
+        (``hipq.store.tick``)."""
+
+    async def lock_mirror(self, conn: AsyncConnection) -> None:
+        """Make writers of the config's mirror (``hipq.store.job_types_mirror``) take
+        turns, so that two configs never interleave into a mixture."""
+        return None  # SQLite's write transactions are serialised already
 
     @abstractmethod
     def process_guard(self, database_url: str, on_payload: Callable[[str], None]) -> ProcessGuard:
@@ -179,12 +180,6 @@ class Dialect(ABC):
         """Delete every row of ``tables`` (given parents first)."""
         for table in reversed(tables):
             await conn.execute(table.delete())
-
-    async def driver_connection(self, conn: AsyncConnection) -> Any | None:
-        """The driver's own connection under ``conn``, inside the transaction ``conn``
-        began (begun on the server first), for statements that skip SQLAlchemy's
-        execution: None where the store keeps to SQLAlchemy."""
-        return None
 
 
 def _sqlalchemy_error(sql: str, exc: sqlite3.Error) -> sa_exc.DBAPIError:
@@ -202,7 +197,9 @@ class SqliteDialect(Dialect):
 
     def __init__(self) -> None:
         # Per engine and column list: the insert and its columns' bind processors.
-        self._insert_plans: dict[tuple[int, str, tuple[str, ...]], tuple[str, list[Any]]] = {}
+        self._insert_plans: dict[
+            tuple[int, str, tuple[str, ...]], tuple[str, tuple[str, ...], list[Any]]
+        ] = {}
 
     def prepare(self, engine: AsyncEngine) -> None:
         @event.listens_for(engine.sync_engine, "connect")
@@ -249,9 +246,8 @@ class SqliteDialect(Dialect):
     # for_update, skip_locked: SQLite serialises writers (BEGIN IMMEDIATE), so there
     # is nothing to lock.
 
-    def epoch_seconds(self, column: Any) -> Any:
-        # Our SQLite timestamps are ISO strings in UTC, which julianday() reads.
-        return (func.julianday(column) - 2440587.5) * 86400.0
+    async def tick(self, conn: AsyncConnection) -> Tick:
+        return SqliteTick(conn, self.attempt_insert())
 
     async def job_insert_committed(
         self, engine: AsyncEngine, rows: list[dict[str, Any]], payloads: Sequence[str]
@@ -274,8 +270,7 @@ class SqliteDialect(Dialect):
         takes five: BEGIN IMMEDIATE, the insert, its last rowid, COMMIT, and the
         pool's reset. The values are converted by the columns' own bind processors,
         exactly as SQLAlchemy would store them."""
-        columns = tuple(rows[0])
-        sql, convert = self._insert_plan(engine, table, columns)
+        sql, columns, convert = self._insert_plan(engine, table, tuple(rows[0]))
         params = [
             tuple(c(r[k]) if c else r[k] for k, c in zip(columns, convert, strict=True))
             for r in rows
@@ -304,17 +299,15 @@ class SqliteDialect(Dialect):
 
     def _insert_plan(
         self, engine: AsyncEngine, table: Table, columns: tuple[str, ...]
-    ) -> tuple[str, list[Any]]:
-        """The INSERT of ``columns`` and each column's bind processor (or None)."""
+    ) -> tuple[str, tuple[str, ...], list[Any]]:
+        """The INSERT of ``columns``, the order of its parameters, and each one's bind
+        processor (or None)."""
         key = (id(engine), table.name, columns)
         plan = self._insert_plans.get(key)
         if plan is None:
             dialect = engine.sync_engine.dialect
-            marks = ", ".join("?" * len(columns))
-            plan = (
-                f"INSERT INTO {table.name} ({', '.join(columns)}) VALUES ({marks})",
-                [table.c[name].type.bind_processor(dialect) for name in columns],
-            )
+            sql, order = insert_sql(table, columns, "qmark")
+            plan = (sql, order, [table.c[name].type.bind_processor(dialect) for name in order])
             self._insert_plans[key] = plan
         return plan
 
@@ -326,61 +319,8 @@ class SqliteDialect(Dialect):
         last = (await conn.exec_driver_sql("SELECT last_insert_rowid()")).scalar_one()
         return list(range(last - len(rows) + 1, last + 1))
 
-    async def job_settle(
-        self, conn: AsyncConnection, settlements: Sequence[Settlement], now: datetime
-    ) -> None:
-        stmt = (
-            update(jobs)
-            .where(
-                jobs.c.id == bindparam("b_id"),
-                jobs.c.attempt == bindparam("b_attempt"),
-                SETTLE.sql(jobs.c.state),
-            )
-            .values(
-                state=bindparam("state"),
-                run_at=bindparam("run_at"),
-                payload=bindparam("payload"),
-                finished_at=bindparam("finished_at"),
-                result=bindparam("result"),
-                last_error=bindparam("last_error"),
-                deadline=None,
-                cancel_requested=False,
-                updated_at=now,
-            )
-        )
-        await conn.execute(stmt, [_settle_params(s) for s in settlements])
-        records = [_attempt_row(r) for s in settlements if (r := s.record) is not None]
-        if records:
-            await conn.execute(self.attempt_insert(), records)
-
     def process_guard(self, database_url: str, on_payload: Callable[[str], None]) -> ProcessGuard:
         return SqliteFileLock(database_url)
-
-
-def _settle_params(s: Settlement) -> dict[str, Any]:
-    return {
-        "b_id": s.job_id,
-        "b_attempt": s.attempt,
-        "state": s.state.value,
-        "run_at": s.run_at,
-        "payload": s.payload,
-        "finished_at": s.finished_at,
-        "result": s.result,
-        "last_error": s.last_error,
-    }
-
-
-def _attempt_row(r: Attempt) -> dict[str, Any]:
-    # A plain dict by hand: dataclasses.asdict deep-copies every response body.
-    return {
-        "job_id": r.job_id,
-        "attempt": r.attempt,
-        "started_at": r.started_at,
-        "finished_at": r.finished_at,
-        "outcome": r.outcome,
-        "error": r.error,
-        "response": r.response,
-    }
 
 
 # The budget in force as this PostgreSQL connection's session setting, if any.
@@ -436,7 +376,7 @@ def _checkout_ping(engine: AsyncEngine) -> None:
     def _on_checkout(dbapi_conn: Any, record: Any, proxy: Any) -> None:
         returned = record.info.get(_RETURNED_AT)
         fresh = returned is not None and time.monotonic() - returned < PING_AFTER_IDLE_SECONDS
-        if fresh and _quiet(getattr(dbapi_conn, "_connection", None)):
+        if fresh and _quiet(pooled_socket(dbapi_conn)):
             return
         try:
             dbapi_conn.ping()
@@ -445,12 +385,8 @@ def _checkout_ping(engine: AsyncEngine) -> None:
             raise sa_exc.DisconnectionError(str(exc)) from exc
 
 
-def _quiet(driver: Any) -> bool:
-    """An asyncpg connection that is open and has nothing waiting on its socket."""
-    if driver is None or driver.is_closed():
-        return False
-    transport = getattr(driver, "_transport", None)
-    sock = transport.get_extra_info("socket") if transport is not None else None
+def _quiet(sock: Any | None) -> bool:
+    """An open connection's socket with nothing waiting on it."""
     if sock is None:
         return False
     poll = select.poll()
@@ -528,8 +464,14 @@ class PostgresDialect(Dialect):
         # whatever the batch's size.
         return column == func.any(bindparam("ids_array", ids, type_=ARRAY(BigInteger)))
 
-    def epoch_seconds(self, column: Any) -> Any:
-        return func.extract("epoch", column)
+    async def tick(self, conn: AsyncConnection) -> Tick:
+        return PostgresTick(conn, await driver_in_transaction(conn))
+
+    async def lock_mirror(self, conn: AsyncConnection) -> None:
+        # SHARE ROW EXCLUSIVE leaves the SQL function's reads unblocked.
+        await conn.execute(
+            text("LOCK TABLE hipq_job_types, hipq_queue_capacities IN SHARE ROW EXCLUSIVE MODE")
+        )
 
     async def notify(self, conn: AsyncConnection, payloads: set[str]) -> None:
         for payload in sorted(payloads):
@@ -542,13 +484,13 @@ class PostgresDialect(Dialect):
         self, engine: AsyncEngine, rows: list[dict[str, Any]], payloads: Sequence[str]
     ) -> list[int] | None:
         async with self._autocommit(engine) as conn:
-            return await unnest.job_insert_rows_notify(conn, rows, CHANNEL, list(payloads))
+            return await unnest.insert_rows_notify(conn, jobs, rows, CHANNEL, list(payloads))
 
     async def response_insert_committed(
         self, engine: AsyncEngine, rows: list[dict[str, Any]], payload: str
     ) -> list[int] | None:
         async with self._autocommit(engine) as conn:
-            return await unnest.response_insert_rows_notify(conn, rows, CHANNEL, payload)
+            return await unnest.insert_rows_notify(conn, responses, rows, CHANNEL, [payload])
 
     @asynccontextmanager
     async def _autocommit(self, engine: AsyncEngine) -> AsyncIterator[AsyncConnection]:
@@ -578,11 +520,6 @@ class PostgresDialect(Dialect):
                 raw.info[_SESSION_BUDGET] = budget_ms
             yield conn
 
-    async def job_settle(
-        self, conn: AsyncConnection, settlements: Sequence[Settlement], now: datetime
-    ) -> None:
-        await unnest.job_settle(conn, settlements, now)
-
     def process_guard(self, database_url: str, on_payload: Callable[[str], None]) -> ProcessGuard:
         return PgListener(database_url, on_payload)
 
@@ -611,20 +548,6 @@ class PostgresDialect(Dialect):
     async def tables_empty(self, conn: AsyncConnection, tables: Sequence[Table]) -> None:
         names = ", ".join(t.name for t in tables)
         await conn.exec_driver_sql(f"TRUNCATE {names} RESTART IDENTITY CASCADE")
-
-    async def driver_connection(self, conn: AsyncConnection) -> Any | None:
-        # SQLAlchemy's asyncpg adapter sends BEGIN with the first statement it runs:
-        # a statement sent on the asyncpg connection before that would run outside the
-        # transaction, so the adapter begins it here. Its attributes are not public:
-        # where they are missing the caller keeps to SQLAlchemy.
-        raw = await conn.get_raw_connection()
-        adapter: Any = raw.dbapi_connection
-        start = getattr(adapter, "_start_transaction", None)
-        if start is None or getattr(adapter, "isolation_level", None) == "autocommit":
-            return None
-        if adapter._transaction is None:
-            await start()
-        return raw.driver_connection if adapter._transaction is not None else None
 
 
 _DIALECTS: dict[str, type[Dialect]] = {"sqlite": SqliteDialect, "postgresql": PostgresDialect}

@@ -2,9 +2,9 @@
 
 SQLAlchemy Core costs a statement about 0.4 ms of CPU here (building the parameters,
 the greenlet hop, the cursor adapter); asyncpg alone about a third of that. A
-``DriverStatement`` is a ``text()`` statement compiled once for asyncpg (``$n``
-placeholders and the order of its parameters); ``fetch`` runs it on the pooled
-connection's driver connection, where asyncpg keeps it prepared.
+``DriverStatement`` is a SQLAlchemy statement (Core or ``text()``) compiled once for
+asyncpg (``$n`` placeholders and the order of its parameters); ``fetch`` runs it on
+the pooled connection's driver connection, where asyncpg keeps it prepared.
 
 Errors keep the store's contract, raised as SQLAlchemy raises asyncpg's: a violated
 constraint as ``IntegrityError`` (``hipq.store.rows.conflict_from`` reads it), any
@@ -21,34 +21,62 @@ import asyncpg  # type: ignore[import-untyped]
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.dialects.postgresql.asyncpg import dialect as asyncpg_dialect
 from sqlalchemy.ext.asyncio import AsyncConnection
-from sqlalchemy.sql.elements import TextClause
+from sqlalchemy.sql.elements import ClauseElement
 
 _DIALECT = asyncpg_dialect()
 
 
 class DriverStatement:
-    """A ``text()`` statement compiled once for asyncpg."""
+    """A SQLAlchemy statement compiled once for asyncpg.
 
-    def __init__(self, statement: TextClause) -> None:
-        compiled = statement.compile(dialect=_DIALECT)
+    Its values are sent as given: no SQLAlchemy type processing (JSON goes as the
+    codec SQLAlchemy set on the connection encodes it, instants as aware datetimes).
+    Values the statement carries itself (a literal bound by SQLAlchemy, such as
+    ``attempt + 1``'s 1) are its defaults."""
+
+    def __init__(self, statement: ClauseElement) -> None:
+        compiled: Any = statement.compile(dialect=_DIALECT)
         self.sql = str(compiled)
         self.names: tuple[str, ...] = tuple(compiled.positiontup or ())
+        self.defaults = {
+            name: bind.value
+            for name, bind in compiled.binds.items()
+            if bind.value is not None and bind.callable is None
+        }
 
     def arguments(self, params: Mapping[str, Any]) -> list[Any]:
-        return [params[name] for name in self.names]
+        if not self.defaults:
+            return [params[name] for name in self.names]
+        return [params[n] if n in params else self.defaults[n] for n in self.names]
 
     async def fetch(self, conn: AsyncConnection, params: Mapping[str, Any]) -> list[Any]:
         """Run on ``conn``'s driver connection, outside any transaction (a statement
         that commits on its own: SQLAlchemy has begun nothing on ``conn``); the rows
         (asyncpg ``Record``s). Inside a transaction SQLAlchemy began, see
-        ``Dialect.driver_connection``."""
+        ``hipq.store.asyncpg_adapter.driver_in_transaction``."""
         driver: Any = (await conn.get_raw_connection()).driver_connection
+        return await self.fetch_on(driver, params)
+
+    async def fetch_on(self, driver: Any, params: Mapping[str, Any]) -> list[Any]:
+        """Run on an asyncpg connection; its rows."""
         try:
             return list(await driver.fetch(self.sql, *self.arguments(params)))
-        except asyncpg.IntegrityConstraintViolationError as exc:
-            raise sa_exc.IntegrityError(self.sql, None, exc) from exc
-        except asyncpg.PostgresError as exc:
-            raise sa_exc.DBAPIError(self.sql, None, exc) from exc
-        except (asyncpg.InterfaceError, OSError) as exc:
-            # The connection is gone; the pool's checkout ping replaces it before reuse.
-            raise sa_exc.OperationalError(self.sql, None, exc, connection_invalidated=True) from exc
+        except (asyncpg.PostgresError, asyncpg.InterfaceError, OSError) as exc:
+            raise _as_sqlalchemy_error(self.sql, exc) from exc
+
+    async def execute_on(self, driver: Any, params: Mapping[str, Any]) -> None:
+        """Run on an asyncpg connection, its rows (if any) unread."""
+        try:
+            await driver.execute(self.sql, *self.arguments(params))
+        except (asyncpg.PostgresError, asyncpg.InterfaceError, OSError) as exc:
+            raise _as_sqlalchemy_error(self.sql, exc) from exc
+
+
+def _as_sqlalchemy_error(sql: str, exc: Exception) -> sa_exc.DBAPIError:
+    """asyncpg's error as SQLAlchemy raises it."""
+    if isinstance(exc, asyncpg.IntegrityConstraintViolationError):
+        return sa_exc.IntegrityError(sql, None, exc)
+    if isinstance(exc, asyncpg.PostgresError):
+        return sa_exc.DBAPIError(sql, None, exc)
+    # The connection is gone; the pool's checkout ping replaces it before reuse.
+    return sa_exc.OperationalError(sql, None, exc, connection_invalidated=True)

@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Table, delete, select, text
+from sqlalchemy import Table, delete, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from hipq.store.schema import job_types_mirror, queues_mirror
@@ -75,16 +75,7 @@ class JobTypesMirror(Transactions):
     ) -> MirrorChanges:
         """Make the mirror exactly ``job_types`` and ``queues``, in one transaction."""
         async with self._write() as conn:
-            if self.dialect.name == "postgresql":
-                # Writers take turns, so two configs never interleave into a mixture;
-                # SHARE ROW EXCLUSIVE leaves the SQL function's reads unblocked.
-                # (SQLite's write transactions are serialised already.)
-                await conn.execute(
-                    text(
-                        "LOCK TABLE hipq_job_types, hipq_queue_capacities"
-                        " IN SHARE ROW EXCLUSIVE MODE"
-                    )
-                )
+            await self.dialect.lock_mirror(conn)  # writers take turns
             types_change = await _replace(
                 conn,
                 self.dialect.insert,

@@ -21,6 +21,7 @@ from hipq.store.records import QueueCounts
 from hipq.store.rows import row_to_job
 from hipq.store.schema import attempts, jobs, queues
 from hipq.store.state_guards import IN_FLIGHT_SQL, IN_FLIGHT_VALUES, OPEN_VALUES, SCHEDULED_SQL
+from hipq.store.statements import NEXT_RUN_AT
 from hipq.store.transactions import Transactions
 
 
@@ -143,14 +144,15 @@ class QueueTable(Transactions):
         fence also row-locks the queue, so a takeover waits for this commit.
 
         ``fence_later``: the caller's first statement is the settle or the due scan;
-        on PostgreSQL the fence then goes with it (one round trip for both), and
-        ``paused`` is known after it. Any other statement sends the fence first.
+        the fence then goes with it (on PostgreSQL in the same statement: one round
+        trip for both), and ``paused`` is known after it. Any other statement sends
+        the fence first.
         """
         async with self._write() as conn:
-            driver = await self.dialect.driver_connection(conn)
+            tick = await self.dialect.tick(conn)
             fence = (owner, token, now + timedelta(seconds=ttl))
-            batch = QueueBatch(conn, self.dialect, queue, False, driver=driver, fence=fence)
-            if not (fence_later and driver is not None):
+            batch = QueueBatch(conn, self.dialect, queue, False, tick, fence)
+            if not fence_later:
                 await batch.fence()
             yield batch
             await batch.fence()  # a tick that sent nothing still renews its lease
@@ -199,12 +201,6 @@ class QueueTable(Transactions):
 
     async def job_next_run_at(self, queue: str, after: datetime) -> datetime | None:
         async with self._read() as conn:
-            return (
-                await conn.execute(
-                    select(func.min(jobs.c.run_at)).where(
-                        jobs.c.queue == queue,
-                        jobs.c.state == SCHEDULED_SQL,
-                        jobs.c.run_at > after,
-                    )
-                )
-            ).scalar_one_or_none()
+            params = {"b_queue": queue, "b_after": after}
+            found: datetime | None = (await conn.execute(NEXT_RUN_AT, params)).scalar_one_or_none()
+            return found

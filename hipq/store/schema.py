@@ -24,6 +24,8 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.types import DateTime, TypeDecorator, TypeEngine
 
+from hipq.store.state_guards import OPEN_STATES_SQL
+
 
 class UTCDateTime(TypeDecorator[datetime]):
     """An aware UTC instant on both engines.
@@ -65,7 +67,6 @@ Id = BigInteger().with_variant(Integer(), "sqlite")  # INTEGER PRIMARY KEY is SQ
 
 metadata = MetaData()
 
-OPEN_STATES_SQL = "state IN ('scheduled', 'running', 'awaiting')"
 # The open-key index's predicate, also the conflict target of a keyed insert.
 OPEN_JOB_KEY_WHERE = text(f"job_key IS NOT NULL AND {OPEN_STATES_SQL}")
 

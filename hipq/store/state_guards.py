@@ -110,4 +110,7 @@ IN_FLIGHT_VALUES = sorted(s.value for s in IN_FLIGHT)
 OPEN_VALUES = sorted(s.value for s in OPEN)
 IN_FLIGHT_SQL = [const(v) for v in IN_FLIGHT_VALUES]
 OPEN_SQL = [const(v) for v in OPEN_VALUES]
+# The open states as SQL text, in the lifecycle's order: the open-key indexes'
+# predicate (``hipq.store.schema``), which a query must repeat for the index to serve it.
+OPEN_STATES_SQL = "state IN (" + ", ".join(f"'{s.value}'" for s in State if s in OPEN) + ")"
 PENDING_SQL = const("pending")

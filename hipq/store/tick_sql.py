@@ -1,9 +1,11 @@
-"""A queue loop's hot statements on PostgreSQL, sent on the asyncpg connection itself.
+"""PostgreSQL's tick: the statements of ``hipq.store.statements`` compiled once for
+asyncpg and sent on the asyncpg connection itself.
 
 Every tick runs the lease fence, the due scan, the claim and the next-due read.
 Through SQLAlchemy Core each cost far more Python than the server's work on it
 (building the expression, finding its compiled form, the cursor adapter, row
-processing); here each is SQL text made once, which asyncpg keeps prepared per
+processing); here each is the SQLAlchemy statement compiled once
+(``hipq.store.driver.DriverStatement``), which asyncpg keeps prepared per
 connection. JSON columns come back decoded (the codec SQLAlchemy set on the
 connection), timestamps as aware UTC datetimes, as through SQLAlchemy.
 
@@ -16,120 +18,85 @@ no row, and the tick raises ``LeaseLost`` before it writes anything.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Sequence
+from datetime import datetime
 from typing import Any
 
-from sqlalchemy import bindparam, func, select, text
-from sqlalchemy.engine import Dialect as SqlDialect
+from sqlalchemy import ARRAY, BigInteger, bindparam, func
+from sqlalchemy.ext.asyncio import AsyncConnection
 
-from hipq.jobs import Job
-from hipq.lifecycle import State
-from hipq.queue_order import order_key
+from hipq.outcomes import Settlement
+from hipq.store import statements as st
+from hipq.store import unnest
+from hipq.store.driver import DriverStatement
+from hipq.store.rows import row_to_job
 from hipq.store.schema import jobs
-from hipq.store.state_guards import CLAIM as CLAIM_GUARD
-from hipq.store.state_guards import SCHEDULED_SQL
+from hipq.store.tick import DueRead, DueScanOf, Fence, Tick, fence_params, read_due
 
-FENCE = (
-    "UPDATE hipq_queues SET lease_expires_at = $4"
-    " WHERE name = $1 AND lease_owner = $2 AND lease_token = $3"
-    " RETURNING paused, forbidden_flags"
-)
-NEXT_RUN_AT = (
-    "SELECT min(run_at) FROM hipq_jobs WHERE queue = $1 AND state = 'scheduled' AND run_at > $2"
-)
-_CLAIM_FROM = ", ".join(f"'{s.value}'" for s in sorted(CLAIM_GUARD.sources))
-CLAIM = (
-    "UPDATE hipq_jobs SET state = 'running', attempt = attempt + 1, claimed_at = $1,"
-    " deadline = $2, waiting_reason = NULL, updated_at = $1"
-    f" WHERE id = ANY($3::bigint[]) AND state IN ({_CLAIM_FROM})"
+_FENCE = DriverStatement(st.FENCE)
+_NEXT_RUN_AT = DriverStatement(st.NEXT_RUN_AT)
+# ``= ANY(array)``: one parameter whatever the batch's size, and one plan.
+_CLAIM = DriverStatement(
+    st.claim(jobs.c.id == func.any(bindparam("b_ids", type_=ARRAY(BigInteger))))
 )
 
-_STATES = {s.value: s for s in State}
-_ORDER = [jobs.c.keys().index(name) for name in Job._fields]
-_STATE_AT = Job._fields.index("state")
+
+def _epoch(column: Any) -> Any:
+    return func.extract("epoch", column)
 
 
-def job_from_record(record: Any, offset: int) -> Job:
-    """A ``Job`` from a record whose job columns start at ``offset`` (table order)."""
-    values = [record[offset + i] for i in _ORDER]
-    values[_STATE_AT] = _STATES[values[_STATE_AT]]
-    return Job._make(values)
+_scans: dict[tuple[str, float | None, bool], tuple[Any, DriverStatement, DriverStatement]] = {}
 
 
-@dataclass(frozen=True, slots=True)
-class DueScan:
-    """The due scan of one queue order, as SQL text for asyncpg.
-
-    ``sql``'s rows: the next run_at after now, then a due job's columns (NULLs when
-    none is due: the first row is always there). ``fenced_sql``'s: paused and the
-    forbidden flags first, and no row at all when the fence matched none.
-    """
-
-    sql: str
-    fenced_sql: str
-    names: tuple[str, ...]
-    defaults: dict[str, Any]
-
-    def args(self, values: dict[str, Any]) -> list[Any]:
-        return [values[n] if n in values else self.defaults[n] for n in self.names]
+def _scans_of(of: DueScanOf) -> tuple[Any, DriverStatement, DriverStatement]:
+    """The due query of ``of``'s queue order, and its due scan without and with the
+    fence, compiled once."""
+    key = (of.order, of.aging, of.max_weight is not None)
+    built = _scans.get(key)
+    if built is None:
+        due = st.due_query(*key, epoch=_epoch(jobs.c.run_at))
+        plain = DriverStatement(st.due_scan(due))
+        fenced = DriverStatement(st.due_scan(due, fenced=True))
+        built = _scans[key] = (due, plain, fenced)
+    return built
 
 
-_scans: dict[tuple[str, float | None, bool], DueScan] = {}
+class PostgresTick(Tick):
+    def __init__(self, conn: AsyncConnection, driver: Any) -> None:
+        # ``driver``: the asyncpg connection, in ``conn``'s transaction
+        # (``hipq.store.asyncpg_adapter.driver_in_transaction``).
+        self._conn, self._driver = conn, driver
 
+    async def fence(self, fence: Fence) -> Any:
+        rows = await _FENCE.fetch_on(self._driver, fence_params(fence))
+        return rows[0] if rows else None
 
-def due_scan(dialect: SqlDialect, order: str, aging: float | None, weighed: bool) -> DueScan:
-    key = (order, aging, weighed)
-    scan = _scans.get(key)
-    if scan is None:
-        scan = _scans[key] = _build(dialect, order, aging, weighed)
-    return scan
+    async def settle(
+        self, settlements: Sequence[Settlement], now: datetime, fence: Fence | None
+    ) -> Any:
+        return await unnest.job_settle(self._driver, settlements, now, fence)
 
+    async def due(self, scan: DueScanOf, fence: Fence | None) -> DueRead:
+        due, plain, fenced = _scans_of(scan)
+        if scan.where is not None:  # a label's value: a statement of its own each time
+            return await read_due(self._conn, self, st.due_scan(due.where(scan.where)), scan, fence)
+        params = scan.params()
+        if fence is None:
+            rows = await plain.fetch_on(self._driver, params)
+            queue_row, first = None, 1
+        else:
+            rows = await fenced.fetch_on(self._driver, {**params, **fence_params(fence)})
+            if not rows:
+                return DueRead(None, None, [])
+            queue_row, first = rows[0], 3
+        found = [row_to_job(r, first) for r in rows if r[first] is not None]
+        return DueRead(queue_row, rows[0][first - 1], found)
 
-def due_query(order: str, aging: float | None, weighed: bool, epoch: Any) -> Any:
-    """The due scan with bound ``b_queue``, ``b_now``, ``b_limit`` (and ``b_max_weight``),
-    without row locks (the dialect adds them)."""
-    keys = order_key(
-        order, aging, run_at=jobs.c.run_at, priority=jobs.c.priority, id=jobs.c.id, epoch=epoch
-    )
-    query = (
-        select(jobs)
-        .where(
-            jobs.c.queue == bindparam("b_queue"),
-            jobs.c.state == SCHEDULED_SQL,
-            jobs.c.run_at <= bindparam("b_now"),
-        )
-        .order_by(*keys)
-        .limit(bindparam("b_limit"))
-    )
-    if weighed:
-        query = query.where(jobs.c.weight <= bindparam("b_max_weight"))
-    return query
+    async def next_run_at(self, queue: str, after: datetime) -> datetime | None:
+        rows = await _NEXT_RUN_AT.fetch_on(self._driver, {"b_queue": queue, "b_after": after})
+        found: datetime | None = rows[0][0]
+        return found
 
-
-def _build(dialect: SqlDialect, order: str, aging: float | None, weighed: bool) -> DueScan:
-    plain = due_query(order, aging, weighed, func.extract("epoch", jobs.c.run_at))
-    compiled = plain.with_for_update(skip_locked=True).compile(dialect=dialect)
-    gated = plain.where(text("NOT f.paused")).with_for_update(skip_locked=True)
-    compiled_gated = gated.compile(dialect=dialect)
-    names = tuple(compiled.positiontup or ())
-    assert names == tuple(compiled_gated.positiontup or ())
-    n = len(names)
-    queue, now = f"${names.index('b_queue') + 1}", f"${names.index('b_now') + 1}"
-    next_run_at = (
-        "SELECT min(run_at) AS next_run_at FROM hipq_jobs"
-        f" WHERE queue = {queue} AND state = 'scheduled' AND run_at > {now}"
-    )
-    sql = (
-        f"SELECT n.next_run_at, d.* FROM ({next_run_at}) AS n"
-        f" LEFT JOIN LATERAL ({compiled.string}) AS d ON true"
-    )
-    fenced = (
-        f"WITH fence AS (UPDATE hipq_queues SET lease_expires_at = ${n + 3}"
-        f" WHERE name = {queue} AND lease_owner = ${n + 1} AND lease_token = ${n + 2}"
-        " RETURNING paused, forbidden_flags)"
-        " SELECT f.paused, f.forbidden_flags, n.next_run_at, d.* FROM fence AS f"
-        f" CROSS JOIN LATERAL ({next_run_at}) AS n"
-        f" LEFT JOIN LATERAL ({compiled_gated.string}) AS d ON true"
-    )
-    defaults = {k: b.value for k, b in compiled.binds.items() if not k.startswith("b_")}
-    return DueScan(sql, fenced, names, defaults)
+    async def claim(self, ids: list[int], now: datetime, deadline: datetime) -> None:
+        params = {"b_now": now, "b_deadline": deadline, "b_ids": ids}
+        await _CLAIM.execute_on(self._driver, params)

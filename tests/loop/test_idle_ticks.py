@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from hipq.batch_loop.loop import Unread
 from tests.loop.test_loop import Factory, add, owned, recording, services, tick
 from tests.support import FakeClock
 
@@ -26,7 +25,9 @@ async def test_a_tick_that_claims_nothing_reads_the_next_due_time(services: Fact
     assert await loop._next_run_at(report, clock()) == later
 
 
-async def test_a_tick_that_claims_leaves_the_next_due_time_unread(services: Factory) -> None:
+async def test_a_tick_that_claims_reads_the_next_due_time_with_its_due_scan(
+    services: Factory,
+) -> None:
     clock = FakeClock()
     svc = await services(clock)
     loop = await owned(svc)
@@ -36,10 +37,7 @@ async def test_a_tick_that_claims_leaves_the_next_due_time_unread(services: Fact
     await add(svc, run_at=later)
     report = await tick(loop)
     assert report.admitted == 1
-    if svc.store.dialect.name == "postgresql":
-        assert report.next_run_at == later  # read with the due scan
-    else:
-        assert isinstance(report.next_run_at, Unread)
+    assert report.next_run_at == later  # read with the due scan
     assert await loop._next_run_at(report, clock()) == later
 
 

@@ -20,7 +20,7 @@ from hipq import __version__
 from hipq.api import auth
 from hipq.api import schedules as schedules_api
 from hipq.api.paging import parse_id
-from hipq.dashboard import access
+from hipq.dashboard import access, display
 from hipq.dashboard.filters import STATES, FilterError, page_link, parse_job_filter
 from hipq.dashboard.overview import queue_views
 from hipq.lifecycle import State
@@ -57,6 +57,10 @@ def _pretty(value: Any) -> str:
 
 templates.env.filters["when"] = _when
 templates.env.filters["pretty"] = _pretty
+templates.env.filters["yes_no"] = display.yes_no
+templates.env.filters["duration"] = display.duration
+templates.env.filters["utc_input"] = display.utc_input
+templates.env.globals["waiting"] = display.waiting
 templates.env.globals["version"] = __version__
 
 
@@ -114,6 +118,7 @@ async def jobs_page(request: Request) -> HTMLResponse:
         "jobs.html",
         form=form,
         result=page,
+        paused=await service.store.queue_paused_names(),
         counts=counts,
         next_link=page_link(request.query_params, page.next_cursor) if page.next_cursor else None,
         **context,
@@ -131,11 +136,13 @@ async def job_page(request: Request, job_id: str) -> HTMLResponse:
     except NotFound:
         return _page(request, "missing.html", 404, what=f"job {job_id}")
     attempts = await store.job_attempts(job.id)
+    paused = await store.queue_paused_names()
     found = await store.response_by_key(job.correlation_key) if job.correlation_key else []
     return _page(
         request,
         "job.html",
         job=job,
+        waiting_reason=display.waiting(job, paused),
         attempts=attempts,
         responses=found,
         open=job.state in (State.SCHEDULED, State.RUNNING, State.AWAITING),

@@ -174,3 +174,55 @@ async def test_the_overview_shows_share_use_against_each_quota(database_url: str
         ("region=east", "0", "6"),
         ("region=west", "0", "3"),
     ]
+
+
+async def test_a_paused_queue_is_the_reason_its_jobs_wait(api: Api) -> None:
+    await api.post_job(type="hang", weight=8)
+    await api.tick(ticks=1)
+    held = (await api.post_job(type="ok", weight=3))["id"]
+    await api.tick(ticks=1)
+    stale = (await api.job(held))["waiting_reason"]
+    assert stale and "paused" not in stale
+    assert (await api.client.post("/v1/queues/default/pause")).status_code == 200
+    await api.tick(ticks=1)
+
+    page = (await api.client.get(f"/dashboard/jobs/{held}")).text
+    assert '<span class="reason" id="waiting-reason">queue paused</span>' in page
+    assert stale not in page
+    listed = (await api.client.get("/dashboard/jobs?queue=default")).text
+    row = listed[listed.index(f'<tr data-job="{held}">') :]
+    assert row[: row.index("</tr>")].count("queue paused") == 1
+
+    assert (await api.client.post("/v1/queues/default/resume")).status_code == 200
+    page = (await api.client.get(f"/dashboard/jobs/{held}")).text
+    assert "queue paused" not in page
+
+
+async def test_values_read_as_a_person_writes_them(sqlite_api: Api) -> None:
+    job = (await sqlite_api.post_job(type="ok", timeout="24h"))["id"]
+    page = (await sqlite_api.client.get(f"/dashboard/jobs/{job}")).text
+    assert "<dt>critical</dt><dd>no</dd>" in page
+    assert "<dt>timeout</dt><dd>24 h</dd>" in page
+    # A bound given with an offset is shown in UTC, as the field's label says.
+    listed = await sqlite_api.client.get("/dashboard/jobs?since=2026-05-01T10:00:00%2B02:00")
+    assert 'name="since" type="datetime-local" step="1" value="2026-05-01T08:00:00"' in listed.text
+
+
+async def test_every_page_has_an_icon(sqlite_api: Api) -> None:
+    page = (await sqlite_api.client.get("/dashboard")).text
+    icon = re.search(r'<link rel="icon" href="([^"]+)"', page)
+    assert icon is not None
+    served = await sqlite_api.client.get(icon.group(1))
+    assert served.status_code == 200
+    assert served.headers["content-type"].startswith("image/svg+xml")
+    # A browser asks for /favicon.ico of a page without a link (JSON, /docs, /metrics).
+    assert (await sqlite_api.client.get("/favicon.ico")).status_code == 200
+
+
+def test_display_values() -> None:
+    from hipq.dashboard import display
+
+    assert [display.yes_no(v) for v in (True, False, None)] == ["yes", "no", "—"]
+    assert [
+        display.duration(s) for s in (86_400.0, 172_800.0, 3_600.0, 300.0, 90.0, 1.5, 0.25, 0)
+    ] == ["24 h", "2 d", "1 h", "5 min", "1 min 30 s", "1.5 s", "250 ms", "0 s"]

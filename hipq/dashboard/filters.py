@@ -13,6 +13,7 @@ from starlette.datastructures import QueryParams
 
 from hipq.api.jobs import MAX_LABEL_FILTERS
 from hipq.api.paging import parse_id
+from hipq.dashboard.display import utc_input
 from hipq.lifecycle import State
 from hipq.storable_text import NUL_MESSAGE
 from hipq.store.operator_reads import JobQuery
@@ -104,10 +105,9 @@ def parse_job_filter(params: QueryParams) -> JobFilterForm:
         before_id=before_id,
         limit=PAGE_SIZE,
     )
-    values = {
-        k: params.get(k) or ""
-        for k in ("queue", "type", "job_key", "correlation_key", "since", "until")
-    }
+    values = {k: params.get(k) or "" for k in ("queue", "type", "job_key", "correlation_key")}
+    # The inputs say UTC and take no zone: a bound given with an offset is shown in UTC.
+    values["since"], values["until"] = utc_input(since), utc_input(until)
     return JobFilterForm(values, states, labels, query)
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from fastapi import APIRouter, Request
-from fastapi.responses import HTMLResponse, RedirectResponse
+from fastapi.responses import FileResponse, HTMLResponse, RedirectResponse
 from fastapi.templating import Jinja2Templates
 
 from hipq import __version__
@@ -41,6 +41,7 @@ CONTENT_SECURITY_POLICY = (
     "connect-src 'self'; form-action 'self'; base-uri 'none'; frame-ancestors 'none'"
 )
 
+FAVICON = Path(__file__).parent / "static" / "favicon.svg"
 templates = Jinja2Templates(directory=Path(__file__).parent / "templates")
 router = APIRouter(prefix=PREFIX, include_in_schema=False, dependencies=access.page_access())
 # Open to anyone: the sign-in page, and / (a redirect).
@@ -208,6 +209,12 @@ async def schedules_page(request: Request) -> HTMLResponse:
 @open_router.get("/")
 async def root(request: Request) -> RedirectResponse:
     return RedirectResponse(request.scope.get("root_path", "") + PREFIX)
+
+
+@open_router.get("/favicon.ico")
+async def favicon() -> FileResponse:
+    # Browsers ask for it on pages that name no icon (JSON answers, /metrics).
+    return FileResponse(FAVICON, media_type="image/svg+xml")
 
 
 @open_router.get(PREFIX + "/login", response_class=HTMLResponse)

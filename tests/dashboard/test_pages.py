@@ -225,4 +225,4 @@ def test_display_values() -> None:
     assert [display.yes_no(v) for v in (True, False, None)] == ["yes", "no", "—"]
     assert [
         display.duration(s) for s in (86_400.0, 172_800.0, 3_600.0, 300.0, 90.0, 1.5, 0.25, 0)
-    ] == ["24 h", "2 d", "1 h", "5 min", "1 min 30 s", "1.5 s", "250 ms", "0 s"]
+    ] == ["24 h", "2 d", "1 h", "5 min", "90 s", "1.5 s", "250 ms", "0 s"]

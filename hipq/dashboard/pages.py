@@ -21,7 +21,13 @@ from hipq.api import auth
 from hipq.api import schedules as schedules_api
 from hipq.api.paging import parse_id
 from hipq.dashboard import access, display
-from hipq.dashboard.filters import STATES, FilterError, page_link, parse_job_filter
+from hipq.dashboard.filters import (
+    STATES,
+    FilterError,
+    bulk_filter,
+    page_link,
+    parse_job_filter,
+)
 from hipq.dashboard.overview import queue_views
 from hipq.lifecycle import State
 from hipq.service import Service
@@ -120,6 +126,7 @@ async def jobs_page(request: Request) -> HTMLResponse:
         form=form,
         result=page,
         paused=await service.store.queue_paused_names(),
+        bulk_filter=bulk_filter(form.query),
         counts=counts,
         next_link=page_link(request.query_params, page.next_cursor) if page.next_cursor else None,
         **context,

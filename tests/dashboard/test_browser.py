@@ -12,6 +12,7 @@ import pytest
 from playwright.sync_api import expect
 
 from tests.dashboard.conftest import Dashboard
+from tests.e2e.conftest import wait_for
 
 pytestmark = pytest.mark.e2e
 
@@ -171,6 +172,47 @@ def test_the_jobs_page_filters_and_pages(dashboard: Dashboard, page: Any) -> Non
 
     page.goto(f"{dashboard.url}/dashboard/jobs?since=yesterday")
     expect(page.get_by_role("alert")).to_contain_text("since: 'yesterday' is not a date")
+
+
+def test_jobs_are_selected_and_retried_and_all_failed_deleted_at_760px(
+    dashboard: Dashboard, page: Any
+) -> None:
+    (dashboard.flags / "fail").touch()
+    ids = [dashboard.post_job(type="flaky", payload={"n": n}) for n in range(3)]
+    for job_id in ids:
+        dashboard.wait_state(job_id, "failed")
+    dashboard.server.post("/v1/queues/default/pause", {})  # retried jobs stay scheduled
+    page.set_viewport_size({"width": 760, "height": 900})
+    page.goto(f"{dashboard.url}/dashboard/jobs?queue=default")
+    # Usable at 760 px: nothing scrolls the page sideways.
+    assert page.evaluate("document.documentElement.scrollWidth") <= 760
+
+    page.get_by_label(f"select job {ids[0]}").check()
+    page.get_by_label(f"select job {ids[1]}").check()
+    expect(page.locator("#selected-count")).to_have_text("2 selected")
+    asked: list[str] = []
+    page.once("dialog", lambda d: (asked.append(d.message), d.accept()))
+    page.get_by_role("button", name="Retry selected").click()
+    expect(page.locator("#flash")).to_contain_text("Retry of 2 selected jobs started")
+    assert asked == ["Retry 2 selected jobs?"]
+    for job_id in ids[:2]:
+        expect(page.locator(f'tr[data-job="{job_id}"] .state')).to_have_text("scheduled")
+    expect(page.locator(f'tr[data-job="{ids[0]}"] .reason')).to_have_text("queue paused")
+    assert dashboard.job(ids[2])["state"] == "failed"
+
+    page.get_by_label("failed").check()
+    page.get_by_role("button", name="Filter").click()
+    expect(page.locator("table.jobs tbody tr[data-job]")).to_have_count(1)
+    page.once("dialog", lambda d: (asked.append(d.message), d.accept()))
+    page.get_by_role("button", name="Delete all").click()
+    expect(page.locator("#flash")).to_contain_text("Delete of all matching jobs started")
+    assert asked[-1].startswith("Delete every job that matches this filter (1 job)?")
+    wait_for(
+        lambda: httpx.get(f"{dashboard.url}/v1/jobs/{ids[2]}").status_code == 404 or None,
+        30,
+        f"job {ids[2]} deleted",
+    )
+    assert [dashboard.job(i)["state"] for i in ids[:2]] == ["scheduled"] * 2
 
 
 def test_docs_work_offline(dashboard: Dashboard, page: Any) -> None:

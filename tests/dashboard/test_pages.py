@@ -3,6 +3,8 @@ bad input; and that every file they need ships inside the wheel."""
 
 from __future__ import annotations
 
+import html
+import json
 import re
 import subprocess
 import sys
@@ -226,3 +228,31 @@ def test_display_values() -> None:
     assert [
         display.duration(s) for s in (86_400.0, 172_800.0, 3_600.0, 300.0, 90.0, 1.5, 0.25, 0)
     ] == ["24 h", "2 d", "1 h", "5 min", "90 s", "1.5 s", "250 ms", "0 s"]
+
+
+async def test_the_job_list_offers_its_filter_to_the_bulk_api(sqlite_api: Api) -> None:
+    page = (await sqlite_api.client.get("/dashboard/jobs")).text
+    assert 'data-selected="retry"' in page and 'data-selected="delete"' in page
+    assert "Retry all" not in page  # no filter: a bulk verb needs a condition
+    query = "queue=default&state=failed&label=region:east&until=2026-05-01T08:00:00"
+    page = (await sqlite_api.client.get(f"/dashboard/jobs?{query}")).text
+    bodies = re.findall(r"data-body='([^']+)'", page)
+    assert [json.loads(html.unescape(b)) for b in bodies] == [
+        {
+            "action": action,
+            "filter": {
+                "queue": "default",
+                "states": ["failed"],
+                "labels": {"region": "east"},
+                "created_before": "2026-05-01T08:00:00.000001+00:00",
+            },
+        }
+        for action in ("retry", "delete")
+    ]
+    # What the list would send is what the bulk API takes.
+    for b in bodies:
+        body = {**json.loads(html.unescape(b)), "dry_run": True}
+        answer = await sqlite_api.client.post("/v1/jobs/bulk", json=body)
+        assert answer.status_code == 200, answer.text
+    page = (await sqlite_api.client.get("/dashboard/jobs?correlation_key=A-1")).text
+    assert "Retry all" not in page

@@ -14,8 +14,31 @@ function live() {
   // click is under way (a swap between press and release would lose it).
   const toggle = document.getElementById("live-toggle");
   if (toggle && !toggle.checked) return false;
-  return !pressing && !document.querySelector("#live form:focus-within");
+  // Nor while jobs are selected in the job list: a refresh would clear the selection.
+  return !pressing && !document.querySelector("#live form:focus-within") && selectedJobs().length === 0;
 }
+
+function selectedJobs() {
+  return Array.from(document.querySelectorAll("#live input[name=select-job]:checked"), (x) => Number(x.value));
+}
+
+function showSelection() {
+  const count = document.getElementById("selected-count");
+  if (!count) return;
+  const n = selectedJobs().length;
+  count.textContent = n ? n + " selected" : "none selected";
+  const all = document.getElementById("select-page");
+  const boxes = document.querySelectorAll("#live input[name=select-job]");
+  if (all) all.checked = boxes.length > 0 && n === boxes.length;
+}
+
+document.addEventListener("change", (event) => {
+  if (event.target.id === "select-page") {
+    for (const box of document.querySelectorAll("#live input[name=select-job]")) box.checked = event.target.checked;
+  }
+  if (event.target.id === "select-page" || event.target.name === "select-job") showSelection();
+});
+document.addEventListener("htmx:afterSwap", showSelection);
 
 document.addEventListener("pointerdown", () => { pressing = true; }, true);
 document.addEventListener("pointerup", () => { setTimeout(() => { pressing = false; }, 0); }, true);
@@ -123,13 +146,13 @@ function formBody(form) {
   return body;
 }
 
-async function act(el, body) {
+async function act(el, body, done) {
   const [method, path] = el.dataset.action.split(" ");
   if (body === undefined && el.dataset.body) body = JSON.parse(el.dataset.body);
   if (el.dataset.confirm && !window.confirm(el.dataset.confirm)) return;
   el.disabled = true;
   const result = await callApi(method, path, body);
-  let done = el.dataset.done || "Done";
+  done = done || el.dataset.done || "Done";
   // A bulk operation runs on in bounded steps: say which, GET /v1/jobs/bulk/{id} follows it.
   if (result.ok && result.data && result.data.action && result.data.id) {
     done += " (bulk operation " + result.data.id + ")";
@@ -139,12 +162,39 @@ async function act(el, body) {
   refresh();
 }
 
+async function actOnSelected(el) {
+  // The jobs ticked in the list, through the bulk API's id filter.
+  const ids = selectedJobs();
+  if (ids.length === 0) { flash("Select jobs first (the boxes in the list)", "error"); return; }
+  const jobs = ids.length + " selected job" + (ids.length === 1 ? "" : "s");
+  if (!window.confirm(el.dataset.verb + " " + jobs + "?")) return;
+  el.dataset.action = "POST /v1/jobs/bulk";
+  for (const box of document.querySelectorAll("#live input[name=select-job]:checked")) box.checked = false;
+  showSelection();
+  await act(el, { action: el.dataset.selected, filter: { ids } }, el.dataset.verb + " of " + jobs + " started");
+}
+
+async function actOnFilter(el) {
+  // Every job the list's filter matches: count them first (a dry run), then ask.
+  const body = JSON.parse(el.dataset.body);
+  const counted = await callApi("POST", "/v1/jobs/bulk", { ...body, dry_run: true });
+  if (!counted.ok) { flash(counted.message, "error"); return; }
+  const n = counted.data.matched;
+  if (n === 0) { flash("No job matches this filter", "error"); return; }
+  if (!window.confirm(el.dataset.count.replace("{jobs}", n + (n === 1 ? " job" : " jobs")))) return;
+  await act(el, body);
+}
+
 document.addEventListener("click", (event) => {
   if (event.target.id === "sign-out") {
     event.preventDefault();
     endSession(event.target);
     return;
   }
+  const selected = event.target.closest("button[data-selected]");
+  if (selected) { event.preventDefault(); actOnSelected(selected); return; }
+  const all = event.target.closest("button[data-count]");
+  if (all) { event.preventDefault(); actOnFilter(all); return; }
   const el = event.target.closest("button[data-action]");
   if (!el) return;
   event.preventDefault();

@@ -28,6 +28,7 @@ from hipq.dashboard.filters import (
     page_link,
     parse_job_filter,
 )
+from hipq.dashboard.history import DEFAULT_PERIOD, PERIODS, history
 from hipq.dashboard.overview import queue_views
 from hipq.lifecycle import State
 from hipq.service import Service
@@ -158,6 +159,18 @@ async def job_page(request: Request, job_id: str) -> HTMLResponse:
         # POST /v1/jobs/{id}/reschedule takes every state but completed.
         reschedulable=job.state != State.COMPLETED,
     )
+
+
+@router.get("/history", response_class=HTMLResponse)
+async def history_page(request: Request) -> HTMLResponse:
+    name = request.query_params.get("period") or DEFAULT_PERIOD
+    period = PERIODS.get(name)
+    if period is None:
+        shown = ", ".join(PERIODS)
+        return _page(request, "missing.html", 404, what=f"period {name!r} (one of {shown})")
+    service = _service(request)
+    found = await history(service, period, service.clock())
+    return _page(request, "history.html", h=found, periods=list(PERIODS))
 
 
 @router.get("/failed", response_class=HTMLResponse)

@@ -11,6 +11,8 @@ counts or scans a whole table:
   (``ix_hipq_jobs_state``);
 - the charts count the attempts that started within the last hour
   (``ix_hipq_attempts_started``);
+- execution times are those of the newest ``DURATION_SAMPLE`` attempts that started
+  within the period asked for (``ix_hipq_attempts_started`` again);
 - waiting reasons are those of the next ``REASON_SAMPLE`` due jobs in queue order
   (the due-scan index).
 
@@ -40,6 +42,8 @@ JOB_WINDOW = 20_000
 FAILED_SAMPLE = 10_000
 # Due jobs whose waiting reasons the overview tallies: those the loop reads first.
 REASON_SAMPLE = 1_000
+# Attempts whose durations the execution-time statistics read: the newest ones.
+DURATION_SAMPLE = 20_000
 # A time range's id bounds are searched this much wider than asked, then filtered
 # exactly: concurrent inserts may commit ids a few milliseconds out of time order.
 TIME_SLACK = timedelta(seconds=1)
@@ -80,6 +84,13 @@ class ErrorGroup:
     types: tuple[str, ...]
     newest_id: int
     job_ids: tuple[int, ...]  # newest first
+
+
+@dataclass(frozen=True, slots=True)
+class AttemptDuration:
+    type: str
+    outcome: str
+    seconds: float
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,6 +170,21 @@ def attempt_buckets_query(since: datetime, until: datetime, buckets: int) -> Sel
         .select_from(attempts.join(jobs, jobs.c.id == attempts.c.job_id))
         .where(attempts.c.started_at >= since, attempts.c.started_at < until)
         .group_by(jobs.c.queue, attempts.c.outcome, bucket)
+    )
+
+
+def attempt_durations_query(
+    since: datetime, until: datetime, limit: int = DURATION_SAMPLE
+) -> Select[Any]:
+    """The newest ``limit`` attempts that started in [since, until), with their job's
+    type: the execution times are computed from them in Python, the same on both
+    engines (SQLite has no percentile function)."""
+    return (
+        select(jobs.c.type, attempts.c.outcome, attempts.c.started_at, attempts.c.finished_at)
+        .select_from(attempts.join(jobs, jobs.c.id == attempts.c.job_id))
+        .where(attempts.c.started_at >= since, attempts.c.started_at < until)
+        .order_by(attempts.c.started_at.desc())
+        .limit(limit)
     )
 
 
@@ -269,6 +295,20 @@ class OperatorReads(Transactions):
         async with self._read() as conn:
             rows = (await conn.execute(attempt_buckets_query(since, until, buckets))).all()
         return [AttemptBucket(r.queue, r.outcome, int(r.bucket), int(r.n)) for r in rows]
+
+    async def attempt_durations(
+        self, since: datetime, until: datetime, limit: int = DURATION_SAMPLE
+    ) -> list[AttemptDuration]:
+        """How long each of the newest ``limit`` attempts started in [since, until)
+        took, newest first."""
+        async with self._read() as conn:
+            rows = (await conn.execute(attempt_durations_query(since, until, limit))).all()
+        return [
+            AttemptDuration(
+                r.type, r.outcome, max((r.finished_at - r.started_at).total_seconds(), 0)
+            )
+            for r in rows
+        ]
 
     async def job_due_reasons(self, queue: str, now: datetime) -> list[tuple[str, int]]:
         """Why the queue's first due jobs wait: (reason, jobs), most common first."""

@@ -15,6 +15,7 @@ import pytest
 
 from hipq.dashboard import pages
 from tests.api.conftest import Api, open_api
+from tests.support import FakeClock
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -256,3 +257,39 @@ async def test_the_job_list_offers_its_filter_to_the_bulk_api(sqlite_api: Api) -
         assert answer.status_code == 200, answer.text
     page = (await sqlite_api.client.get("/dashboard/jobs?correlation_key=A-1")).text
     assert "Retry all" not in page
+
+
+async def test_history_shows_execution_times_per_type_after_a_restart(database_url: str) -> None:
+    clock = FakeClock()
+    async with open_api(database_url, clock=clock) as api:
+        ids = [(await api.post_job(type="hang"))["id"] for _ in range(3)]
+        await api.tick(ticks=1)
+        for seconds, job_id in zip((10, 10, 10), ids, strict=True):
+            clock.advance(seconds)
+            answer = await api.client.post(f"/v1/jobs/{job_id}/complete", json={})
+            assert answer.status_code in (200, 202), answer.text
+            await api.tick(ticks=1)
+        for job_id in ids:
+            assert (await api.job(job_id))["state"] == "completed"
+    clock.advance(2 * 3600)  # out of the overview's hour
+    async with open_api(database_url, clock=clock) as api:  # a restart
+        page = (await api.client.get("/dashboard/history?period=24h")).text
+        row = page[page.index('<tr data-type="hang">') :]
+        row = row[: row.index("</tr>")]
+        cells = re.findall(r"<td[^>]*>(.*?)</td>", row)
+        assert cells[1:] == ["3", "3", "0", "20 s", "30 s", "30 s"]
+        default = page[page.index('data-queue="default"') :]
+        assert "3 attempts, 0 failed" in default
+        assert "<svg" in default and 'class="tick">0</text>' in default
+        page = (await api.client.get("/dashboard/history?period=1h")).text
+        assert "no attempt in this period" in page
+        missing = await api.client.get("/dashboard/history?period=2y")
+        assert missing.status_code == 404
+
+
+def test_percentiles_are_nearest_rank() -> None:
+    from hipq.dashboard.history import percentile
+
+    assert percentile([1.0], 0.95) == 1.0
+    values = [float(n) for n in range(1, 101)]
+    assert (percentile(values, 0.5), percentile(values, 0.95)) == (50.0, 95.0)

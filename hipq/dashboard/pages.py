@@ -30,6 +30,7 @@ from hipq.dashboard.filters import (
 )
 from hipq.dashboard.history import DEFAULT_PERIOD, PERIODS, history
 from hipq.dashboard.overview import queue_views
+from hipq.durations import format_duration
 from hipq.lifecycle import State
 from hipq.service import Service
 from hipq.store import NotFound
@@ -68,6 +69,7 @@ templates.env.filters["pretty"] = _pretty
 templates.env.filters["yes_no"] = display.yes_no
 templates.env.filters["duration"] = display.duration
 templates.env.filters["utc_input"] = display.utc_input
+templates.env.filters["as_config"] = format_duration  # as a form field takes it back
 templates.env.globals["waiting"] = display.waiting
 templates.env.globals["version"] = __version__
 
@@ -223,7 +225,8 @@ async def schedules_page(request: Request) -> HTMLResponse:
         s.name: (await schedules_api.schedule_fires(s.name, request, RECENT_FIRES)).fires
         for s in listed
     }
-    return _page(request, "schedules.html", schedules=listed, fires=fires)
+    types = sorted(_service(request).settings.job_types)
+    return _page(request, "schedules.html", schedules=listed, fires=fires, types=types)
 
 
 @open_router.get("/")

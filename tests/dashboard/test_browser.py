@@ -241,3 +241,39 @@ def test_a_schedule_is_paused_run_now_and_resumed(dashboard: Dashboard, page: An
     row.get_by_role("button", name="Resume").click()
     expect(row.locator(".next")).to_contain_text("-01-01 02:00:00 UTC")
     assert dashboard.server.get("/v1/schedules/yearly-report")["paused"] is False
+
+
+def test_a_schedule_is_created_and_edited(dashboard: Dashboard, page: Any) -> None:
+    page.goto(f"{dashboard.url}/dashboard/schedules")
+    page.get_by_text("New schedule").click()
+    form = page.locator("#new-schedule")
+    form.get_by_label("name").fill("nightly")
+    form.get_by_label("cron").fill("0 4 * * *")
+    form.get_by_label("time zone").fill("Europe/Berlin")
+    form.get_by_label("job type").select_option("flaky")
+    form.get_by_label("payload (JSON)").fill('{"report": "daily"}')
+    form.get_by_role("button", name="Create").click()
+    expect(page.locator("#flash")).to_have_text("Schedule created")
+    row = page.locator('tr[data-schedule="nightly"]')
+    expect(row).to_contain_text("0 4 * * *")
+    expect(row.locator(".next")).to_contain_text(":00:00 UTC")
+    created = dashboard.server.get("/v1/schedules/nightly")
+    assert (created["timezone"], created["job"]) == (
+        "Europe/Berlin",
+        {"type": "flaky", "payload": {"report": "daily"}},
+    )
+
+    row.get_by_text("Edit").click()
+    row.get_by_label("cron").fill("30 5 * * 1-5")
+    row.get_by_label("job (JSON)").fill("{bad")
+    row.get_by_role("button", name="Save").click()
+    expect(page.locator("#flash")).to_contain_text("job: not JSON")
+    row.get_by_label("job (JSON)").fill('{"type": "flaky", "priority": 5}')
+    row.get_by_role("button", name="Save").click()
+    expect(page.locator("#flash")).to_have_text("Schedule nightly changed")
+    expect(row).to_contain_text("30 5 * * 1-5")
+    changed = dashboard.server.get("/v1/schedules/nightly")
+    assert (changed["cron"], changed["job"]) == ("30 5 * * 1-5", {"type": "flaky", "priority": 5})
+    # A schedule of the config file is edited there.
+    config_row = page.locator('tr[data-schedule="yearly-report"]')
+    expect(config_row).to_contain_text("edit it in the config file")

@@ -15,7 +15,9 @@ function live() {
   const toggle = document.getElementById("live-toggle");
   if (toggle && !toggle.checked) return false;
   // Nor while jobs are selected in the job list: a refresh would clear the selection.
-  return !pressing && !document.querySelector("#live form:focus-within") && selectedJobs().length === 0;
+  // Nor while an editor is open on it (a refresh would close it).
+  return !pressing && !document.querySelector("#live form:focus-within, #live details[open]") &&
+    selectedJobs().length === 0;
 }
 
 function selectedJobs() {
@@ -127,21 +129,32 @@ function refresh() {
   }
 }
 
+function formValue(input) {
+  const kind = input.dataset.kind;
+  if (kind === "int") {
+    const n = Number(input.value);
+    if (!Number.isInteger(n)) throw new Error(input.name + ": " + JSON.stringify(input.value) + " is not a whole number");
+    return n;
+  }
+  if (kind === "instant") {
+    // datetime-local has no zone: the page says it is UTC.
+    return input.value.length === 16 ? input.value + ":00Z" : input.value + "Z";
+  }
+  if (kind === "json") {
+    try { return JSON.parse(input.value); } catch (err) { throw new Error(input.name + ": not JSON (" + err.message + ")"); }
+  }
+  return input.value;
+}
+
 function formBody(form) {
+  // Each field by its name; a dotted name ("job.type") is a field of an object.
   const body = {};
   for (const input of form.querySelectorAll("input[name], select[name], textarea[name]")) {
-    if (input.value === "") continue;
-    const kind = input.dataset.kind;
-    if (kind === "int") {
-      const n = Number(input.value);
-      if (!Number.isInteger(n)) throw new Error(input.name + ": " + JSON.stringify(input.value) + " is not a whole number");
-      body[input.name] = n;
-    } else if (kind === "instant") {
-      // datetime-local has no zone: the page says it is UTC.
-      body[input.name] = input.value.length === 16 ? input.value + ":00Z" : input.value + "Z";
-    } else {
-      body[input.name] = input.value;
-    }
+    if (input.value.trim() === "") continue;
+    const path = input.name.split(".");
+    let into = body;
+    for (const key of path.slice(0, -1)) into = (into[key] = into[key] || {});
+    into[path[path.length - 1]] = formValue(input);
   }
   return body;
 }
@@ -159,6 +172,12 @@ async function act(el, body, done) {
   }
   flash(result.ok ? done : result.message, result.ok ? "ok" : "error");
   el.disabled = false;
+  // A form that did its work closes (an open editor holds the page's refresh back).
+  const editor = el.closest("details");
+  if (result.ok && editor) {
+    editor.open = false;
+    if (el.tagName === "FORM") el.reset();
+  }
   refresh();
 }
 

@@ -21,6 +21,7 @@ from hipq.api import auth
 from hipq.api import schedules as schedules_api
 from hipq.api.paging import parse_id
 from hipq.dashboard import access, display
+from hipq.dashboard.candidates import Candidate, suggest
 from hipq.dashboard.filters import (
     STATES,
     FilterError,
@@ -197,6 +198,7 @@ async def responses_page(request: Request) -> HTMLResponse:
     found: list[Response] = []
     parked: list[dict[str, Any]] = []
     open_keys: dict[str, int] = {}
+    candidates: dict[int, list[Candidate]] = {}
     if status == "parked":
         parked = await store.parked_list(after_id, RESPONSES_PAGE)
         ids = [p["id"] for p in parked]
@@ -205,6 +207,9 @@ async def responses_page(request: Request) -> HTMLResponse:
         ids = [r.id for r in found]
         if status in ("pending", "late", "expired"):
             open_keys = await store.job_open_keys(sorted({r.correlation_key for r in found}))
+        unknown = [r for r in found if r.correlation_key not in open_keys and not r.forced_job_id]
+        if status == "pending":
+            candidates = await suggest(_service(request), unknown)
     return _page(
         request,
         "responses.html",
@@ -213,6 +218,7 @@ async def responses_page(request: Request) -> HTMLResponse:
         responses=found,
         parked=parked,
         open_keys=open_keys,
+        candidates=candidates,
         older=ids[-1] if len(ids) == RESPONSES_PAGE else None,
     )
 

@@ -96,8 +96,11 @@ def test_an_unknown_callback_is_matched_by_hand(dashboard: Dashboard, page: Any)
     row = page.locator("tr", has_text="A-71")
     expect(row).to_contain_text("unknown key")
     dashboard.screenshot(page, "responses")
-    row.get_by_label("job id").fill(str(job_id))
-    row.get_by_role("button", name="Match").click()
+    # The job whose key is two edits away is suggested; the operator picks it.
+    suggested = row.locator("ul.candidates li", has_text="A-17")
+    expect(suggested).to_contain_text("key 2 edits away")
+    page.once("dialog", lambda d: d.accept())
+    suggested.get_by_role("button", name=f"job {job_id}").click()
     expect(page.locator("#flash")).to_contain_text("matched")
 
     job = dashboard.wait_state(job_id, "completed")

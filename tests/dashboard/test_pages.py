@@ -293,3 +293,48 @@ def test_percentiles_are_nearest_rank() -> None:
     assert percentile([1.0], 0.95) == 1.0
     values = [float(n) for n in range(1, 101)]
     assert (percentile(values, 0.5), percentile(values, 0.95)) == (50.0, 95.0)
+
+
+async def test_an_unknown_response_suggests_in_flight_jobs_with_a_close_key(api: Api) -> None:
+    meant = (await api.post_job(type="hang", correlation_key="order-1017"))["id"]
+    other = (await api.post_job(type="hang", correlation_key="invoice-88"))["id"]
+    await api.tick(ticks=1)
+    assert (await api.job(meant))["state"] == "running"
+    answer = await api.client.post("/v1/callbacks/order-1071", json={"status": "ok"})
+    assert answer.status_code == 202, answer.text
+
+    page = (await api.client.get("/dashboard/responses")).text
+    suggested = page[page.index('<ul class="candidates"') :]
+    suggested = suggested[: suggested.index("</ul>")]
+    assert f"job {meant}</button>" in suggested and "key 2 edits away" in suggested
+    assert f"job {other}</button>" not in suggested
+    assert 'data-action="POST /v1/responses/' in suggested
+
+
+def test_candidates_rank_close_keys_first() -> None:
+    from datetime import UTC, datetime
+
+    from hipq.dashboard.candidates import edit_distance, rank
+    from hipq.store.operator_reads import KeyedJob
+    from hipq.store.records import Response
+
+    assert (edit_distance("A-17", "A-71"), edit_distance("", "abc"), edit_distance("x", "x")) == (
+        2,
+        3,
+        0,
+    )
+    now = datetime(2026, 1, 1, tzinfo=UTC)
+    response = Response(
+        1, "A-71", "webhook", now, now, True, None, {}, None, "charge", "pending", None, None, None
+    )
+    jobs = [
+        KeyedJob(1, "A-17", "charge", "awaiting"),
+        KeyedJob(2, "A-71x", "ship", "awaiting"),
+        KeyedJob(3, "B-999", "charge", "running"),
+        KeyedJob(4, "Q-123456", "ship", "running"),
+    ]
+    assert [(c.job.id, c.why) for c in rank(response, jobs)] == [
+        (2, "key 1 edit away"),
+        (1, "key 2 edits away"),
+        (3, "running, of type charge"),
+    ]

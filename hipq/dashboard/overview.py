@@ -12,7 +12,6 @@ from hipq.api.models import QueueOut
 from hipq.api.queues import queue_out
 from hipq.dashboard.charts import Series, TimeAxis, bars
 from hipq.dashboard.display import duration
-from hipq.durations import format_duration
 from hipq.service import Service
 from hipq.store.operator_reads import AttemptBucket
 from hipq.throttling import Stage
@@ -108,7 +107,7 @@ async def _rates(service: Service, queue: str, stages: list[Stage], now: datetim
         )
         label = stage.label
         counted = Counter(s.labels.get(label) if label else None for s in starts)
-        per = format_duration(stage.lookback_seconds)
+        per = duration(stage.lookback_seconds)
         for key in sorted(counted, key=str) or [None]:
             out.append(RateUse(stage.name, key, counted.get(key, 0), limit, per))
     return out

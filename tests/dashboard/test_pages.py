@@ -151,7 +151,7 @@ async def test_the_overview_shows_rate_use_and_why_due_jobs_wait(database_url: s
         page = (await api.client.get("/dashboard")).text
     default = page[page.index('id="queue-default"') :]
     rate_row = re.search(r"<tr><td>rate</td><td>(\d+)</td><td>([^<]+)</td></tr>", default)
-    assert rate_row is not None and rate_row.groups() == ("2", "2 per 1h")
+    assert rate_row is not None and rate_row.groups() == ("2", "2 per 1 h")
     assert (
         '<span class="reason">rate 2 per 1h reached</span> <span class="muted">\u00d7 3</span>'
         in default

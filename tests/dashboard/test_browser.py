@@ -100,7 +100,7 @@ def test_an_unknown_callback_is_matched_by_hand(dashboard: Dashboard, page: Any)
     suggested = row.locator("ul.candidates li", has_text="A-17")
     expect(suggested).to_contain_text("key 2 edits away")
     page.once("dialog", lambda d: d.accept())
-    suggested.get_by_role("button", name=f"job {job_id}").click()
+    suggested.get_by_role("button", name=f"job {job_id}", exact=True).click()
     expect(page.locator("#flash")).to_contain_text("matched")
 
     job = dashboard.wait_state(job_id, "completed")
@@ -190,8 +190,8 @@ def test_jobs_are_selected_and_retried_and_all_failed_deleted_at_760px(
     # Usable at 760 px: nothing scrolls the page sideways.
     assert page.evaluate("document.documentElement.scrollWidth") <= 760
 
-    page.get_by_label(f"select job {ids[0]}").check()
-    page.get_by_label(f"select job {ids[1]}").check()
+    page.get_by_label(f"select job {ids[0]}", exact=True).check()
+    page.get_by_label(f"select job {ids[1]}", exact=True).check()
     expect(page.locator("#selected-count")).to_have_text("2 selected")
     asked: list[str] = []
     page.once("dialog", lambda d: (asked.append(d.message), d.accept()))
@@ -203,7 +203,7 @@ def test_jobs_are_selected_and_retried_and_all_failed_deleted_at_760px(
     expect(page.locator(f'tr[data-job="{ids[0]}"] .reason')).to_have_text("queue paused")
     assert dashboard.job(ids[2])["state"] == "failed"
 
-    page.get_by_label("failed").check()
+    page.get_by_label("failed", exact=True).check()
     page.get_by_role("button", name="Filter").click()
     expect(page.locator("table.jobs tbody tr[data-job]")).to_have_count(1)
     page.once("dialog", lambda d: (asked.append(d.message), d.accept()))

@@ -144,6 +144,8 @@ async def time_pages(url: str, asked: dict[str, str]) -> list[tuple[str, float, 
         f"/dashboard/jobs/{asked['job_id']}",
         "/dashboard/failed",
         "/dashboard/responses",
+        "/dashboard/history?period=24h",
+        "/dashboard/history?period=7d",
     ]
     out = []
     try:

@@ -7,13 +7,15 @@ page shows it above the list) instead of being ignored.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
+from typing import Any
 
 from starlette.datastructures import QueryParams
 
 from hipq.api.jobs import MAX_LABEL_FILTERS
 from hipq.api.models import EARLIEST, LATEST
 from hipq.api.paging import parse_id
+from hipq.dashboard.display import utc_input
 from hipq.lifecycle import State
 from hipq.storable_text import NUL_MESSAGE
 from hipq.store.operator_reads import JobQuery
@@ -98,11 +100,35 @@ def parse_job_filter(params: QueryParams) -> JobFilterForm:
         before_id=before_id,
         limit=PAGE_SIZE,
     )
-    values = {
-        k: params.get(k) or ""
-        for k in ("queue", "type", "job_key", "correlation_key", "since", "until")
-    }
+    values = {k: params.get(k) or "" for k in ("queue", "type", "job_key", "correlation_key")}
+    # The inputs say UTC and take no zone: a bound given with an offset is shown in UTC.
+    values["since"], values["until"] = utc_input(since), utc_input(until)
     return JobFilterForm(values, states, labels, query)
+
+
+def bulk_filter(q: JobQuery) -> dict[str, Any] | None:
+    """The job list's filter as POST /v1/jobs/bulk takes it (for "retry all" and
+    "delete all"); None when there is none (a bulk verb needs a condition) or when
+    the bulk API cannot say it (a correlation key)."""
+    if q.correlation_key is not None:
+        return None
+    out: dict[str, Any] = {}
+    if q.queue:
+        out["queue"] = q.queue
+    if q.states:
+        out["states"] = list(q.states)
+    if q.type:
+        out["type"] = q.type
+    if q.labels:
+        out["labels"] = dict(q.labels)
+    if q.job_key is not None:
+        out["job_key"] = q.job_key
+    if q.created_since is not None:
+        out["created_after"] = q.created_since.isoformat()
+    if q.created_until is not None:
+        # The list's "until" includes its instant; the bulk filter's created_before not.
+        out["created_before"] = (q.created_until + timedelta(microseconds=1)).isoformat()
+    return out or None
 
 
 def page_link(params: QueryParams, before: int) -> str:

@@ -10,8 +10,8 @@ from markupsafe import Markup
 
 from hipq.api.models import QueueOut
 from hipq.api.queues import queue_out
-from hipq.dashboard.charts import Series, bars
-from hipq.durations import format_duration
+from hipq.dashboard.charts import Series, TimeAxis, bars
+from hipq.dashboard.display import duration
 from hipq.service import Service
 from hipq.store.operator_reads import AttemptBucket
 from hipq.throttling import Stage
@@ -70,7 +70,9 @@ async def queue_views(service: Service, now: datetime) -> list[QueueView]:
         view.rates = await _rates(service, name, stages, now)
         if view.queue.due:
             view.reasons = await service.store.job_due_reasons(name, now)
-        view.activity = _activity([b for b in buckets if b.queue == name], since)
+        view.activity = activity(
+            [b for b in buckets if b.queue == name], since, CHART_PERIOD, CHART_SLICES
+        )
         views.append(view)
     return views
 
@@ -105,44 +107,60 @@ async def _rates(service: Service, queue: str, stages: list[Stage], now: datetim
         )
         label = stage.label
         counted = Counter(s.labels.get(label) if label else None for s in starts)
-        per = format_duration(stage.lookback_seconds)
+        per = duration(stage.lookback_seconds)
         for key in sorted(counted, key=str) or [None]:
             out.append(RateUse(stage.name, key, counted.get(key, 0), limit, per))
     return out
 
 
-def _activity(buckets: list[AttemptBucket], since: datetime) -> Activity:
-    done = [0] * CHART_SLICES
-    failed = [0] * CHART_SLICES
-    total = [0] * CHART_SLICES
+def activity(
+    buckets: list[AttemptBucket], since: datetime, period: timedelta, slices: int
+) -> Activity:
+    """A queue's attempts over ``period`` from ``since`` in ``slices`` equal slices,
+    as counts and the two charts."""
+    done = [0] * slices
+    failed = [0] * slices
+    total = [0] * slices
     for b in buckets:
         total[b.bucket] += b.count
         if b.outcome == "completed":
             done[b.bucket] += b.count
         elif b.outcome in FAILURE_OUTCOMES:
             failed[b.bucket] += b.count
-    step = CHART_PERIOD / CHART_SLICES
-    slices = [
-        f"{(since + step * i):%H:%M}-{(since + step * (i + 1)):%H:%M} UTC"
-        for i in range(CHART_SLICES)
+    step = period / slices
+    shown = "%H:%M" if period <= timedelta(days=1) else "%m-%d %H:%M"
+    names = [
+        f"{(since + step * i):{shown}}-{(since + step * (i + 1)):{shown}} UTC"
+        for i in range(slices)
     ]
+    axis = TimeAxis(f"{since:{shown}}", f"{(since + period):{shown}} UTC")
+    per = f"per {duration(step.total_seconds())}, {_span(period)}"
     rate = [100 * f / t if t else 0.0 for f, t in zip(failed, total, strict=True)]
     return Activity(
         attempts=sum(total),
         failures=sum(failed),
         throughput=bars(
             Series(
-                done, [f"{s}: {n} completed" for s, n in zip(slices, done, strict=True)], "#2f7d4f"
+                done, [f"{s}: {n} completed" for s, n in zip(names, done, strict=True)], "#2f7d4f"
             ),
-            "completed attempts per 5 minutes, last hour",
+            f"completed attempts {per}",
+            axis,
         ),
         failure_rate=bars(
             Series(
                 rate,
-                [f"{s}: {r:.0f}% failed" for s, r in zip(slices, rate, strict=True)],
+                [f"{s}: {r:.0f}% failed" for s, r in zip(names, rate, strict=True)],
                 "#b3261e",
                 maximum=100,
+                unit="%",
             ),
-            "share of attempts that failed per 5 minutes, last hour",
+            f"share of attempts that failed {per}",
+            axis,
         ),
+    )
+
+
+def _span(period: timedelta) -> str:
+    return (
+        "last hour" if period == timedelta(hours=1) else f"last {duration(period.total_seconds())}"
     )

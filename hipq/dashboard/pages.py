@@ -13,16 +13,25 @@ from pathlib import Path
 from typing import Any
 
 from fastapi import APIRouter, Request
-from fastapi.responses import HTMLResponse, RedirectResponse
+from fastapi.responses import FileResponse, HTMLResponse, RedirectResponse
 from fastapi.templating import Jinja2Templates
 
 from hipq import __version__
 from hipq.api import auth
 from hipq.api import schedules as schedules_api
 from hipq.api.paging import parse_id
-from hipq.dashboard import access
-from hipq.dashboard.filters import STATES, FilterError, page_link, parse_job_filter
+from hipq.dashboard import access, display
+from hipq.dashboard.candidates import Candidate, suggest
+from hipq.dashboard.filters import (
+    STATES,
+    FilterError,
+    bulk_filter,
+    page_link,
+    parse_job_filter,
+)
+from hipq.dashboard.history import DEFAULT_PERIOD, PERIODS, history
 from hipq.dashboard.overview import queue_views
+from hipq.durations import format_duration
 from hipq.lifecycle import State
 from hipq.service import Service
 from hipq.store import NotFound
@@ -41,6 +50,7 @@ CONTENT_SECURITY_POLICY = (
     "connect-src 'self'; form-action 'self'; base-uri 'none'; frame-ancestors 'none'"
 )
 
+FAVICON = Path(__file__).parent / "static" / "favicon.svg"
 templates = Jinja2Templates(directory=Path(__file__).parent / "templates")
 router = APIRouter(prefix=PREFIX, include_in_schema=False, dependencies=access.page_access())
 # Open to anyone: the sign-in page, and / (a redirect).
@@ -57,6 +67,11 @@ def _pretty(value: Any) -> str:
 
 templates.env.filters["when"] = _when
 templates.env.filters["pretty"] = _pretty
+templates.env.filters["yes_no"] = display.yes_no
+templates.env.filters["duration"] = display.duration
+templates.env.filters["utc_input"] = display.utc_input
+templates.env.filters["as_config"] = format_duration  # as a form field takes it back
+templates.env.globals["waiting"] = display.waiting
 templates.env.globals["version"] = __version__
 
 
@@ -114,6 +129,8 @@ async def jobs_page(request: Request) -> HTMLResponse:
         "jobs.html",
         form=form,
         result=page,
+        paused=await service.store.queue_paused_names(),
+        bulk_filter=bulk_filter(form.query),
         counts=counts,
         next_link=page_link(request.query_params, page.next_cursor) if page.next_cursor else None,
         **context,
@@ -131,11 +148,13 @@ async def job_page(request: Request, job_id: str) -> HTMLResponse:
     except NotFound:
         return _page(request, "missing.html", 404, what=f"job {job_id}")
     attempts = await store.job_attempts(job.id)
+    paused = await store.queue_paused_names()
     found = await store.response_by_key(job.correlation_key) if job.correlation_key else []
     return _page(
         request,
         "job.html",
         job=job,
+        waiting_reason=display.waiting(job, paused),
         attempts=attempts,
         responses=found,
         open=job.state in (State.SCHEDULED, State.RUNNING, State.AWAITING),
@@ -143,6 +162,18 @@ async def job_page(request: Request, job_id: str) -> HTMLResponse:
         # POST /v1/jobs/{id}/reschedule takes every state but completed.
         reschedulable=job.state != State.COMPLETED,
     )
+
+
+@router.get("/history", response_class=HTMLResponse)
+async def history_page(request: Request) -> HTMLResponse:
+    name = request.query_params.get("period") or DEFAULT_PERIOD
+    period = PERIODS.get(name)
+    if period is None:
+        shown = ", ".join(PERIODS)
+        return _page(request, "missing.html", 404, what=f"period {name!r} (one of {shown})")
+    service = _service(request)
+    found = await history(service, period, service.clock())
+    return _page(request, "history.html", h=found, periods=list(PERIODS))
 
 
 @router.get("/failed", response_class=HTMLResponse)
@@ -167,6 +198,7 @@ async def responses_page(request: Request) -> HTMLResponse:
     found: list[Response] = []
     parked: list[dict[str, Any]] = []
     open_keys: dict[str, int] = {}
+    candidates: dict[int, list[Candidate]] = {}
     if status == "parked":
         parked = await store.parked_list(after_id, RESPONSES_PAGE)
         ids = [p["id"] for p in parked]
@@ -175,6 +207,9 @@ async def responses_page(request: Request) -> HTMLResponse:
         ids = [r.id for r in found]
         if status in ("pending", "late", "expired"):
             open_keys = await store.job_open_keys(sorted({r.correlation_key for r in found}))
+        unknown = [r for r in found if r.correlation_key not in open_keys and not r.forced_job_id]
+        if status == "pending":
+            candidates = await suggest(_service(request), unknown)
     return _page(
         request,
         "responses.html",
@@ -183,6 +218,7 @@ async def responses_page(request: Request) -> HTMLResponse:
         responses=found,
         parked=parked,
         open_keys=open_keys,
+        candidates=candidates,
         older=ids[-1] if len(ids) == RESPONSES_PAGE else None,
     )
 
@@ -195,12 +231,19 @@ async def schedules_page(request: Request) -> HTMLResponse:
         s.name: (await schedules_api.schedule_fires(s.name, request, RECENT_FIRES)).fires
         for s in listed
     }
-    return _page(request, "schedules.html", schedules=listed, fires=fires)
+    types = sorted(_service(request).settings.job_types)
+    return _page(request, "schedules.html", schedules=listed, fires=fires, types=types)
 
 
 @open_router.get("/")
 async def root(request: Request) -> RedirectResponse:
     return RedirectResponse(request.scope.get("root_path", "") + PREFIX)
+
+
+@open_router.get("/favicon.ico")
+async def favicon() -> FileResponse:
+    # Browsers ask for it on pages that name no icon (JSON answers, /metrics).
+    return FileResponse(FAVICON, media_type="image/svg+xml")
 
 
 @open_router.get(PREFIX + "/login", response_class=HTMLResponse)

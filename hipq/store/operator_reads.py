@@ -11,6 +11,12 @@ counts or scans a whole table:
   (``ix_hipq_jobs_state``);
 - the charts count the attempts that started within the last hour
   (``ix_hipq_attempts_started``);
+- execution times are those of the newest ``DURATION_SAMPLE`` attempts that started
+  within the period asked for (``ix_hipq_attempts_started`` again);
+- the jobs suggested for a response matched by hand are the newest
+  ``CANDIDATE_SAMPLE`` jobs of each in-flight state (``ix_hipq_jobs_state``) and the
+  open jobs whose key sorts beside the response's (the open-key index), at most
+  ``CANDIDATE_SAMPLE`` of them;
 - waiting reasons are those of the next ``REASON_SAMPLE`` due jobs in queue order
   (the due-scan index).
 
@@ -31,8 +37,8 @@ from hipq.jobs import Job
 from hipq.store.labels import label_value
 from hipq.store.records import Response
 from hipq.store.rows import row_to_job
-from hipq.store.schema import attempts, jobs, responses
-from hipq.store.state_guards import OPEN_SQL, SCHEDULED_SQL, const
+from hipq.store.schema import attempts, jobs, queues, responses
+from hipq.store.state_guards import IN_FLIGHT_VALUES, OPEN_SQL, SCHEDULED_SQL, const
 from hipq.store.transactions import Transactions
 
 # Ids one page of the job list examines when no index serves its filter.
@@ -41,6 +47,10 @@ JOB_WINDOW = 20_000
 FAILED_SAMPLE = 10_000
 # Due jobs whose waiting reasons the overview tallies: those the loop reads first.
 REASON_SAMPLE = 1_000
+# Attempts whose durations the execution-time statistics read: the newest ones.
+DURATION_SAMPLE = 20_000
+# In-flight jobs of each state, and open keys beside a response's, read for suggestions.
+CANDIDATE_SAMPLE = 500
 # A time range's id bounds are searched this much wider than asked, then filtered
 # exactly: concurrent inserts may commit ids a few milliseconds out of time order.
 TIME_SLACK = timedelta(seconds=1)
@@ -81,6 +91,23 @@ class ErrorGroup:
     types: tuple[str, ...]
     newest_id: int
     job_ids: tuple[int, ...]  # newest first
+
+
+@dataclass(frozen=True, slots=True)
+class AttemptDuration:
+    type: str
+    outcome: str
+    seconds: float
+
+
+@dataclass(frozen=True, slots=True)
+class KeyedJob:
+    """An open job as a response's candidate: what a match by hand needs to know."""
+
+    id: int
+    correlation_key: str | None
+    type: str
+    state: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -163,6 +190,21 @@ def attempt_buckets_query(since: datetime, until: datetime, buckets: int) -> Sel
     )
 
 
+def attempt_durations_query(
+    since: datetime, until: datetime, limit: int = DURATION_SAMPLE
+) -> Select[Any]:
+    """The newest ``limit`` attempts that started in [since, until), with their job's
+    type: the execution times are computed from them in Python, the same on both
+    engines (SQLite has no percentile function)."""
+    return (
+        select(jobs.c.type, attempts.c.outcome, attempts.c.started_at, attempts.c.finished_at)
+        .select_from(attempts.join(jobs, jobs.c.id == attempts.c.job_id))
+        .where(attempts.c.started_at >= since, attempts.c.started_at < until)
+        .order_by(attempts.c.started_at.desc())
+        .limit(limit)
+    )
+
+
 def due_reasons_query(queue: str, now: datetime, limit: int = REASON_SAMPLE) -> Select[Any]:
     """Waiting reasons of the queue's first due jobs, in time-priority order."""
     first = (
@@ -185,6 +227,31 @@ def open_keys_query(keys: Sequence[str]) -> Select[Any]:
         jobs.c.correlation_key.in_(list(keys)),
         jobs.c.correlation_key.is_not(None),
         jobs.c.state.in_(OPEN_SQL),
+    )
+
+
+_KEYED = (jobs.c.id, jobs.c.correlation_key, jobs.c.type, jobs.c.state)
+
+
+def newest_in_state_query(state: str, limit: int = CANDIDATE_SAMPLE) -> Select[Any]:
+    return (
+        select(*_KEYED).where(jobs.c.state == const(state)).order_by(jobs.c.id.desc()).limit(limit)
+    )
+
+
+def keys_from_query(low: str, limit: int = CANDIDATE_SAMPLE) -> Select[Any]:
+    """Open jobs whose key sorts at or after ``low``, in key order. PostgreSQL reads the
+    open-key index in order and stops at ``limit``; SQLite's planner (without table
+    statistics) prefers the state index and sorts the open jobs."""
+    return (
+        select(*_KEYED)
+        .where(
+            jobs.c.correlation_key >= low,
+            jobs.c.correlation_key.is_not(None),
+            jobs.c.state.in_(OPEN_SQL),
+        )
+        .order_by(jobs.c.correlation_key)
+        .limit(limit)
     )
 
 
@@ -271,11 +338,31 @@ class OperatorReads(Transactions):
             rows = (await conn.execute(attempt_buckets_query(since, until, buckets))).all()
         return [AttemptBucket(r.queue, r.outcome, int(r.bucket), int(r.n)) for r in rows]
 
+    async def attempt_durations(
+        self, since: datetime, until: datetime, limit: int = DURATION_SAMPLE
+    ) -> list[AttemptDuration]:
+        """How long each of the newest ``limit`` attempts started in [since, until)
+        took, newest first."""
+        async with self._read() as conn:
+            rows = (await conn.execute(attempt_durations_query(since, until, limit))).all()
+        return [
+            AttemptDuration(
+                r.type, r.outcome, max((r.finished_at - r.started_at).total_seconds(), 0)
+            )
+            for r in rows
+        ]
+
     async def job_due_reasons(self, queue: str, now: datetime) -> list[tuple[str, int]]:
         """Why the queue's first due jobs wait: (reason, jobs), most common first."""
         async with self._read() as conn:
             rows = (await conn.execute(due_reasons_query(queue, now))).all()
         return sorted(((r[0], int(r[1])) for r in rows), key=lambda x: -x[1])
+
+    async def queue_paused_names(self) -> frozenset[str]:
+        """The queues an operator paused (the queues table: one row per queue)."""
+        async with self._read() as conn:
+            rows = (await conn.execute(select(queues.c.name).where(queues.c.paused))).all()
+        return frozenset(r[0] for r in rows)
 
     async def job_open_keys(self, keys: Sequence[str]) -> dict[str, int]:
         """The open job holding each of ``keys`` that one holds: key -> job id."""
@@ -284,6 +371,23 @@ class OperatorReads(Transactions):
         async with self._read() as conn:
             rows = (await conn.execute(open_keys_query(keys))).all()
         return {r[0]: int(r[1]) for r in rows}
+
+    async def job_in_flight_sample(self, limit: int = CANDIDATE_SAMPLE) -> list[KeyedJob]:
+        """The newest ``limit`` running and the newest ``limit`` awaiting jobs."""
+        async with self._read() as conn:
+            rows = [
+                r
+                for state in IN_FLIGHT_VALUES
+                for r in (await conn.execute(newest_in_state_query(state, limit))).all()
+            ]
+        return [KeyedJob(int(r.id), r.correlation_key, r.type, r.state) for r in rows]
+
+    async def job_keys_from(self, low: str, limit: int = CANDIDATE_SAMPLE) -> list[KeyedJob]:
+        """The first ``limit`` open jobs whose key sorts at or after ``low`` (in the
+        database's collation; a caller filters what it wants from them)."""
+        async with self._read() as conn:
+            rows = (await conn.execute(keys_from_query(low, limit))).all()
+        return [KeyedJob(int(r.id), r.correlation_key, r.type, r.state) for r in rows]
 
     async def response_by_key(self, correlation_key: str, limit: int = 50) -> list[Response]:
         """The newest responses that carry ``correlation_key``."""

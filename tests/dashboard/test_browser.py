@@ -12,6 +12,7 @@ import pytest
 from playwright.sync_api import expect
 
 from tests.dashboard.conftest import Dashboard
+from tests.e2e.conftest import wait_for
 
 pytestmark = pytest.mark.e2e
 
@@ -95,8 +96,11 @@ def test_an_unknown_callback_is_matched_by_hand(dashboard: Dashboard, page: Any)
     row = page.locator("tr", has_text="A-71")
     expect(row).to_contain_text("unknown key")
     dashboard.screenshot(page, "responses")
-    row.get_by_label("job id").fill(str(job_id))
-    row.get_by_role("button", name="Match").click()
+    # The job whose key is two edits away is suggested; the operator picks it.
+    suggested = row.locator("ul.candidates li", has_text="A-17")
+    expect(suggested).to_contain_text("key 2 edits away")
+    page.once("dialog", lambda d: d.accept())
+    suggested.get_by_role("button", name=f"job {job_id}", exact=True).click()
     expect(page.locator("#flash")).to_contain_text("matched")
 
     job = dashboard.wait_state(job_id, "completed")
@@ -173,6 +177,47 @@ def test_the_jobs_page_filters_and_pages(dashboard: Dashboard, page: Any) -> Non
     expect(page.get_by_role("alert")).to_contain_text("since: 'yesterday' is not a date")
 
 
+def test_jobs_are_selected_and_retried_and_all_failed_deleted_at_760px(
+    dashboard: Dashboard, page: Any
+) -> None:
+    (dashboard.flags / "fail").touch()
+    ids = [dashboard.post_job(type="flaky", payload={"n": n}) for n in range(3)]
+    for job_id in ids:
+        dashboard.wait_state(job_id, "failed")
+    dashboard.server.post("/v1/queues/default/pause", {})  # retried jobs stay scheduled
+    page.set_viewport_size({"width": 760, "height": 900})
+    page.goto(f"{dashboard.url}/dashboard/jobs?queue=default")
+    # Usable at 760 px: nothing scrolls the page sideways.
+    assert page.evaluate("document.documentElement.scrollWidth") <= 760
+
+    page.get_by_label(f"select job {ids[0]}", exact=True).check()
+    page.get_by_label(f"select job {ids[1]}", exact=True).check()
+    expect(page.locator("#selected-count")).to_have_text("2 selected")
+    asked: list[str] = []
+    page.once("dialog", lambda d: (asked.append(d.message), d.accept()))
+    page.get_by_role("button", name="Retry selected").click()
+    expect(page.locator("#flash")).to_contain_text("Retry of 2 selected jobs started")
+    assert asked == ["Retry 2 selected jobs?"]
+    for job_id in ids[:2]:
+        expect(page.locator(f'tr[data-job="{job_id}"] .state')).to_have_text("scheduled")
+    expect(page.locator(f'tr[data-job="{ids[0]}"] .reason')).to_have_text("queue paused")
+    assert dashboard.job(ids[2])["state"] == "failed"
+
+    page.get_by_label("failed", exact=True).check()
+    page.get_by_role("button", name="Filter").click()
+    expect(page.locator("table.jobs tbody tr[data-job]")).to_have_count(1)
+    page.once("dialog", lambda d: (asked.append(d.message), d.accept()))
+    page.get_by_role("button", name="Delete all").click()
+    expect(page.locator("#flash")).to_contain_text("Delete of all matching jobs started")
+    assert asked[-1].startswith("Delete every job that matches this filter (1 job)?")
+    wait_for(
+        lambda: httpx.get(f"{dashboard.url}/v1/jobs/{ids[2]}").status_code == 404 or None,
+        30,
+        f"job {ids[2]} deleted",
+    )
+    assert [dashboard.job(i)["state"] for i in ids[:2]] == ["scheduled"] * 2
+
+
 def test_docs_work_offline(dashboard: Dashboard, page: Any) -> None:
     # The page fixture aborts (and fails the test for) any request not to hipq, and
     # fails it for a Content-Security-Policy violation.
@@ -201,3 +246,39 @@ def test_a_schedule_is_paused_run_now_and_resumed(dashboard: Dashboard, page: An
     row.get_by_role("button", name="Resume").click()
     expect(row.locator(".next")).to_contain_text("-01-01 02:00:00 UTC")
     assert dashboard.server.get("/v1/schedules/yearly-report")["paused"] is False
+
+
+def test_a_schedule_is_created_and_edited(dashboard: Dashboard, page: Any) -> None:
+    page.goto(f"{dashboard.url}/dashboard/schedules")
+    page.get_by_text("New schedule").click()
+    form = page.locator("#new-schedule")
+    form.get_by_label("name").fill("nightly")
+    form.get_by_label("cron").fill("0 4 * * *")
+    form.get_by_label("time zone").fill("Europe/Berlin")
+    form.get_by_label("job type").select_option("flaky")
+    form.get_by_label("payload (JSON)").fill('{"report": "daily"}')
+    form.get_by_role("button", name="Create").click()
+    expect(page.locator("#flash")).to_have_text("Schedule created")
+    row = page.locator('tr[data-schedule="nightly"]')
+    expect(row).to_contain_text("0 4 * * *")
+    expect(row.locator(".next")).to_contain_text(":00:00 UTC")
+    created = dashboard.server.get("/v1/schedules/nightly")
+    assert (created["timezone"], created["job"]) == (
+        "Europe/Berlin",
+        {"type": "flaky", "payload": {"report": "daily"}},
+    )
+
+    row.get_by_text("Edit").click()
+    row.get_by_label("cron").fill("30 5 * * 1-5")
+    row.get_by_label("job (JSON)").fill("{bad")
+    row.get_by_role("button", name="Save").click()
+    expect(page.locator("#flash")).to_contain_text("job: not JSON")
+    row.get_by_label("job (JSON)").fill('{"type": "flaky", "priority": 5}')
+    row.get_by_role("button", name="Save").click()
+    expect(page.locator("#flash")).to_have_text("Schedule nightly changed")
+    expect(row).to_contain_text("30 5 * * 1-5")
+    changed = dashboard.server.get("/v1/schedules/nightly")
+    assert (changed["cron"], changed["job"]) == ("30 5 * * 1-5", {"type": "flaky", "priority": 5})
+    # A schedule of the config file is edited there.
+    config_row = page.locator('tr[data-schedule="yearly-report"]')
+    expect(config_row).to_contain_text("edit it in the config file")

@@ -3,6 +3,8 @@ bad input; and that every file they need ships inside the wheel."""
 
 from __future__ import annotations
 
+import html
+import json
 import re
 import subprocess
 import sys
@@ -13,6 +15,7 @@ import pytest
 
 from hipq.dashboard import pages
 from tests.api.conftest import Api, open_api
+from tests.support import FakeClock
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -157,7 +160,7 @@ async def test_the_overview_shows_rate_use_and_why_due_jobs_wait(database_url: s
         page = (await api.client.get("/dashboard")).text
     default = page[page.index('id="queue-default"') :]
     rate_row = re.search(r"<tr><td>rate</td><td>(\d+)</td><td>([^<]+)</td></tr>", default)
-    assert rate_row is not None and rate_row.groups() == ("2", "2 per 1h")
+    assert rate_row is not None and rate_row.groups() == ("2", "2 per 1 h")
     assert (
         '<span class="reason">rate 2 per 1h reached</span> <span class="muted">\u00d7 3</span>'
         in default
@@ -182,4 +185,165 @@ async def test_the_overview_shows_share_use_against_each_quota(database_url: str
         ("region=(other)", "0", "1"),
         ("region=east", "0", "6"),
         ("region=west", "0", "3"),
+    ]
+
+
+async def test_a_paused_queue_is_the_reason_its_jobs_wait(api: Api) -> None:
+    await api.post_job(type="hang", weight=8)
+    await api.tick(ticks=1)
+    held = (await api.post_job(type="ok", weight=3))["id"]
+    await api.tick(ticks=1)
+    stale = (await api.job(held))["waiting_reason"]
+    assert stale and "paused" not in stale
+    assert (await api.client.post("/v1/queues/default/pause")).status_code == 200
+    await api.tick(ticks=1)
+
+    page = (await api.client.get(f"/dashboard/jobs/{held}")).text
+    assert '<span class="reason" id="waiting-reason">queue paused</span>' in page
+    assert stale not in page
+    listed = (await api.client.get("/dashboard/jobs?queue=default")).text
+    row = listed[listed.index(f'<tr data-job="{held}">') :]
+    assert row[: row.index("</tr>")].count("queue paused") == 1
+
+    assert (await api.client.post("/v1/queues/default/resume")).status_code == 200
+    page = (await api.client.get(f"/dashboard/jobs/{held}")).text
+    assert "queue paused" not in page
+
+
+async def test_values_read_as_a_person_writes_them(sqlite_api: Api) -> None:
+    job = (await sqlite_api.post_job(type="ok", timeout="24h"))["id"]
+    page = (await sqlite_api.client.get(f"/dashboard/jobs/{job}")).text
+    assert "<dt>critical</dt><dd>no</dd>" in page
+    assert "<dt>timeout</dt><dd>24 h</dd>" in page
+    # A bound given with an offset is shown in UTC, as the field's label says.
+    listed = await sqlite_api.client.get("/dashboard/jobs?since=2026-05-01T10:00:00%2B02:00")
+    assert 'name="since" type="datetime-local" step="1" value="2026-05-01T08:00:00"' in listed.text
+
+
+async def test_every_page_has_an_icon(sqlite_api: Api) -> None:
+    page = (await sqlite_api.client.get("/dashboard")).text
+    icon = re.search(r'<link rel="icon" href="([^"]+)"', page)
+    assert icon is not None
+    served = await sqlite_api.client.get(icon.group(1))
+    assert served.status_code == 200
+    assert served.headers["content-type"].startswith("image/svg+xml")
+    # A browser asks for /favicon.ico of a page without a link (JSON, /docs, /metrics).
+    assert (await sqlite_api.client.get("/favicon.ico")).status_code == 200
+
+
+def test_display_values() -> None:
+    from hipq.dashboard import display
+
+    assert [display.yes_no(v) for v in (True, False, None)] == ["yes", "no", "—"]
+    assert [
+        display.duration(s) for s in (86_400.0, 172_800.0, 3_600.0, 300.0, 90.0, 1.5, 0.25, 0)
+    ] == ["24 h", "2 d", "1 h", "5 min", "90 s", "1.5 s", "250 ms", "0 s"]
+
+
+async def test_the_job_list_offers_its_filter_to_the_bulk_api(sqlite_api: Api) -> None:
+    page = (await sqlite_api.client.get("/dashboard/jobs")).text
+    assert 'data-selected="retry"' in page and 'data-selected="delete"' in page
+    assert "Retry all" not in page  # no filter: a bulk verb needs a condition
+    query = "queue=default&state=failed&label=region:east&until=2026-05-01T08:00:00"
+    page = (await sqlite_api.client.get(f"/dashboard/jobs?{query}")).text
+    bodies = re.findall(r"data-body='([^']+)'", page)
+    assert [json.loads(html.unescape(b)) for b in bodies] == [
+        {
+            "action": action,
+            "filter": {
+                "queue": "default",
+                "states": ["failed"],
+                "labels": {"region": "east"},
+                "created_before": "2026-05-01T08:00:00.000001+00:00",
+            },
+        }
+        for action in ("retry", "delete")
+    ]
+    # What the list would send is what the bulk API takes.
+    for b in bodies:
+        body = {**json.loads(html.unescape(b)), "dry_run": True}
+        answer = await sqlite_api.client.post("/v1/jobs/bulk", json=body)
+        assert answer.status_code == 200, answer.text
+    page = (await sqlite_api.client.get("/dashboard/jobs?correlation_key=A-1")).text
+    assert "Retry all" not in page
+
+
+async def test_history_shows_execution_times_per_type_after_a_restart(database_url: str) -> None:
+    clock = FakeClock()
+    async with open_api(database_url, clock=clock) as api:
+        ids = [(await api.post_job(type="hang"))["id"] for _ in range(3)]
+        await api.tick(ticks=1)
+        for seconds, job_id in zip((10, 10, 10), ids, strict=True):
+            clock.advance(seconds)
+            answer = await api.client.post(f"/v1/jobs/{job_id}/complete", json={})
+            assert answer.status_code in (200, 202), answer.text
+            await api.tick(ticks=1)
+        for job_id in ids:
+            assert (await api.job(job_id))["state"] == "completed"
+    clock.advance(2 * 3600)  # out of the overview's hour
+    async with open_api(database_url, clock=clock) as api:  # a restart
+        page = (await api.client.get("/dashboard/history?period=24h")).text
+        row = page[page.index('<tr data-type="hang">') :]
+        row = row[: row.index("</tr>")]
+        cells = re.findall(r"<td[^>]*>(.*?)</td>", row)
+        assert cells[1:] == ["3", "3", "0", "20 s", "30 s", "30 s"]
+        default = page[page.index('data-queue="default"') :]
+        assert "3 attempts, 0 failed" in default
+        assert "<svg" in default and 'class="tick">0</text>' in default
+        page = (await api.client.get("/dashboard/history?period=1h")).text
+        assert "no attempt in this period" in page
+        missing = await api.client.get("/dashboard/history?period=2y")
+        assert missing.status_code == 404
+
+
+def test_percentiles_are_nearest_rank() -> None:
+    from hipq.dashboard.history import percentile
+
+    assert percentile([1.0], 0.95) == 1.0
+    values = [float(n) for n in range(1, 101)]
+    assert (percentile(values, 0.5), percentile(values, 0.95)) == (50.0, 95.0)
+
+
+async def test_an_unknown_response_suggests_in_flight_jobs_with_a_close_key(api: Api) -> None:
+    meant = (await api.post_job(type="hang", correlation_key="order-1017"))["id"]
+    other = (await api.post_job(type="hang", correlation_key="invoice-88"))["id"]
+    await api.tick(ticks=1)
+    assert (await api.job(meant))["state"] == "running"
+    answer = await api.client.post("/v1/callbacks/order-1071", json={"status": "ok"})
+    assert answer.status_code == 202, answer.text
+
+    page = (await api.client.get("/dashboard/responses")).text
+    suggested = page[page.index('<ul class="candidates"') :]
+    suggested = suggested[: suggested.index("</ul>")]
+    assert f"job {meant}</button>" in suggested and "key 2 edits away" in suggested
+    assert f"job {other}</button>" not in suggested
+    assert 'data-action="POST /v1/responses/' in suggested
+
+
+def test_candidates_rank_close_keys_first() -> None:
+    from datetime import UTC, datetime
+
+    from hipq.dashboard.candidates import edit_distance, rank
+    from hipq.store.operator_reads import KeyedJob
+    from hipq.store.records import Response
+
+    assert (edit_distance("A-17", "A-71"), edit_distance("", "abc"), edit_distance("x", "x")) == (
+        2,
+        3,
+        0,
+    )
+    now = datetime(2026, 1, 1, tzinfo=UTC)
+    response = Response(
+        1, "A-71", "webhook", now, now, True, None, {}, None, "charge", "pending", None, None, None
+    )
+    jobs = [
+        KeyedJob(1, "A-17", "charge", "awaiting"),
+        KeyedJob(2, "A-71x", "ship", "awaiting"),
+        KeyedJob(3, "B-999", "charge", "running"),
+        KeyedJob(4, "Q-123456", "ship", "running"),
+    ]
+    assert [(c.job.id, c.why) for c in rank(response, jobs)] == [
+        (2, "key 1 edit away"),
+        (1, "key 2 edits away"),
+        (3, "running, of type charge"),
     ]

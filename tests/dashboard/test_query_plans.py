@@ -35,9 +35,11 @@ PAGES = [
     "/dashboard/responses?status=matched",
     "/dashboard/responses?status=parked",
     "/dashboard/schedules",
+    "/dashboard/history?period=7d",
 ]
-# The schedules of the config and the API: tens of rows, read whole by GET /v1/schedules.
-_SMALL_TABLES = ("hipq_schedules",)
+# The schedules of the config and the API: tens of rows, read whole by GET /v1/schedules;
+# the queues of the config: one row each, whose paused ones the job pages read.
+_SMALL_TABLES = ("hipq_schedules", "hipq_queues")
 _FULL_SCAN = {
     "sqlite": re.compile(r"^SCAN hipq_\w+"),
     "postgresql": re.compile(r"Seq Scan on hipq_\w+"),

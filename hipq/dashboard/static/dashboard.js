@@ -14,8 +14,33 @@ function live() {
   // click is under way (a swap between press and release would lose it).
   const toggle = document.getElementById("live-toggle");
   if (toggle && !toggle.checked) return false;
-  return !pressing && !document.querySelector("#live form:focus-within");
+  // Nor while jobs are selected in the job list: a refresh would clear the selection.
+  // Nor while an editor is open on it (a refresh would close it).
+  return !pressing && !document.querySelector("#live form:focus-within, #live details[open]") &&
+    selectedJobs().length === 0;
 }
+
+function selectedJobs() {
+  return Array.from(document.querySelectorAll("#live input[name=select-job]:checked"), (x) => Number(x.value));
+}
+
+function showSelection() {
+  const count = document.getElementById("selected-count");
+  if (!count) return;
+  const n = selectedJobs().length;
+  count.textContent = n ? n + " selected" : "none selected";
+  const all = document.getElementById("select-page");
+  const boxes = document.querySelectorAll("#live input[name=select-job]");
+  if (all) all.checked = boxes.length > 0 && n === boxes.length;
+}
+
+document.addEventListener("change", (event) => {
+  if (event.target.id === "select-page") {
+    for (const box of document.querySelectorAll("#live input[name=select-job]")) box.checked = event.target.checked;
+  }
+  if (event.target.id === "select-page" || event.target.name === "select-job") showSelection();
+});
+document.addEventListener("htmx:afterSwap", showSelection);
 
 document.addEventListener("pointerdown", () => { pressing = true; }, true);
 document.addEventListener("pointerup", () => { setTimeout(() => { pressing = false; }, 0); }, true);
@@ -105,39 +130,79 @@ function refresh() {
   }
 }
 
+function formValue(input) {
+  const kind = input.dataset.kind;
+  if (kind === "int") {
+    const n = Number(input.value);
+    if (!Number.isInteger(n)) throw new Error(input.name + ": " + JSON.stringify(input.value) + " is not a whole number");
+    return n;
+  }
+  if (kind === "instant") {
+    // datetime-local has no zone: the page says it is UTC.
+    return input.value.length === 16 ? input.value + ":00Z" : input.value + "Z";
+  }
+  if (kind === "json") {
+    try { return JSON.parse(input.value); } catch (err) { throw new Error(input.name + ": not JSON (" + err.message + ")"); }
+  }
+  return input.value;
+}
+
 function formBody(form) {
+  // Each field by its name; a dotted name ("job.type") is a field of an object.
   const body = {};
   for (const input of form.querySelectorAll("input[name], select[name], textarea[name]")) {
-    if (input.value === "") continue;
-    const kind = input.dataset.kind;
-    if (kind === "int") {
-      const n = Number(input.value);
-      if (!Number.isInteger(n)) throw new Error(input.name + ": " + JSON.stringify(input.value) + " is not a whole number");
-      body[input.name] = n;
-    } else if (kind === "instant") {
-      // datetime-local has no zone: the page says it is UTC.
-      body[input.name] = input.value.length === 16 ? input.value + ":00Z" : input.value + "Z";
-    } else {
-      body[input.name] = input.value;
-    }
+    if (input.value.trim() === "") continue;
+    const path = input.name.split(".");
+    let into = body;
+    for (const key of path.slice(0, -1)) into = (into[key] = into[key] || {});
+    into[path[path.length - 1]] = formValue(input);
   }
   return body;
 }
 
-async function act(el, body) {
+async function act(el, body, done) {
   const [method, path] = el.dataset.action.split(" ");
   if (body === undefined && el.dataset.body) body = JSON.parse(el.dataset.body);
   if (el.dataset.confirm && !window.confirm(el.dataset.confirm)) return;
   el.disabled = true;
   const result = await callApi(method, path, body);
-  let done = el.dataset.done || "Done";
+  done = done || el.dataset.done || "Done";
   // A bulk operation runs on in bounded steps: say which, GET /v1/jobs/bulk/{id} follows it.
   if (result.ok && result.data && result.data.action && result.data.id) {
     done += " (bulk operation " + result.data.id + ")";
   }
   flash(result.ok ? done : result.message, result.ok ? "ok" : "error");
   el.disabled = false;
+  // A form that did its work closes (an open editor holds the page's refresh back).
+  const editor = el.closest("details");
+  if (result.ok && editor) {
+    editor.open = false;
+    if (el.tagName === "FORM") el.reset();
+  }
   refresh();
+}
+
+async function actOnSelected(el) {
+  // The jobs ticked in the list, through the bulk API's id filter.
+  const ids = selectedJobs();
+  if (ids.length === 0) { flash("Select jobs first (the boxes in the list)", "error"); return; }
+  const jobs = ids.length + " selected job" + (ids.length === 1 ? "" : "s");
+  if (!window.confirm(el.dataset.verb + " " + jobs + "?")) return;
+  el.dataset.action = "POST /v1/jobs/bulk";
+  for (const box of document.querySelectorAll("#live input[name=select-job]:checked")) box.checked = false;
+  showSelection();
+  await act(el, { action: el.dataset.selected, filter: { ids } }, el.dataset.verb + " of " + jobs + " started");
+}
+
+async function actOnFilter(el) {
+  // Every job the list's filter matches: count them first (a dry run), then ask.
+  const body = JSON.parse(el.dataset.body);
+  const counted = await callApi("POST", "/v1/jobs/bulk", { ...body, dry_run: true });
+  if (!counted.ok) { flash(counted.message, "error"); return; }
+  const n = counted.data.matched;
+  if (n === 0) { flash("No job matches this filter", "error"); return; }
+  if (!window.confirm(el.dataset.count.replace("{jobs}", n + (n === 1 ? " job" : " jobs")))) return;
+  await act(el, body);
 }
 
 document.addEventListener("click", (event) => {
@@ -146,6 +211,10 @@ document.addEventListener("click", (event) => {
     endSession(event.target);
     return;
   }
+  const selected = event.target.closest("button[data-selected]");
+  if (selected) { event.preventDefault(); actOnSelected(selected); return; }
+  const all = event.target.closest("button[data-count]");
+  if (all) { event.preventDefault(); actOnFilter(all); return; }
   const el = event.target.closest("button[data-action]");
   if (!el) return;
   event.preventDefault();

@@ -29,6 +29,7 @@ from hipq.batch_loop.admission import Admission
 from hipq.batch_loop.chain import GuardedChain
 from hipq.batch_loop.correlation import Correlation, Event, Matches, matched_event
 from hipq.batch_loop.external_heartbeats import ExternalHeartbeats
+from hipq.batch_loop.limits import LiveLimits
 from hipq.batch_loop.recovery import Drain, reconcile, reread_owned
 from hipq.batch_loop.reports import Reports, apply_reports, write_reports
 from hipq.config import QueueConfig
@@ -91,6 +92,7 @@ class QueueLoop:
         job_types: JobTypes | None = None,
         events: Events | None = None,
         lease_ttl: float = 15.0,
+        limits: LiveLimits | None = None,
     ) -> None:
         self.name, self.config, self.store = name, config, store
         self.owner, self.stages, self.transports = owner, list(stages), transports
@@ -101,6 +103,7 @@ class QueueLoop:
         self.correlation = Correlation(name, self.job_types, clock)
         self.heartbeats = ExternalHeartbeats(self.job_types)
         self.admission = Admission(name, config, self.stages, self.events)
+        self.limits = limits  # an operator's overrides, read with operators' requests
         self.token: int | None = None
         self.in_flight: dict[int, Job] = {}
         self._reports = Reports()
@@ -221,6 +224,8 @@ class QueueLoop:
                 if self._check_cancels:
                     self._check_cancels = False
                     cancels = await requests_pending(batch)
+                    if self.limits is not None:
+                        self.limits.note(await self.store.queue_limits_in(batch))
                 matched: Matches = {}
                 if self._check_responses:
                     self._check_responses = False
@@ -264,7 +269,19 @@ class QueueLoop:
         # left undispatched they stayed `running` after a graceful stop, to be run again
         # by the next owner as if cut off. The drain waits for them (``ticking``).
         self._dispatch(claimed)
+        if self.limits is not None and (changed := self.limits.take()) is not None:
+            await self._adopt_limits(*changed, now)
         return report
+
+    async def _adopt_limits(self, config: QueueConfig, stages: list[Stage], now: datetime) -> None:
+        """Changed limits: the chain rebuilt and resumed as at a takeover (start history
+        and oversized jobs read again); the next tick admits by them at once."""
+        self.admission.chain.close()
+        self.config, self.stages = config, stages
+        self.admission = Admission(self.name, config, stages, self.events)
+        await self.admission.resume(self.store, now)
+        self.events.emit("queue_limits_applied", queue=self.name)
+        self.wake.set()
 
     def _fence_later(self, reports: Reports, now: datetime) -> bool:
         """Whether the tick's first statement is the settle of jobs that succeeded, or

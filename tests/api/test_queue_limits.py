@@ -1,0 +1,122 @@
+"""Limits changed at run time (PATCH/DELETE /v1/queues/{name}/limits), on both engines:
+persisted on the queue's row, applied by its owner at its next tick, refused with a
+422 naming the field when the chain would not build, kept across a restart."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tests.api.conftest import Api, open_api
+
+QUEUES: dict[str, Any] = {
+    "default": {"concurrency": 1},
+    "bulk": {},
+    "regions": {
+        "concurrency": 10,
+        "throttlers": [
+            {"share": {"label": "region", "shares": {"east": 40, "west": 60}}},
+            {"per_key": {"key": "labels.tenant", "limit": 5}},
+            {"rate": {"limit": 100, "per": "1s"}},
+            {"window": {}},
+        ],
+    },
+}
+
+
+async def running(api: Api, queue: str = "default") -> int:
+    answer = await api.client.get(f"/v1/queues/{queue}")
+    assert answer.status_code == 200, answer.text
+    return int(answer.json()["running"])
+
+
+async def change(api: Api, body: dict[str, Any], queue: str = "default") -> dict[str, Any]:
+    answer = await api.client.patch(f"/v1/queues/{queue}/limits", json=body)
+    assert answer.status_code == 200, answer.text
+    return answer.json()
+
+
+async def test_a_raised_concurrency_runs_more_at_the_next_tick_and_resets(
+    database_url: str,
+) -> None:
+    async with open_api(database_url, queues=QUEUES) as api:
+        for _ in range(5):
+            await api.post_job(type="hang")
+        await api.tick()
+        assert await running(api) == 1
+
+        shown = await change(api, {"concurrency": 3})
+        assert shown["concurrency"] == 3
+        assert shown["limits"]["overrides"] == {"concurrency": 3}
+        assert shown["limits"]["changed_by"] == "anonymous"
+        assert shown["limits"]["changed_at"] is not None
+        await api.tick()
+        assert await running(api) == 3
+
+        answer = await api.client.delete("/v1/queues/default/limits")
+        assert answer.status_code == 200, answer.text
+        assert answer.json()["concurrency"] == 1
+        assert answer.json()["limits"]["overrides"] == {}
+        await api.tick()
+        assert await running(api) == 3  # nothing is stopped: the running ones finish
+        assert api.loop().config.concurrency == 1
+
+
+async def test_a_shares_percentages_change_what_each_share_may_hold(database_url: str) -> None:
+    async with open_api(database_url, queues=QUEUES) as api:
+        for _ in range(8):
+            await api.post_job(type="hang", queue="regions", labels={"region": "east"})
+        await api.tick("regions")
+        assert await running(api, "regions") == 4  # 40 % of 10
+        shown = await change(
+            api, {"throttlers": {"0": {"shares": {"east": 70, "west": 30}}}}, "regions"
+        )
+        share = shown["limits"]["throttlers"][0]["share"]
+        assert share["shares"] == {"east": 70, "west": 30} and share["label"] == "region"
+        await api.tick("regions")
+        assert await running(api, "regions") == 7
+        # A second change keeps the first one (each setting given replaces its own).
+        shown = await change(api, {"throttlers": {"1": {"limit": 2}}}, "regions")
+        assert shown["limits"]["overrides"] == {
+            "throttlers": {"0": {"shares": {"east": 70, "west": 30}}, "1": {"limit": 2}}
+        }
+
+
+BAD: list[tuple[dict[str, Any], str]] = [
+    ({"concurrency": 0}, "concurrency"),
+    ({"concurrency": -1}, "concurrency"),
+    ({"throttlers": {"0": {"shares": {"east": 60, "west": 50}}}}, "throttlers.0.shares"),
+    ({"throttlers": {"1": {"limit": 0}}}, "throttlers.1.limit"),
+    ({"throttlers": {"2": {"limit": -1}}}, "throttlers.2.limit"),
+    ({"throttlers": {"2": {"per": "soon"}}}, "throttlers.2.per"),
+    ({"throttlers": {"9": {"limit": 3}}}, "throttlers.9"),
+    ({"throttlers": {"x": {"limit": 3}}}, "throttlers.x"),
+    ({"throttlers": {"2": {"shares": {"east": 10}}}}, "throttlers.2.shares"),
+    ({"throttlers": {"1": {"key": "labels.region"}}}, "throttlers.1.key"),
+    ({"throttlers": {"3": {"limit": 3}}}, "throttlers.3.limit"),
+    ({"concurrency": 1}, "concurrency"),  # a share's quota of 0.4 units: under one unit
+]
+
+
+async def test_a_change_the_chain_refuses_is_a_422_naming_the_field(database_url: str) -> None:
+    async with open_api(database_url, queues=QUEUES) as api:
+        for body, field in BAD:
+            answer = await api.client.patch("/v1/queues/regions/limits", json=body)
+            assert answer.status_code == 422, (body, answer.text)
+            assert answer.json()["field"] == field, (body, answer.json())
+        shown = (await api.client.get("/v1/queues/regions")).json()
+        assert shown["limits"]["overrides"] == {} and shown["limits"]["changed_at"] is None
+        assert shown["concurrency"] == 10
+        answer = await api.client.patch("/v1/queues/nope/limits", json={"concurrency": 2})
+        assert answer.status_code == 404
+
+
+async def test_changed_limits_survive_a_restart(database_url: str) -> None:
+    async with open_api(database_url, queues=QUEUES) as api:
+        await change(api, {"concurrency": 3})
+        for _ in range(5):
+            await api.post_job(type="hang")
+    async with open_api(database_url, queues=QUEUES) as api:
+        shown = (await api.client.get("/v1/queues/default")).json()
+        assert shown["concurrency"] == 3 and shown["limits"]["overrides"] == {"concurrency": 3}
+        await api.tick()
+        assert await running(api) == 3

@@ -6,7 +6,10 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from tests.api.conftest import Api, open_api
+from tests.support import eventually
 
 QUEUES: dict[str, Any] = {
     "default": {"concurrency": 1},
@@ -81,6 +84,28 @@ async def test_a_shares_percentages_change_what_each_share_may_hold(database_url
         }
 
 
+async def test_a_raised_rate_counts_the_starts_made_before_the_change(
+    database_url: str,
+) -> None:
+    queues = {**QUEUES, "rated": {"throttlers": [{"rate": {"limit": 2, "per": "1h"}}]}}
+    async with open_api(database_url, queues=queues) as api:
+        ids = [(await api.post_job(type="ok", queue="rated"))["id"] for _ in range(6)]
+        await api.tick("rated")
+
+        async def started() -> int:
+            jobs = [await api.job(i) for i in ids]
+            return sum(j["state"] != "scheduled" for j in jobs)
+
+        assert await started() == 2
+        await change(api, {"throttlers": {"0": {"limit": 3}}}, "rated")
+        await api.tick("rated")
+        assert await started() == 3  # the two of the last hour still count
+        await change(api, {"throttlers": {"0": {"per": "1s"}}}, "rated")
+        api.clock.advance(2)
+        await api.tick("rated")
+        assert await started() == 6
+
+
 BAD: list[tuple[dict[str, Any], str]] = [
     ({"concurrency": 0}, "concurrency"),
     ({"concurrency": -1}, "concurrency"),
@@ -120,3 +145,25 @@ async def test_changed_limits_survive_a_restart(database_url: str) -> None:
         assert shown["concurrency"] == 3 and shown["limits"]["overrides"] == {"concurrency": 3}
         await api.tick()
         assert await running(api) == 3
+
+
+@pytest.mark.postgres
+async def test_a_change_through_another_process_reaches_the_queues_owner(
+    postgres_url_fresh: str,
+) -> None:
+    """Two services on one database (SQLite allows one process per file): the change
+    arrives through the one that does not own the queue."""
+    async with (
+        open_api(postgres_url_fresh, run_loops=True, queues=QUEUES) as owner,
+        open_api(postgres_url_fresh, queues=QUEUES) as other,
+    ):
+        for _ in range(5):
+            await other.post_job(type="hang")
+        await eventually(lambda: running_is(owner, 1), timeout=30)
+        await change(other, {"concurrency": 3})
+        assert owner.loop().token is not None and other.loop().token is None
+        await eventually(lambda: running_is(owner, 3), timeout=30)
+
+
+async def running_is(api: Api, count: int) -> bool:
+    return await running(api) == count

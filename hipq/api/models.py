@@ -356,7 +356,8 @@ class JobListOut(BaseModel):
 
 class LimitsOut(BaseModel):
     throttlers: list[dict[str, Any]] = Field(
-        description="the throttlers' settings in force, as in the config (overrides applied)"
+        description="each configured throttler's adjustable settings in force (overrides "
+        'applied), e.g. [{"share": {"shares": {"east": 40, "west": 60}}}, {"window": {}}]'
     )
     overrides: dict[str, Any] = Field(
         description="what an operator changed ({} : the config's values), in the shape of "

@@ -17,7 +17,13 @@ from hipq.api.models import (
     QueueListOut,
     QueueOut,
 )
-from hipq.batch_loop.limits import LimitsError, merged, queue_with, stages_with
+from hipq.batch_loop.limits import (
+    LimitsError,
+    limits_in_force,
+    merged,
+    queue_with,
+    stages_with,
+)
 from hipq.service import Service
 from hipq.store import NotFound
 
@@ -46,7 +52,7 @@ async def queue_out(service: Service, name: str) -> QueueOut:
         paused=counts.paused,
         forbidden_flags=list(counts.forbidden_flags),
         limits=LimitsOut(
-            throttlers=config.throttlers,
+            throttlers=limits_in_force(config),
             overrides=counts.limits,
             changed_at=counts.limits_changed_at,
             changed_by=counts.limits_changed_by,

@@ -50,10 +50,22 @@ def merged(current: dict[str, Any], change: dict[str, Any]) -> dict[str, Any]:
     if "concurrency" in change:
         out["concurrency"] = change["concurrency"]
     for index, settings in (change.get("throttlers") or {}).items():
-        out["throttlers"].setdefault(str(index), {}).update(settings)
+        if settings:
+            out["throttlers"].setdefault(str(index), {}).update(settings)
     if not out["throttlers"]:
         del out["throttlers"]
     return out
+
+
+def limits_in_force(config: QueueConfig) -> list[dict[str, dict[str, Any]]]:
+    """Each configured throttler with only its adjustable settings: the limits, and
+    nothing else of a plugin's settings (which may hold what a reader should not see)."""
+    shown = []
+    for item in config.throttlers:
+        ((kind, raw),) = item.items()
+        allowed = ADJUSTABLE.get(kind, frozenset())
+        shown.append({kind: {k: v for k, v in (raw or {}).items() if k in allowed}})
+    return shown
 
 
 def queue_with(config: QueueConfig, overrides: dict[str, Any]) -> QueueConfig:

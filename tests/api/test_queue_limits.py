@@ -4,9 +4,13 @@ persisted on the queue's row, applied by its owner at its next tick, refused wit
 
 from __future__ import annotations
 
+import json
+import re
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from tests.api.conftest import Api, open_api
 from tests.support import eventually
@@ -73,8 +77,12 @@ async def test_a_shares_percentages_change_what_each_share_may_hold(database_url
         shown = await change(
             api, {"throttlers": {"0": {"shares": {"east": 70, "west": 30}}}}, "regions"
         )
-        share = shown["limits"]["throttlers"][0]["share"]
-        assert share["shares"] == {"east": 70, "west": 30} and share["label"] == "region"
+        assert shown["limits"]["throttlers"] == [
+            {"share": {"shares": {"east": 70, "west": 30}}},
+            {"per_key": {"limit": 5}},
+            {"rate": {"limit": 100, "per": "1s"}},
+            {"window": {}},
+        ]
         await api.tick("regions")
         assert await running(api, "regions") == 7
         # A second change keeps the first one (each setting given replaces its own).
@@ -167,3 +175,27 @@ async def test_a_change_through_another_process_reaches_the_queues_owner(
 
 async def running_is(api: Api, count: int) -> bool:
     return await running(api) == count
+
+
+DOCS = Path(__file__).resolve().parents[2] / "docs"
+
+
+async def test_the_worked_example_of_the_reference(database_url: str) -> None:
+    """The PATCH of docs/reference-api.md, on the queue `regions` of docs/throttling.md."""
+    chain = (DOCS / "throttling.md").read_text().split("## The chain", 1)[1]
+    regions = yaml.safe_load(chain.split("```yaml", 1)[1].split("```", 1)[0])["queues"]
+    section = (DOCS / "reference-api.md").read_text().split("## Queue limits at run time")[1]
+    body = json.loads(re.search(r"-d '(\{.*?\})'", section).group(1))  # type: ignore[union-attr]
+    async with open_api(database_url, queues={**QUEUES, **regions}) as api:
+        shown = await change(api, body, "regions")
+        assert shown["concurrency"] == 50
+        assert shown["limits"]["throttlers"] == [
+            {"share": {"shares": {"east": 60, "north": 20, "west": 20}}},
+            {"per_key": {"limit": 5}},
+            {"rate": {"limit": 10, "per": "1s"}},
+            {"window": {}},
+        ]
+        await api.tick("regions")
+        assert api.loop("regions").config.concurrency == 50
+        reset = await api.client.delete("/v1/queues/regions/limits")
+        assert reset.json()["concurrency"] == 100

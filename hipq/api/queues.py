@@ -25,6 +25,7 @@ from hipq.batch_loop.limits import (
     stages_with,
 )
 from hipq.service import Service
+from hipq.storable_text import NUL_MESSAGE, nul_field
 from hipq.store import NotFound
 
 router = APIRouter(prefix="/v1/queues", tags=["queues"], route_class=StrictJSONRoute)
@@ -153,6 +154,9 @@ async def change_limits(name: Name, body: LimitsIn, request: Request) -> QueueOu
     service: Service = request.app.state.service
     await queue_out(service, name)
     change = body.model_dump(exclude_unset=True)
+    for name_, value in change.items():
+        if where := nul_field(value, name_):  # PostgreSQL's JSON cannot store it
+            raise InvalidParameter(where, NUL_MESSAGE)
 
     def checked(current: dict[str, Any]) -> dict[str, Any]:
         overrides = merged(current, change)

@@ -127,6 +127,7 @@ BAD: list[tuple[dict[str, Any], str]] = [
     ({"throttlers": {"1": {"key": "labels.region"}}}, "throttlers.1.key"),
     ({"throttlers": {"3": {"limit": 3}}}, "throttlers.3.limit"),
     ({"concurrency": 1}, "concurrency"),  # a share's quota of 0.4 units: under one unit
+    ({"throttlers": {"0": {"shares": {"ea\u0000st": 40}}}}, r"throttlers.0.shares.ea\u0000st"),
 ]
 
 

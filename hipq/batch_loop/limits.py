@@ -127,31 +127,24 @@ def _limits_error(text: str, overrides: dict[str, Any]) -> LimitsError:
 
 
 class LiveLimits:
-    """What a queue's owner holds of the overrides: the last ones it applied, and the
-    chain of ones it read and has not applied yet."""
+    """What a queue's owner holds of the overrides: the last ones it applied."""
 
     def __init__(self, name: str, settings: Settings) -> None:
         self.name, self.settings = name, settings
         self.applied: dict[str, Any] = {}
-        self._read: dict[str, Any] | None = None
         self._refused: dict[str, Any] | None = None  # logged once, not at every read
 
-    def note(self, overrides: dict[str, Any] | None) -> None:
-        """The overrides as read with the lease (None or {}: the config's values)."""
-        self._read = overrides or {}
-
-    def take(self) -> tuple[QueueConfig, list[Stage]] | None:
-        """The queue's new config and chain when the overrides read differ from those
-        applied; None otherwise, or when they no longer fit the config (logged: the
-        config's limits stay, e.g. after a restart with a throttler removed)."""
-        read, self._read = self._read, None
-        if read is None or read == self.applied or read == self._refused:
+    def take(self, overrides: dict[str, Any]) -> tuple[QueueConfig, list[Stage]] | None:
+        """The queue's new config and chain when ``overrides`` (as read; {}: the config's
+        values) differ from those applied; None otherwise, or when they no longer fit
+        the config (logged: the config's limits stay, e.g. after a throttler was removed)."""
+        if overrides == self.applied or overrides == self._refused:
             return None
         try:
-            built = stages_with(self.name, self.settings, read)
+            built = stages_with(self.name, self.settings, overrides)
         except LimitsError as exc:
-            self._refused = read
+            self._refused = overrides
             log.error("queue %s: changed limits ignored, %s: %s", self.name, exc.field, exc)
             return None
-        self.applied = read
+        self.applied, self._refused = overrides, None
         return built

@@ -167,6 +167,7 @@ class QueueLoop:
         self.token = token
         self.in_flight = {j.id: j for j in await self.store.job_in_flight(self.name)}
         self._reports = Reports()
+        await self._pick_up_limits(self.clock(), resume=False)
         await self.admission.resume(self.store, self.clock())
         # After a crash, `running` jobs may or may not have sent their request: send again
         # (at-least-once). `awaiting` jobs keep waiting for their response until the deadline.
@@ -209,6 +210,8 @@ class QueueLoop:
         # Events of what the tick writes: emitted once its transaction has committed.
         committed: list[Event] = []
         self._recheck_due()
+        if self._check_cancels:
+            await self._pick_up_limits(now, resume=True)
         try:
             async with self.store.queue_batch(
                 self.name,
@@ -224,8 +227,6 @@ class QueueLoop:
                 if self._check_cancels:
                     self._check_cancels = False
                     cancels = await requests_pending(batch)
-                    if self.limits is not None:
-                        self.limits.note(await self.store.queue_limits_in(batch))
                 matched: Matches = {}
                 if self._check_responses:
                     self._check_responses = False
@@ -269,19 +270,23 @@ class QueueLoop:
         # left undispatched they stayed `running` after a graceful stop, to be run again
         # by the next owner as if cut off. The drain waits for them (``ticking``).
         self._dispatch(claimed)
-        if self.limits is not None and (changed := self.limits.take()) is not None:
-            await self._adopt_limits(*changed, now)
         return report
 
-    async def _adopt_limits(self, config: QueueConfig, stages: list[Stage], now: datetime) -> None:
-        """Changed limits: the chain rebuilt and resumed as at a takeover (start history
-        and oversized jobs read again); the next tick admits by them at once."""
+    async def _pick_up_limits(self, now: datetime, *, resume: bool) -> None:
+        """Limits an operator changed (hipq.batch_loop.limits), looked for with operators'
+        requests and at a takeover: the chain rebuilt before a tick admits by it, and
+        resumed as at a takeover (start history, oversized jobs)."""
+        if self.limits is None:
+            return
+        changed = self.limits.take(await self.store.queue_limits(self.name))
+        if changed is None:
+            return
         self.admission.chain.close()
-        self.config, self.stages = config, stages
-        self.admission = Admission(self.name, config, stages, self.events)
-        await self.admission.resume(self.store, now)
+        self.config, self.stages = changed
+        self.admission = Admission(self.name, self.config, self.stages, self.events)
+        if resume:
+            await self.admission.resume(self.store, now)
         self.events.emit("queue_limits_applied", queue=self.name)
-        self.wake.set()
 
     def _fence_later(self, reports: Reports, now: datetime) -> bool:
         """Whether the tick's first statement is the settle of jobs that succeeded, or

@@ -186,15 +186,14 @@ class QueueTable(Transactions):
             yield batch
             await batch.fence()  # a tick that sent nothing still renews its lease
 
-    # -- what the owner reads in its batch and outside it ---------------------------------
+    # -- what the owner reads outside its batch ------------------------------------------
 
-    @staticmethod
-    async def queue_limits_in(batch: QueueBatch) -> dict[str, Any]:
-        """The queue's limit overrides, read in the owner's fenced transaction."""
-        await batch.fence()
-        limits = (
-            await batch.conn.execute(select(queues.c.limits).where(queues.c.name == batch.queue))
-        ).scalar_one_or_none()
+    async def queue_limits(self, queue: str) -> dict[str, Any]:
+        """The queue's limit overrides ({}: none), as the owner picks them up."""
+        async with self._read() as conn:
+            limits = (
+                await conn.execute(select(queues.c.limits).where(queues.c.name == queue))
+            ).scalar_one_or_none()
         return limits or {}
 
     async def job_in_flight(self, queue: str) -> list[Job]:

@@ -205,13 +205,14 @@ class QueueLoop:
 
     async def _tick(self, token: int) -> TickReport:
         now = self.clock()
+        # Before the reports are taken: a read that fails here leaves them for the next tick.
+        if self._recheck_due() and self._check_cancels:
+            await self._pick_up_limits(now, resume=True)
         reports, self._reports = self._reports, Reports()
         report = TickReport()
         # Events of what the tick writes: emitted once its transaction has committed.
         committed: list[Event] = []
         self._recheck_due()
-        if self._check_cancels:
-            await self._pick_up_limits(now, resume=True)
         try:
             async with self.store.queue_batch(
                 self.name,

@@ -92,6 +92,16 @@ async def test_a_shares_percentages_change_what_each_share_may_hold(database_url
         }
 
 
+async def test_a_lowered_per_key_limit_holds_at_the_next_tick(database_url: str) -> None:
+    async with open_api(database_url, queues=QUEUES) as api:
+        await change(api, {"throttlers": {"1": {"limit": 2}}}, "regions")
+        for _ in range(4):
+            labels = {"region": "west", "tenant": "acme"}
+            await api.post_job(type="hang", queue="regions", labels=labels)
+        await api.tick("regions")
+        assert await running(api, "regions") == 2  # 5 in the config
+
+
 async def test_a_raised_rate_counts_the_starts_made_before_the_change(
     database_url: str,
 ) -> None:

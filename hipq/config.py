@@ -273,6 +273,9 @@ class JobTypeConfig(_Strict):
     # Where each job's outcome goes by default: names of notifications.targets (a job
     # may choose others with its own `notify`). See docs/notifications.md.
     notify: list[str] = Field(default_factory=list)
+    # Labels every job of this type carries unless it sets the same label itself (the
+    # job's value wins): a `share` by type without every submitter adding the label.
+    labels: dict[str, str] = Field(default_factory=dict)
 
     @model_validator(mode="after")
     def _signature_for_callback_auth(self) -> JobTypeConfig:

@@ -331,6 +331,25 @@ def test_queues(server: Server) -> None:
     wait_state(server, job["id"], "completed")
 
 
+def test_queue_limits_are_set_and_reset(server: Server) -> None:
+    url = ["--url", server.url]
+    changed, bad, both = hipq_many(
+        ["queues", "default", "--set", "concurrency=30", *url],
+        ["queues", "default", "--set", "concurrency=0", *url],
+        ["queues", "default", "--set", "concurrency=3", "--reset-limits", *url],
+    )
+    assert changed.code == 0, changed
+    assert changed.json()["concurrency"] == 30
+    assert changed.json()["limits"]["overrides"] == {"concurrency": 30}
+    assert bad.code != 0 and "concurrency" in bad.one_error_line()
+    assert both.code != 0 and "choose one of" in both.one_error_line()
+    reset = hipq("queues", "default", "--reset-limits", *url)
+    assert reset.code == 0, reset
+    assert reset.json()["concurrency"] == 20 and reset.json()["limits"]["overrides"] == {}
+    odd = hipq("queues", "default", "--set", "speed=3", *url)
+    assert odd.code != 0 and "throttlers.INDEX.SETTING" in odd.one_error_line()
+
+
 def test_bad_input_is_one_readable_line(server: Server) -> None:
     url = ["--url", server.url]
     done = api_post(server, "/v1/jobs", {"type": "ok"})

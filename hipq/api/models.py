@@ -210,6 +210,21 @@ class ForbiddenFlagsIn(_In):
     flags: list[FlagName] = Field(max_length=100, description="replaces the queue's set")
 
 
+class LimitsIn(_In):
+    """A change of a queue's limits; what is not given keeps its value."""
+
+    concurrency: StrictInt | None = Field(
+        None, description="the queue's capacity in units (at least 1); null: unlimited"
+    )
+    throttlers: dict[str, dict[str, Any]] = Field(
+        default_factory=dict,
+        max_length=100,
+        description="by index in the queue's configured throttlers: the settings to change "
+        "(share: shares, other; per_key: limit; rate: limit, per; concurrency: limit), e.g. "
+        '{"0": {"shares": {"east": 50, "west": 50}}}',
+    )
+
+
 class RescheduleRequest(_In):
     run_at: RunAt | None = Field(None, description="run not before this instant; default now")
     run_in: Duration | None = Field(None, description="run not before this long from now")
@@ -364,9 +379,26 @@ class JobListOut(BaseModel):
     next_cursor: str | None = Field(description="pass as ?cursor= for the next page")
 
 
+class LimitsOut(BaseModel):
+    throttlers: list[dict[str, Any]] = Field(
+        description="each configured throttler's adjustable settings in force (overrides "
+        'applied), e.g. [{"share": {"shares": {"east": 40, "west": 60}}}, {"window": {}}]'
+    )
+    overrides: dict[str, Any] = Field(
+        description="what an operator changed ({} : the config's values), in the shape of "
+        "PATCH /v1/queues/{name}/limits"
+    )
+    changed_at: datetime | None = Field(description="when the limits were last changed or reset")
+    changed_by: str | None = Field(
+        description="the name of the token that changed them (anonymous without tokens)"
+    )
+
+
 class QueueOut(BaseModel):
     name: str = Field(description="the queue's name in the config")
-    concurrency: int | None = Field(description="capacity units; null is unlimited")
+    concurrency: int | None = Field(
+        description="capacity units in force (an operator's change applied); null is unlimited"
+    )
     order: str = Field(description="the order due jobs are admitted in")
     batch_interval: float = Field(description="seconds between the loop's ticks")
     batch_size: int = Field(description="due jobs read per tick at most")
@@ -374,6 +406,9 @@ class QueueOut(BaseModel):
     paused: bool = Field(description="admits no job while paused")
     forbidden_flags: list[str] = Field(
         default_factory=list, description="jobs with one of these flags wait"
+    )
+    limits: LimitsOut | None = Field(
+        None, description="the limits in force and who changed them at run time"
     )
     owner: str | None = Field(description="the process whose loop runs this queue now")
     scheduled: int = Field(description="jobs scheduled (due or not)")

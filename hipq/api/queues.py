@@ -1,4 +1,5 @@
-"""/v1/queues: each queue's config, live counts, pause and resume, forbidden flags."""
+"""/v1/queues: each queue's config, live counts, pause and resume, forbidden flags,
+limits changed at run time."""
 
 from __future__ import annotations
 
@@ -6,10 +7,25 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Path, Request
 
-from hipq.api.auth import require
-from hipq.api.errors import StrictJSONRoute
-from hipq.api.models import ErrorOut, ForbiddenFlagsIn, QueueListOut, QueueOut
+from hipq.api.auth import principal_of, require
+from hipq.api.errors import InvalidParameter, StrictJSONRoute
+from hipq.api.models import (
+    ErrorOut,
+    ForbiddenFlagsIn,
+    LimitsIn,
+    LimitsOut,
+    QueueListOut,
+    QueueOut,
+)
+from hipq.batch_loop.limits import (
+    LimitsError,
+    limits_in_force,
+    merged,
+    queue_with,
+    stages_with,
+)
 from hipq.service import Service
+from hipq.storable_text import NUL_MESSAGE, nul_field
 from hipq.store import NotFound
 
 router = APIRouter(prefix="/v1/queues", tags=["queues"], route_class=StrictJSONRoute)
@@ -23,6 +39,10 @@ async def queue_out(service: Service, name: str) -> QueueOut:
         raise NotFound(f"queue {name!r} is not configured", field="name")
     config = service.settings.queues[name]
     counts = await service.store.queue_counts(name, service.clock())
+    try:
+        config = queue_with(config, counts.limits)
+    except LimitsError:
+        pass  # overrides that no longer fit the config: its limits are in force
     return QueueOut(
         name=name,
         concurrency=config.concurrency,
@@ -32,6 +52,12 @@ async def queue_out(service: Service, name: str) -> QueueOut:
         throttlers=[s.name for s in service.loops[name].stages],
         paused=counts.paused,
         forbidden_flags=list(counts.forbidden_flags),
+        limits=LimitsOut(
+            throttlers=limits_in_force(config),
+            overrides=counts.limits,
+            changed_at=counts.limits_changed_at,
+            changed_by=counts.limits_changed_by,
+        ),
         owner=counts.lease_owner,
         scheduled=counts.scheduled,
         due=counts.due,
@@ -109,4 +135,54 @@ async def set_forbidden_flags(name: Name, body: ForbiddenFlagsIn, request: Reque
     service: Service = request.app.state.service
     await queue_out(service, name)
     await service.store.queue_set_forbidden_flags(name, body.flags)
+    return await queue_out(service, name)
+
+
+def _changed_by(request: Request) -> str:
+    principal = principal_of(request)
+    return principal.name if principal is not None else "anonymous"
+
+
+@router.patch(
+    "/{name}/limits",
+    dependencies=[Depends(require("operate"))],
+    response_model=QueueOut,
+    responses=_BODY_ERRORS,
+    summary="Change the queue's limits at run time (applied by its owner at its next tick)",
+)
+async def change_limits(name: Name, body: LimitsIn, request: Request) -> QueueOut:
+    service: Service = request.app.state.service
+    await queue_out(service, name)
+    change = body.model_dump(exclude_unset=True)
+    for name_, value in change.items():
+        if where := nul_field(value, name_):  # PostgreSQL's JSON cannot store it
+            raise InvalidParameter(where, NUL_MESSAGE)
+
+    def checked(current: dict[str, Any]) -> dict[str, Any]:
+        overrides = merged(current, change)
+        stages_with(name, service.settings, overrides)  # as start-up builds the chain
+        return overrides
+
+    try:
+        await service.store.queue_change_limits(
+            name, checked, _changed_by(request), service.clock()
+        )
+    except LimitsError as exc:
+        raise InvalidParameter(exc.field, exc.message) from None
+    return await queue_out(service, name)
+
+
+@router.delete(
+    "/{name}/limits",
+    dependencies=[Depends(require("operate"))],
+    response_model=QueueOut,
+    responses=_ERRORS,
+    summary="Reset the queue's limits to the config's values",
+)
+async def reset_limits(name: Name, request: Request) -> QueueOut:
+    service: Service = request.app.state.service
+    await queue_out(service, name)
+    await service.store.queue_change_limits(
+        name, lambda _: {}, _changed_by(request), service.clock()
+    )
     return await queue_out(service, name)

@@ -29,6 +29,7 @@ from hipq.batch_loop.admission import Admission
 from hipq.batch_loop.chain import GuardedChain
 from hipq.batch_loop.correlation import Correlation, Event, Matches, matched_event
 from hipq.batch_loop.external_heartbeats import ExternalHeartbeats
+from hipq.batch_loop.limits import LiveLimits
 from hipq.batch_loop.recovery import Drain, reconcile, reread_owned
 from hipq.batch_loop.reports import Reports, apply_reports, write_reports
 from hipq.config import QueueConfig
@@ -91,6 +92,7 @@ class QueueLoop(Loop):
         job_types: JobTypes | None = None,
         events: Events | None = None,
         lease_ttl: float = 15.0,
+        limits: LiveLimits | None = None,
     ) -> None:
         super().__init__(log, f"queue {name}", config.batch_interval)
         self.name, self.config, self.store = name, config, store
@@ -102,6 +104,7 @@ class QueueLoop(Loop):
         self.correlation = Correlation(name, self.job_types, clock)
         self.heartbeats = ExternalHeartbeats(self.job_types)
         self.admission = Admission(name, config, self.stages, self.events)
+        self.limits = limits  # an operator's overrides, read with operators' requests
         self.token: int | None = None
         self.in_flight: dict[int, Job] = {}
         self._reports = Reports()
@@ -162,6 +165,7 @@ class QueueLoop(Loop):
         self.token = token
         self.in_flight = {j.id: j for j in await self.store.job_in_flight(self.name)}
         self._reports = Reports()
+        await self._pick_up_limits(self.clock(), resume=False)
         await self.admission.resume(self.store, self.clock())
         # After a crash, `running` jobs may or may not have sent their request: send again
         # (at-least-once). `awaiting` jobs keep waiting for their response until the deadline.
@@ -199,6 +203,9 @@ class QueueLoop(Loop):
 
     async def _tick(self, token: int) -> TickReport:
         now = self.clock()
+        # Before the reports are taken: a read that fails here leaves them for the next tick.
+        if self._recheck_due() and self._check_cancels:
+            await self._pick_up_limits(now, resume=True)
         reports, self._reports = self._reports, Reports()
         report = TickReport()
         # Events of what the tick writes: emitted once its transaction has committed.
@@ -263,6 +270,22 @@ class QueueLoop(Loop):
         # by the next owner as if cut off. The drain waits for them (``ticking``).
         self._dispatch(claimed)
         return report
+
+    async def _pick_up_limits(self, now: datetime, *, resume: bool) -> None:
+        """Limits an operator changed (hipq.batch_loop.limits), looked for with operators'
+        requests and at a takeover: the chain rebuilt before a tick admits by it, and
+        resumed as at a takeover (start history, oversized jobs)."""
+        if self.limits is None:
+            return
+        changed = self.limits.take(await self.store.queue_limits(self.name))
+        if changed is None:
+            return
+        self.admission.chain.close()
+        self.config, self.stages = changed
+        self.admission = Admission(self.name, self.config, self.stages, self.events)
+        if resume:
+            await self.admission.resume(self.store, now)
+        self.events.emit("queue_limits_applied", queue=self.name)
 
     def _fence_later(self, reports: Reports, now: datetime) -> bool:
         """Whether the tick's first statement is the settle of jobs that succeeded, or

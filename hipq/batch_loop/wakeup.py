@@ -6,8 +6,9 @@ to the other processes (see ``hipq.store.process_guard.PgListener``). A payload 
 
 - ``<queue>``: new or changed jobs in a queue,
 - ``*``: new responses in the inbox (a response may be for any queue),
-- ``cancel:<queue>``: a running job of the queue was asked to stop, or its external
-  system sent a heartbeat (the loop looks for both in the same step),
+- ``cancel:<queue>``: a running job of the queue was asked to stop, its external
+  system sent a heartbeat, or an operator changed the queue's limits (the loop looks
+  for all three in the same step),
 - ``settled:<queue>``: jobs of the queue reached a terminal state (sent on PostgreSQL
   by the jobs table's trigger, alembic 0012; it wakes ``?wait=`` requests and the
   notifier, not the loops).

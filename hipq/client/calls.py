@@ -268,6 +268,16 @@ def set_forbidden_flags(name: str, flags: Iterable[str]) -> Call:
     return Call("PUT", f"/v1/queues/{_segment(name)}/forbidden-flags", body=body, idempotent=True)
 
 
+def change_limits(name: str, changes: Mapping[str, Any]) -> Call:
+    # Sent again safely: each setting given replaces its own value.
+    body = dict(changes)
+    return Call("PATCH", f"/v1/queues/{_segment(name)}/limits", body=body, idempotent=True)
+
+
+def reset_limits(name: str) -> Call:
+    return Call("DELETE", f"/v1/queues/{_segment(name)}/limits", idempotent=True)
+
+
 # -- schedules ----------------------------------------------------------------------------
 
 

@@ -106,6 +106,8 @@ class Queue(_Out):
     throttlers: list[str]
     paused: bool
     forbidden_flags: list[str] = []
+    # The limits in force, an operator's overrides, and who changed them when.
+    limits: dict[str, Any] | None = None
     owner: str | None
     scheduled: int
     due: int

@@ -290,6 +290,15 @@ class Client:
         """Replace the queue's forbidden flags (jobs carrying one of them wait)."""
         return self._model(calls.set_forbidden_flags(name, flags), Queue)
 
+    def change_limits(self, name: str, changes: Mapping[str, Any]) -> Queue:
+        """Change the queue's limits at run time, e.g. ``{"concurrency": 50}`` or
+        ``{"throttlers": {"0": {"limit": 5}}}``; its owner applies them at its next tick."""
+        return self._model(calls.change_limits(name, changes), Queue)
+
+    def reset_limits(self, name: str) -> Queue:
+        """Back to the config's limits."""
+        return self._model(calls.reset_limits(name), Queue)
+
     # -- schedules ----------------------------------------------------------------------
 
     def list_schedules(self) -> list[Schedule]:

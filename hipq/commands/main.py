@@ -17,6 +17,7 @@ from hipq.commands import healthcheck as cli_healthcheck
 from hipq.commands import openapi as cli_openapi
 from hipq.commands.flags import flags_app
 from hipq.commands.jobs_bulk import add_verbs, bulk_app
+from hipq.commands.limits import limits_change
 from hipq.commands.options import (
     ConfigOpt,
     LabelOpt,
@@ -375,20 +376,47 @@ def queues(
     name: Annotated[str | None, typer.Argument(help="one queue")] = None,
     pause: bool = False,
     resume: bool = False,
+    set_: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--set",
+            help="change a limit at run time: concurrency=50, throttlers.0.limit=5, "
+            'throttlers.1.per=10s, throttlers.0.shares=\'{"east": 50, "west": 50}\'',
+        ),
+    ] = None,
+    reset_limits: Annotated[
+        bool, typer.Option("--reset-limits", help="back to the config's limits")
+    ] = False,
     url: UrlOpt = None,
     config: ConfigOpt = None,
 ) -> None:
-    """Queues with live counts; --pause / --resume one."""
-    if (pause or resume) and not name:
-        fail("--pause and --resume need a queue name")
-    if pause and resume:
-        fail("choose one of --pause and --resume")
+    """Queues with live counts; --pause / --resume one, --set its limits or
+    --reset-limits."""
+    verbs = [
+        v
+        for v, on in (
+            ("--pause", pause),
+            ("--resume", resume),
+            ("--set", bool(set_)),
+            ("--reset-limits", reset_limits),
+        )
+        if on
+    ]
+    if verbs and not name:
+        fail(f"{verbs[0]} needs a queue name")
+    if len(verbs) > 1:
+        fail(f"choose one of {', '.join(verbs)}")
+    change = limits_change(set_ or [])
     with api(url, config) as client:
         if name:
             if pause:
                 print_body(client.pause_queue(name))
             elif resume:
                 print_body(client.resume_queue(name))
+            elif change:
+                print_body(client.change_limits(name, change))
+            elif reset_limits:
+                print_body(client.reset_limits(name))
             else:
                 print_body(client.get_queue(name))
             return

@@ -10,6 +10,7 @@ from markupsafe import Markup
 
 from hipq.api.models import QueueOut
 from hipq.api.queues import queue_out
+from hipq.batch_loop.limits import LimitsError, stages_with
 from hipq.dashboard.charts import Series, TimeAxis, bars
 from hipq.dashboard.display import duration
 from hipq.service import Service
@@ -65,7 +66,7 @@ async def queue_views(service: Service, now: datetime) -> list[QueueView]:
     views = []
     for name in sorted(service.settings.queues):
         view = QueueView(await queue_out(service, name))
-        stages = service.loops[name].stages
+        stages = _stages_in_force(service, name, view.queue)
         view.shares = _shares(stages, view.queue.in_use_by)
         view.rates = await _rates(service, name, stages, now)
         if view.queue.due:
@@ -75,6 +76,18 @@ async def queue_views(service: Service, now: datetime) -> list[QueueView]:
         )
         views.append(view)
     return views
+
+
+def _stages_in_force(service: Service, name: str, queue: QueueOut) -> list[Stage]:
+    """The chain with the limits an operator changed: the queue's owner may be another
+    process, whose chain this one's loop does not hold."""
+    overrides = queue.limits.overrides if queue.limits is not None else {}
+    if overrides:
+        try:
+            return stages_with(name, service.settings, overrides)[1]
+        except LimitsError:
+            pass  # no longer fits the config: its owner runs the config's chain too
+    return service.loops[name].stages
 
 
 def _shares(stages: list[Stage], in_use_by: dict[str, dict[str, int]]) -> list[ShareUse]:

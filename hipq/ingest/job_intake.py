@@ -134,7 +134,7 @@ class Intake:
             except PluginError as exc:
                 raise IntakeError("retry", str(exc)) from None
         payload = job.get("payload") or {}
-        labels = job.get("labels") or {}
+        labels = {**jt.labels, **(job.get("labels") or {})}  # the job's own values win
         correlation_key = job.get("correlation_key")
         template = info.correlation
         if correlation_key is not None and template is not None and info.key_at_dispatch:

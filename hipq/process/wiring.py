@@ -16,6 +16,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 from hipq.batch_loop.chain import ChainConfigError, build_stages
+from hipq.batch_loop.limits import LiveLimits
 from hipq.batch_loop.loop import QueueLoop
 from hipq.batch_loop.wakeup import Wakeups
 from hipq.config import Settings
@@ -181,6 +182,7 @@ class _Wiring:
             clock=self.clock,
             events=self.events,
             lease_ttl=self.settings.lease_ttl,
+            limits=LiveLimits(name, self.settings),
         )
 
     def _transports(self) -> dict[str, Transport]:

@@ -1,18 +1,19 @@
-"""The queues table (pause, leases, counts) and what a queue's owner reads outside
+"""The queues table (pause, limits, leases, counts) and what a queue's owner reads outside
 its batch: the jobs it finds in flight when it takes over, the recent starts, the
 next due time. ``queue_batch`` opens the owner's one transaction per tick.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from datetime import datetime, timedelta
+from typing import Any
 
 from sqlalchemy import String, cast, func, literal, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from hipq.batch_loop.wakeup import jobs_payload
+from hipq.batch_loop.wakeup import cancels_payload, jobs_payload
 from hipq.jobs import Job, Start
 from hipq.lifecycle import State
 from hipq.store import state_guards as guards
@@ -61,6 +62,9 @@ class QueueTable(Transactions):
             forbidden_flags=tuple(q.forbidden_flags or ()) if q is not None else (),
             lease_owner=q.lease_owner if q is not None and live else None,
             stats=(q.stats or {}) if q is not None and live else {},
+            limits=(q.limits or {}) if q is not None else {},
+            limits_changed_at=q.limits_changed_at if q is not None else None,
+            limits_changed_by=q.limits_changed_by if q is not None else None,
         )
 
     async def _queue_row(self, conn: AsyncConnection, queue: str) -> None:
@@ -81,6 +85,33 @@ class QueueTable(Transactions):
                 .values(forbidden_flags=sorted(set(flags)) or None)
             )
             await self._notify(conn, {jobs_payload(queue)})
+
+    async def queue_change_limits(
+        self,
+        queue: str,
+        change: Callable[[dict[str, Any]], dict[str, Any]],
+        by: str,
+        now: datetime,
+    ) -> dict[str, Any]:
+        """Replace the queue's limit overrides with ``change(current)`` (which raises to
+        refuse, writing nothing); the queue's owner applies them at its next tick."""
+        async with self._write() as conn:
+            await self._queue_row(conn, queue)
+            # Locks the row on PostgreSQL: two changes at once do not lose one.
+            current = (
+                await conn.execute(
+                    select(queues.c.limits).where(queues.c.name == queue).with_for_update()
+                )
+            ).scalar_one()
+            limits = change(current or {})
+            await conn.execute(
+                update(queues)
+                .where(queues.c.name == queue)
+                .values(limits=limits or None, limits_changed_at=now, limits_changed_by=by)
+            )
+            # The owner looks for them with operators' requests (hipq.batch_loop.limits).
+            await self._notify(conn, {cancels_payload(queue)})
+        return limits
 
     async def queue_set_paused(self, queue: str, paused: bool) -> None:
         async with self._write() as conn:
@@ -158,6 +189,14 @@ class QueueTable(Transactions):
             await batch.fence()  # a tick that sent nothing still renews its lease
 
     # -- what the owner reads outside its batch ------------------------------------------
+
+    async def queue_limits(self, queue: str) -> dict[str, Any]:
+        """The queue's limit overrides ({}: none), as the owner picks them up."""
+        async with self._read() as conn:
+            limits = (
+                await conn.execute(select(queues.c.limits).where(queues.c.name == queue))
+            ).scalar_one_or_none()
+        return limits or {}
 
     async def job_in_flight(self, queue: str) -> list[Job]:
         async with self._read() as conn:

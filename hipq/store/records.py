@@ -62,6 +62,9 @@ class QueueCounts:
     forbidden_flags: tuple[str, ...] = ()
     lease_owner: str | None = None
     stats: dict[str, Any] = field(default_factory=dict)  # written by the owner's loop
+    limits: dict[str, Any] = field(default_factory=dict)  # an operator's overrides
+    limits_changed_at: datetime | None = None
+    limits_changed_by: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

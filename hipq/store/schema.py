@@ -218,6 +218,11 @@ queues = Table(
     Column("stats", Json, nullable=True),
     # Jobs carrying one of these flags wait, held with that reason (set at run time).
     Column("forbidden_flags", Json, nullable=True),
+    # An operator's overrides of the configured limits (hipq.batch_loop.limits), read
+    # by the owner with its lease; who changed them last (a token's name) and when.
+    Column("limits", Json, nullable=True),
+    Column("limits_changed_at", UTCDateTime, nullable=True),
+    Column("limits_changed_by", String(200), nullable=True),
 )
 
 idempotency_keys = Table(

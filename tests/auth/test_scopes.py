@@ -40,6 +40,8 @@ async def _calls(api: Api, tokens: Tokens) -> list[Call]:
         Call("GET", "/v1/queues/default", "read", (200,)),
         Call("POST", "/v1/queues/default/pause", "operate", (200,)),
         Call("POST", "/v1/queues/default/resume", "operate", (200,)),
+        Call("PATCH", "/v1/queues/default/limits", "operate", (200,), {"concurrency": 5}),
+        Call("DELETE", "/v1/queues/default/limits", "operate", (200,)),
         Call("GET", "/v1/responses", "read", (200,)),
         Call("GET", "/v1/responses/parked", "read", (200,)),
         Call("GET", f"/v1/responses/{response_id}", "read", (200,)),
@@ -84,6 +86,17 @@ async def test_each_route_needs_its_scope(authed: Api, tokens: Tokens) -> None:
                 assert call.scope in wrong.json()["message"]
         right = await _send(authed, call, tokens.header(call.scope))
         assert right.status_code in call.works, (call, right.text)
+
+
+async def test_changed_limits_name_the_token_that_changed_them(authed: Api, tokens: Tokens) -> None:
+    answer = await authed.client.patch(
+        "/v1/queues/default/limits", json={"concurrency": 4}, headers=tokens.header("operate")
+    )
+    assert answer.status_code == 200, answer.text
+    assert answer.json()["limits"]["changed_by"] == "operate-client"
+    shown = await authed.client.get("/v1/queues/default", headers=tokens.header("read"))
+    assert shown.json()["limits"]["changed_by"] == "operate-client"
+    assert tokens.by_scope["operate"] not in shown.text
 
 
 async def test_admin_may_do_everything(authed: Api, tokens: Tokens) -> None:

@@ -157,6 +157,17 @@ def test_queues_pause_and_resume(server: Server) -> None:
         assert hipq.wait(job.id, timeout=30).state == "completed"
 
 
+def test_queue_limits_changed_and_reset(server: Server) -> None:
+    with Client(server.url) as hipq:
+        changed = hipq.change_limits("other", {"concurrency": 8})
+        assert changed.concurrency == 8 and changed.limits is not None
+        assert changed.limits["overrides"] == {"concurrency": 8}
+        with pytest.raises(InvalidRequest) as refused:
+            hipq.change_limits("other", {"concurrency": 0})
+        assert refused.value.field == "concurrency"
+        assert hipq.reset_limits("other").concurrency == 5
+
+
 def test_responses_list_and_match(server: Server) -> None:
     with Client(server.url) as hipq:
         # A callback for a key no job has: kept in the inbox as pending.
@@ -209,7 +220,7 @@ def test_bulk_operations_and_forbidden_flags(server: Server) -> None:
         hipq.add_jobs([{"type": "ok", "run_at": later, "labels": {"case": "bulk"}}] * 6)
         match = {"labels": {"case": "bulk"}, "states": ["scheduled"]}
         assert hipq.bulk_dry_run("cancel", match).matched == 6
-        op = hipq.process.bulk_runner("cancel", match, reason="region down")
+        op = hipq.bulk("cancel", match, reason="region down")
         for _ in range(100):
             if op.state != "running":
                 break

@@ -347,3 +347,30 @@ def test_candidates_rank_close_keys_first() -> None:
         (1, "key 2 edits away"),
         (3, "running, of type charge"),
     ]
+
+
+async def test_the_overview_offers_to_change_and_reset_a_queues_limits(
+    database_url: str,
+) -> None:
+    shared = {
+        "default": {
+            "concurrency": 10,
+            "throttlers": [{"share": {"label": "region", "shares": {"east": 60, "west": 40}}}],
+        },
+        "bulk": {},
+    }
+    async with open_api(database_url, queues=shared) as api:
+        page = (await api.client.get("/dashboard")).text
+        default = page[page.index('id="queue-default"') :]
+        assert 'data-action="PATCH /v1/queues/default/limits"' in default
+        assert "limits changed by" not in default
+        body = {"concurrency": 20, "throttlers": {"0": {"shares": {"east": 50, "west": 50}}}}
+        answer = await api.client.patch("/v1/queues/default/limits", json=body)
+        assert answer.status_code == 200, answer.text
+        page = (await api.client.get("/dashboard")).text
+    default = page[page.index('id="queue-default"') :]
+    assert "limits changed by anonymous" in default
+    assert 'data-action="DELETE /v1/queues/default/limits"' in default
+    assert "0 / 20 in use" in default
+    rows = re.findall(r"<tr><td>(region=[^<]+)</td><td>(\d+)</td><td>([^<]+)</td></tr>", default)
+    assert rows == [("region=east", "0", "10"), ("region=west", "0", "10")]

@@ -572,6 +572,9 @@ def create_engine(url: str | URL, dialect: Dialect | None = None, **kwargs: Any)
     dialect = dialect or dialect_for(url)
     for name, value in dialect.engine_options().items():
         kwargs.setdefault(name, value)
+    # Statements' parameters are jobs' payloads and results: never in an error's text
+    # (which a log line or a traceback shows), on every engine the store opens.
+    kwargs.setdefault("hide_parameters", True)
     engine = create_async_engine(
         url, json_serializer=unnest.json_dumps, json_deserializer=_json_loads, **kwargs
     )

@@ -55,9 +55,6 @@ class Store(
     @classmethod
     def from_url(cls, url: str, **engine_kwargs: Any) -> Store:
         dialect = dialect_for(url)
-        # Statements' parameters are jobs' payloads and results: never in an error's
-        # text (which a log line or a traceback shows).
-        engine_kwargs.setdefault("hide_parameters", True)
         return cls(create_engine(url, dialect, **engine_kwargs), dialect)
 
     async def close(self) -> None:

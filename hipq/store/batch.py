@@ -19,6 +19,7 @@ from hipq.lifecycle import State, check_transition
 from hipq.outcomes import Settlement
 from hipq.store import state_guards as guards
 from hipq.store.dialects import Dialect
+from hipq.store.labels import label_value
 from hipq.store.records import LeaseLost, Match, Response
 from hipq.store.schema import jobs, queues, responses
 from hipq.store.state_guards import IN_FLIGHT_SQL, OPEN_SQL, PENDING_SQL
@@ -111,7 +112,7 @@ class QueueBatch:
         next job falls due after ``now`` (``knows_next_run_at``)."""
         where = None
         if label is not None:
-            found = jobs.c.labels[label].as_string()
+            found = label_value(jobs.c.labels, label)
             if value is not None:
                 where = found == value
             elif other_than:

@@ -732,3 +732,22 @@ async def test_a_signed_heartbeat_is_taken_once_per_type_until_pruned(store: Sto
     assert await store.heartbeat_messages_prune(at(5)) == 1
     later, taken = await store.heartbeat_record("order-1", "charge", 3, at(6), 30.0, message="m")
     assert taken and later.progress == 3
+
+
+async def test_a_group_read_by_a_label_name_holding_a_quote(store: Store) -> None:
+    # A share's group read by a config's label name: SQLite's JSON path has no escape
+    # for a quote inside a key, so such a name must still find its jobs there.
+    name = 'team "a"'
+    east, west, bare = await insert(
+        store,
+        new(labels={name: "east"}),
+        new(labels={name: "west"}),
+        new(labels={}),
+    )
+    token = await store.lease_acquire("default", "owner-a", T0, TTL)
+    assert token is not None
+    async with store.queue_batch("default", "owner-a", token, T0, TTL) as batch:
+        only_east = await batch.job_due(T0, 10, "time_priority", label=name, value="east")
+        others = await batch.job_due(T0, 10, "time_priority", label=name, other_than=["east"])
+    assert [j.id for j in only_east] == [east.id]
+    assert sorted(j.id for j in others) == sorted([west.id, bare.id])

@@ -378,6 +378,23 @@ class QueueListOut(BaseModel):
     queues: list[QueueOut] = Field(description="every configured queue, by name")
 
 
+class ProcessOut(BaseModel):
+    id: str = Field(description="the process's name, as queues show their owner")
+    host: str = Field(description="the host it runs on")
+    pid: int = Field(description="its process id on that host")
+    started_at: datetime = Field(description="when it started")
+    heartbeat_at: datetime = Field(description="its last heartbeat (every lease_ttl / 3)")
+    queues: list[str] = Field(description="the queues it may run (serve_queues, --queues)")
+    owned: list[str] = Field(description="the queues whose loop it runs now")
+    in_flight: int = Field(description="running and awaiting jobs of the queues it runs")
+
+
+class ProcessListOut(BaseModel):
+    processes: list[ProcessOut] = Field(
+        description="the live processes (heartbeat within lease_ttl), oldest first"
+    )
+
+
 class ReadyOut(BaseModel):
     status: Literal["ready", "not ready"] = Field(description="ready: a job can be accepted now")
     problems: dict[str, str] = Field(

@@ -343,6 +343,9 @@ class QueueOut(BaseModel):
     name: str = Field(description="the queue's name in the config")
     concurrency: int | None = Field(description="capacity units; null is unlimited")
     order: str = Field(description="the order due jobs are admitted in")
+    round_robin_label: str | None = Field(
+        None, description="the label whose values take turns before the order; null: none"
+    )
     batch_interval: float = Field(description="seconds between the loop's ticks")
     batch_size: int = Field(description="due jobs read per tick at most")
     throttlers: list[str] = Field(description="its throttlers, in order")

@@ -36,8 +36,10 @@ PAGES = [
     "/dashboard/responses?status=parked",
     "/dashboard/schedules",
 ]
-# The schedules of the config and the API: tens of rows, read whole by GET /v1/schedules.
-_SMALL_TABLES = ("hipq_schedules",)
+# The schedules of the config and the API: tens of rows, read whole by GET /v1/schedules;
+# the live processes and the queues' leases: a row per process and per queue, read
+# whole for the overview's processes.
+_SMALL_TABLES = ("hipq_schedules", "hipq_processes", "hipq_queues")
 _FULL_SCAN = {
     "sqlite": re.compile(r"^SCAN hipq_\w+"),
     "postgresql": re.compile(r"Seq Scan on hipq_\w+"),

@@ -193,7 +193,7 @@ class QueueLoop:
         self._handing_back_since = None if assigned else time.monotonic()
         self.wake.set()
 
-    async def _hand_back_if_done(self) -> bool:
+    async def hand_back_if_done(self) -> bool:
         """Release the lease of a queue handed back once nothing of it is running here
         (awaiting jobs need no sender: the next owner waits for their responses), or
         after the grace; whether it was released."""
@@ -390,7 +390,7 @@ class QueueLoop:
                     await self._sleep(self.lease_ttl / 3)
                     continue
                 report = await self.run_once()
-                if await self._hand_back_if_done():
+                if await self.hand_back_if_done():
                     continue
                 failures = 0
                 faults.succeeded()

@@ -236,6 +236,7 @@ class Service:
         grace = self.settings.shutdown_grace if grace is None else grace
         self._drain_deadline = time.monotonic() + grace
         self.waiters.release_all()
+        self.registry.leave()  # the other processes take the queues as they are released
         for loop in self.loops.values():
             loop.request_drain()
 

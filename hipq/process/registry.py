@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 from collections.abc import Callable, Collection, Mapping
 from datetime import datetime
@@ -44,6 +45,7 @@ class ProcessRegistry:
         self.share: set[str] = set(me.queues)
         self._task: asyncio.Task[None] | None = None
         self._stopping = asyncio.Event()
+        self._beat_now = asyncio.Event()
 
     @staticmethod
     def serves(configured: Collection[str], only: Collection[str] | None) -> tuple[str, ...]:
@@ -63,6 +65,13 @@ class ProcessRegistry:
             loop.assign(name in mine)
         return mine
 
+    def leave(self) -> None:
+        """The process is stopping: from its next beat (at once) it may serve no queue,
+        so that the others count it out of the shares now and take each of its queues
+        as soon as its loop releases the lease, not a beat after this row is gone."""
+        self.me = dataclasses.replace(self.me, queues=())
+        self._beat_now.set()
+
     async def start(self) -> None:
         """The first beat before the loops start, so that they take only this share."""
         for name, loop in self.loops.items():
@@ -75,6 +84,7 @@ class ProcessRegistry:
     async def stop(self) -> None:
         if self._task is not None:
             self._stopping.set()
+            self._beat_now.set()
             await finish_or_cancel([self._task])
             self._task = None
         with contextlib.suppress(Exception):  # else it expires after lease_ttl
@@ -84,7 +94,8 @@ class ProcessRegistry:
         faults = FaultReporter(log, "process registry")
         while not self._stopping.is_set():
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._stopping.wait(), self.lease_ttl / 3)
+                await asyncio.wait_for(self._beat_now.wait(), self.lease_ttl / 3)
+            self._beat_now.clear()
             if self._stopping.is_set():
                 return
             try:

@@ -111,12 +111,14 @@ def test_three_processes_share_nine_queues_and_take_over_on_stop_and_on_kill(
     )
     b.process.send_signal(signal.SIGTERM)
     assert b.process.wait(timeout=30) == 0, b.describe()
+    stopped = time.monotonic()
     wait_for(
         lambda: balanced(a, [a.pid, c.pid], 3, 6),
         2 * LEASE_TTL + 3,
         "b's queues taken by a and c",
         describe=lambda: str(owners(a)),
     )
+    print(f"b's queues taken {time.monotonic() - stopped:.2f}s after its SIGTERM exit")
 
     def all_done() -> bool:
         queues = a.get("/v1/queues")["queues"]

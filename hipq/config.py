@@ -77,6 +77,11 @@ class QueueConfig(_Strict):
     order: Literal["time_priority", "priority_time"] = "time_priority"
     batch_interval: Seconds = 1.0
     batch_size: int = Field(1000, ge=1, le=100_000)
+    # Take the values of this label in turn (round robin, as Hatchet's group round
+    # robin): a job's turn is the number of jobs of its value in flight or before it,
+    # then `order` decides; a backlog of one value delays another's first job by one
+    # turn, not by the backlog. None: the queue order alone.
+    round_robin_label: str | None = Field(None, min_length=1, max_length=200)
     # Aging (priority_time order only): a due job's effective priority improves by one
     # for every `aging` it has waited, so low priorities are not starved forever.
     aging: Seconds | None = Field(None, gt=0)
@@ -477,6 +482,9 @@ class Settings(BaseSettings):
     # A queue's loop is owned by one process through a lease; another takes over
     # when it has not been renewed for this long.
     lease_ttl: Seconds = 15.0
+    # The queues this process may run (`hipq serve --queues a,b`); None: every queue of
+    # the config. The live processes share the queues each may run (docs/design.md).
+    serve_queues: list[str] | None = None
     # On SIGTERM: how long handlers and sends in flight may take to finish (nothing new
     # is claimed meanwhile) before the process stops at once.
     shutdown_grace: Seconds = Field(25.0, ge=0)
@@ -563,6 +571,10 @@ class Settings(BaseSettings):
                 raise ValueError(
                     f"schedules.{name}.job.type: unknown job type {job_type!r} ({known})"
                 )
+        for queue in self.serve_queues or ():
+            if queue not in self.queues:
+                known = ", ".join(sorted(self.queues))
+                raise ValueError(f"serve_queues: unknown queue {queue!r} ({known})")
         if self.lease_ttl < 1:
             raise ValueError("lease_ttl: must be at least 1s")
         if self.api_db_timeout <= 0 or self.database_wait < 0:

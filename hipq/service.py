@@ -176,6 +176,7 @@ class Service:
         self.wakeups = parts.wakeups
         self.job_writer = parts.job_writer
         self.scheduler = parts.scheduler
+        self.registry = parts.registry
         self.bulk = BulkRunner(
             self.store, self.clock, self.settings.server.bulk_step_size, run=self.run_loops
         )
@@ -253,6 +254,9 @@ class Service:
             self.guard,  # SQLite: the file lock, before anything touches the file
             StoreActivity(self.store, self.settings.migrate_on_start, self.settings.database_wait),
             JobTypesPublisher(self.settings, self.job_types, self.store, self.owner, self.clock),
+            # Before the loops: its first beat says which queues they take; it stops
+            # after them, deleting this process's row once their leases are released.
+            self.registry,
             *(TransportActivity(t) for t in distinct.values()),
             self.responses,
             self.job_writer,
@@ -290,6 +294,7 @@ class Service:
         grace = self.settings.shutdown_grace if grace is None else grace
         self._drain_deadline = time.monotonic() + grace
         self.waiters.release_all()
+        self.registry.leave()  # the other processes take the queues as they are released
         for loop in self.loops.values():
             loop.request_drain()
 

@@ -211,6 +211,10 @@ class ThrottlerBase(ABC):
     label: str | None = None
     # Groups it judges apart (see ``ScanGroups``).
     scan_groups: ScanGroups | None = None
+    # A label whose values it limits apart (per_key): when a read comes back full and
+    # it held some values, the loop reads again past those values
+    # (``hipq.batch_loop.key_reads``), so that one value's backlog cannot hide the others.
+    scan_keys: str | None = None
     # The reason stored on the jobs it defers; None: "deferred by <stage name>".
     defer_reason: ClassVar[str | None] = None
     # Capacity units each value of ``label`` may hold (a key that is not a str stands
@@ -255,6 +259,7 @@ class Stage:
     admits_in_order: bool = False
     label: str | None = None
     scan_groups: ScanGroups | None = None
+    scan_keys: str | None = None
     scan_room: ScanRoom | None = None
     defer_reason: str = ""
     on_feedback: Callable[[Feedback], None] | None = None
@@ -271,6 +276,7 @@ class Stage:
         """The stage of ``throttler``: the one place its optional members are read."""
         t: Any = throttler
         groups = getattr(t, "scan_groups", None)
+        keys = getattr(t, "scan_keys", None)
         room = getattr(t, "scan_room", None)
         label = getattr(t, "label", None)
         reason = getattr(t, "defer_reason", None)
@@ -287,6 +293,7 @@ class Stage:
             admits_in_order=bool(getattr(t, "admits_in_order", False)),
             label=label if isinstance(label, str) else None,
             scan_groups=groups if isinstance(groups, ScanGroups) else None,
+            scan_keys=keys if isinstance(keys, str) and keys else None,
             scan_room=room if callable(room) else None,
             defer_reason=reason if isinstance(reason, str) else "",
             on_feedback=feedback if callable(feedback) else None,

@@ -399,6 +399,7 @@ def test_serve_refuses_a_bad_config(tmp_path: Path) -> None:
                 }
             },
         },
+        "serve_queues: unknown queue 'nope'": {"serve_queues": ["nope"]},
         # Likewise a webhook secret that cannot be a key: every callback was a 401.
         "job_types.ok.callback_signature.secret": {
             "job_types": {
@@ -417,11 +418,14 @@ def test_serve_refuses_a_bad_config(tmp_path: Path) -> None:
         for i, overrides in enumerate(configs.values())
     ]
     missing = str(tmp_path / "missing.yaml")
+    good = str(write_config(tmp_path / "good.yaml", db))
     results = hipq_many(
         *(["serve", "--config", str(p), "--port", str(free_port())] for p in paths),
         ["serve", "--config", missing],
+        ["serve", "--config", good, "--queues", "default,nope"],
     )
-    for key, result in zip([*configs, missing], results, strict=True):
+    keys = [*configs, missing, "--queues: unknown queue 'nope' (default)"]
+    for key, result in zip(keys, results, strict=True):
         line = result.one_error_line()
         assert key in line, result
         assert "pw-x7" not in result.err

@@ -74,6 +74,9 @@ class PerKey(ThrottlerBase):
         # Reasons show a label by its name ("tenant=acme"), a payload field by its path.
         self.name = self.path[1] if self.path[0] == "labels" else settings.key
         self.by_weight = settings.count == "weight"
+        # A label key: after a full read, the loop reads past the values it held (a
+        # payload field has no such read: its jobs are seen in queue order only).
+        self.scan_keys = self.path[1] if self.path[0] == "labels" else None
 
     def _shown(self, value: str) -> str:
         text = value if len(value) <= _SHOWN else value[: _SHOWN - 1] + "…"

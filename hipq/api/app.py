@@ -20,6 +20,7 @@ from hipq.api import (
     errors,
     jobs,
     notifications,
+    processes,
     queues,
     responses,
     schedules,
@@ -188,6 +189,7 @@ def create_app(
     app.include_router(jobs.router)
     app.include_router(notifications.router)
     app.include_router(queues.router)
+    app.include_router(processes.router)
     app.include_router(callbacks.router)
     app.include_router(responses.router)
     app.include_router(schedules.router)

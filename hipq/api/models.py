@@ -400,6 +400,9 @@ class QueueOut(BaseModel):
         description="capacity units in force (an operator's change applied); null is unlimited"
     )
     order: str = Field(description="the order due jobs are admitted in")
+    round_robin_label: str | None = Field(
+        None, description="the label whose values take turns before the order; null: none"
+    )
     batch_interval: float = Field(description="seconds between the loop's ticks")
     batch_size: int = Field(description="due jobs read per tick at most")
     throttlers: list[str] = Field(description="its throttlers, in order")
@@ -436,6 +439,23 @@ class QueueOut(BaseModel):
 
 class QueueListOut(BaseModel):
     queues: list[QueueOut] = Field(description="every configured queue, by name")
+
+
+class ProcessOut(BaseModel):
+    id: str = Field(description="the process's name, as queues show their owner")
+    host: str = Field(description="the host it runs on")
+    pid: int = Field(description="its process id on that host")
+    started_at: datetime = Field(description="when it started")
+    heartbeat_at: datetime = Field(description="its last heartbeat (every lease_ttl / 3)")
+    queues: list[str] = Field(description="the queues it may run (serve_queues, --queues)")
+    owned: list[str] = Field(description="the queues whose loop it runs now")
+    in_flight: int = Field(description="running and awaiting jobs of the queues it runs")
+
+
+class ProcessListOut(BaseModel):
+    processes: list[ProcessOut] = Field(
+        description="the live processes (heartbeat within lease_ttl), oldest first"
+    )
 
 
 class ReadyOut(BaseModel):

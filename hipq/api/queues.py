@@ -47,6 +47,7 @@ async def queue_out(service: Service, name: str) -> QueueOut:
         name=name,
         concurrency=config.concurrency,
         order=config.order,
+        round_robin_label=config.round_robin_label,
         batch_interval=config.batch_interval,
         batch_size=config.batch_size,
         throttlers=[s.name for s in service.loops[name].stages],

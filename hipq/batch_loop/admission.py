@@ -16,6 +16,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from hipq import forbidden_flags
+from hipq.batch_loop import key_reads
 from hipq.batch_loop.chain import ChainResult, GuardedChain
 from hipq.batch_loop.group_reads import GroupReads
 from hipq.config import QueueConfig
@@ -52,7 +53,16 @@ class Admission:
         self.chain = GuardedChain(stages, config.throttler_time_limit)
         # With a capacity and only in-order stages, a tick reads no more due jobs than
         # the free capacity could take (not a whole batch to admit a few).
-        self.scan_free = config.concurrency is not None and reads_free_capacity_only(stages)
+        # A queue that takes a label's values in turn reads whole batches: it must see
+        # the values behind the first one's backlog.
+        self.turns = config.round_robin_label
+        self.scan_free = (
+            config.concurrency is not None
+            and reads_free_capacity_only(stages)
+            and self.turns is None
+        )
+        # The first stage that limits a label's values apart (per_key).
+        self.key_stage = next((s for s in stages if s.scan_keys is not None), None)
         grouping = scan_groups(stages)
         self.group_reads = GroupReads(queue, config, grouping) if grouping else None
         # The last tick held jobs at a stage that limits starts over time (rate): the
@@ -124,6 +134,10 @@ class Admission:
                 if len(merged) > len(candidates):
                     candidates = merged
                     chain = await self._decide(batch, candidates, view, now)
+        if out.full and (self.turns is not None or self.key_stage is not None):
+            candidates, chain = await self._read_past_values(
+                batch, candidates, chain, view, now, scan
+            )
         out.loaded = len(candidates)
         for stage, message in chain.errors:
             self._errors[stage] += 1
@@ -149,13 +163,57 @@ class Admission:
     async def _decide(
         self, batch: QueueBatch, candidates: list[Job], view: RunningView, now: datetime
     ) -> ChainResult:
-        """The throttler chain's decision, after the queue's forbidden flags held theirs."""
+        """The throttler chain's decision, after the queue's forbidden flags held theirs;
+        in a round-robin queue over the candidates in turn order, and a held job that
+        another value's turn went before says so."""
         allowed, forbidden = forbidden_flags.split(candidates, batch.forbidden_flags)
+        if self.turns is not None:
+            order, aging = self.config.order, self.config.aging
+            allowed = key_reads.in_turn(allowed, self.turns, view.jobs, order, aging)
         chain = await self.chain.run(allowed, view, now)
+        if self.turns is not None:
+            queue_ordered = key_reads.merged(self.config.order, self.config.aging, allowed)
+            notes = key_reads.turn_notes(queue_ordered, chain.admitted, chain.held, self.turns)
+            chain.held.update(notes)
         if forbidden:
             chain.held.update(forbidden)
             chain.held_by[forbidden_flags.STAGE] += len(forbidden)
         return chain
+
+    async def _read_past_values(
+        self,
+        batch: QueueBatch,
+        candidates: list[Job],
+        chain: ChainResult,
+        view: RunningView,
+        now: datetime,
+        scan: int,
+    ) -> tuple[list[Job], ChainResult]:
+        """More are due than were read: read again past the values that need not be
+        read further (``hipq.batch_loop.key_reads``) and decide over every read, a few
+        rounds at most."""
+        order, aging = self.config.order, self.config.aging
+        for _ in range(key_reads.ROUNDS):
+            if self.turns is not None:
+                label = self.turns
+                skip = key_reads.seen_values(candidates, label)
+            else:
+                assert self.key_stage is not None and self.key_stage.scan_keys is not None
+                label = self.key_stage.scan_keys
+                if not chain.held_by.get(self.key_stage.name):
+                    break
+                skip = key_reads.held_values(candidates, chain.held, label)
+            if not skip:
+                break
+            more = await batch.job_due(now, scan, order, aging, label=label, other_than=skip)
+            found = key_reads.merged(order, aging, candidates, more)
+            if len(found) == len(candidates):
+                break
+            candidates = found
+            chain = await self._decide(batch, candidates, view, now)
+            if len(more) < scan:
+                break
+        return candidates, chain
 
     async def _defer(
         self,

@@ -93,6 +93,7 @@ class QueueLoop(Loop):
         events: Events | None = None,
         lease_ttl: float = 15.0,
         limits: LiveLimits | None = None,
+        hand_back_grace: float = 25.0,
     ) -> None:
         super().__init__(log, f"queue {name}", config.batch_interval)
         self.name, self.config, self.store = name, config, store
@@ -116,6 +117,13 @@ class QueueLoop(Loop):
         self._last_recheck = time.monotonic()
         self._ticking = False
         self._paused_since_tick: float | None = None  # when a tick last found it paused
+        # Whether this process's share of the queues includes this one
+        # (``hipq.process.registry``); a loop not assigned takes no lease and hands
+        # back the one it holds once none of its jobs is running, or after
+        # ``hand_back_grace`` seconds.
+        self.assigned = True
+        self.hand_back_grace = hand_back_grace
+        self._handing_back_since: float | None = None
 
     @property
     def chain(self) -> GuardedChain:
@@ -178,6 +186,34 @@ class QueueLoop(Loop):
             self.outcome(job, outcome)
         return True
 
+    def assign(self, assigned: bool) -> None:
+        """This process's share now includes the queue (take its lease when free) or
+        not (hand it back)."""
+        if assigned == self.assigned:
+            return
+        self.assigned = assigned
+        self._handing_back_since = None if assigned else time.monotonic()
+        self.wake.set()
+
+    async def hand_back_if_done(self) -> bool:
+        """Release the lease of a queue handed back once nothing of it is running here
+        (awaiting jobs need no sender: the next owner waits for their responses), or
+        after the grace; whether it was released."""
+        if self.token is None or self.assigned:
+            return False
+        since = self._handing_back_since or time.monotonic()
+        running = any(j.state == State.RUNNING for j in self.in_flight.values())
+        if (running or self.settling) and time.monotonic() - since < self.hand_back_grace:
+            return False
+        token = self.token
+        for job in self.in_flight.values():
+            self._transport_of(job).abandon(job.id)
+        self.in_flight, self._reports = {}, Reports()
+        await self.store.lease_release(self.name, self.owner, token)
+        self.token = None
+        self.events.emit("lease_handed_back", queue=self.name, token=token)
+        return True
+
     def _lose_lease(self) -> None:
         self.events.emit("lease_lost", queue=self.name, token=self.token)
         for job_id in list(self.in_flight):
@@ -236,7 +272,7 @@ class QueueLoop(Loop):
                 if used:
                     committed.append(matched_event(self.name, used, self.in_flight, now))
                 claimed: list[Job] = []
-                if not batch.paused and self._drain.claims:
+                if not batch.paused and self._drain.claims and self.assigned:
                     done = {s.job_id for s in settled}
                     live = [j for j in self.in_flight.values() if j.id not in done]
                     admitted = await self.admission.admit(batch, live, now)
@@ -369,9 +405,13 @@ class QueueLoop(Loop):
 
     async def turn(self) -> float | None:
         """Own the queue when possible, then tick; how long to rest after."""
-        if self.token is None and (self._drain.requested or not await self.acquire()):
+        if self.token is None and (
+            self._drain.requested or not self.assigned or not await self.acquire()
+        ):
             return self.lease_ttl / 3
         report = await self.run_once()
+        if await self.hand_back_if_done():
+            return None
         # A full read that changed something may have more behind it: go on at
         # once. One whose jobs were all held would read the same jobs again.
         more = report.full and (report.admitted or report.deferred)

@@ -101,6 +101,7 @@ class Queue(_Out):
     name: str
     concurrency: int | None
     order: str
+    round_robin_label: str | None = None
     batch_interval: float
     batch_size: int
     throttlers: list[str]

@@ -59,9 +59,24 @@ def serve(
     config: ConfigOpt = None,
     host: Annotated[str | None, typer.Option(help="overrides server.host")] = None,
     port: Annotated[int | None, typer.Option(help="overrides server.port")] = None,
+    queues: Annotated[
+        str | None,
+        typer.Option(help="run only these queues' loops (comma-separated; overrides serve_queues)"),
+    ] = None,
 ) -> None:
     """Run the API and the queues' loops."""
     settings = settings_or_fail(config)
+    if queues is not None:
+        names = [q.strip() for q in queues.split(",") if q.strip()]
+        unknown = [q for q in names if q not in settings.queues]
+        if unknown or not names:
+            known = ", ".join(sorted(settings.queues))
+            fail(
+                f"--queues: unknown queue {unknown[0]!r} ({known})"
+                if unknown
+                else "--queues: name at least one queue"
+            )
+        settings.serve_queues = names
     _refuse_a_served_sqlite_file(settings.database_url)  # before the heavy imports
     if host:
         settings.server.host = host

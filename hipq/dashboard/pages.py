@@ -101,7 +101,11 @@ def _page(request: Request, name: str, http_status: int = 200, **context: Any) -
 async def overview(request: Request) -> HTMLResponse:
     service = _service(request)
     now = service.clock()
-    return _page(request, "overview.html", queues=await queue_views(service, now), now=now)
+    # The live processes: each queue's owner above is one of them.
+    found = await service.store.process_list(now, service.settings.lease_ttl)
+    return _page(
+        request, "overview.html", queues=await queue_views(service, now), processes=found, now=now
+    )
 
 
 @router.get("/jobs", response_class=HTMLResponse)

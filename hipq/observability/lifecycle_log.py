@@ -63,6 +63,8 @@ def describe(name: str, f: Mapping[str, Any]) -> Line | None:
         return logging.INFO, "lease_taken", fields
     if name == "lease_lost":
         return logging.WARNING, "lease_lost", _pick(f, "queue", "token")
+    if name == "lease_handed_back":  # another process's share now
+        return logging.INFO, "lease_handed_back", _pick(f, "queue", "token")
     if name == "throttler_error":
         fields = {**_pick(f, "queue", "throttler"), "reason": f.get("error")}
         return logging.ERROR, "throttler_fault", fields

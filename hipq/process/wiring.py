@@ -28,9 +28,11 @@ from hipq.job_types import JobTypeError, JobTypes
 from hipq.observability import tracing
 from hipq.observability.lifecycle_log import LifecycleLog
 from hipq.plugins import RetryStrategies
+from hipq.process.registry import ProcessRegistry
 from hipq.process.upkeep import Upkeep
 from hipq.schedules import ScheduleError, Scheduler
 from hipq.store import Store
+from hipq.store.processes import ProcessInfo
 from hipq.transports.base import Transport
 from hipq.transports.python import HandlerImportError, PythonTransport, import_handler
 
@@ -69,6 +71,7 @@ class Parts:
     responses: ResponseWriter
     job_writer: JobWriter
     consumer: ResponseConsumer | None
+    registry: ProcessRegistry
     scheduler: Scheduler | None = None
 
 
@@ -140,8 +143,23 @@ class _Wiring:
             responses=ResponseWriter(self.store, self.clock, settings.responses.ttl, self.events),
             job_writer=JobWriter(self.store, self.clock),
             consumer=self._consumer(),
+            registry=self._registry(),
             scheduler=self._scheduler(),
         )
+
+    def _registry(self) -> ProcessRegistry:
+        """This process's row among the live processes, and its share of the queues."""
+        now = self.clock()
+        serves = ProcessRegistry.serves(self.settings.queues, self.settings.serve_queues)
+        me = ProcessInfo(
+            id=self.owner,
+            host=socket.gethostname(),
+            pid=os.getpid(),
+            started_at=now,
+            heartbeat_at=now,
+            queues=serves,
+        )
+        return ProcessRegistry(self.store, self.loops, me, self.clock, self.settings.lease_ttl)
 
     def _scheduler(self) -> Scheduler:
         """The scheduler, with the config's schedules checked as their jobs would be."""
@@ -183,6 +201,7 @@ class _Wiring:
             events=self.events,
             lease_ttl=self.settings.lease_ttl,
             limits=LiveLimits(name, self.settings),
+            hand_back_grace=self.settings.shutdown_grace,
         )
 
     def _transports(self) -> dict[str, Transport]:

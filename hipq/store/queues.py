@@ -146,8 +146,10 @@ class QueueTable(Transactions):
             await conn.execute(update(queues).values(lease_owner=None, lease_expires_at=None))
 
     async def lease_release(self, queue: str, owner: str, token: int) -> None:
+        """Let go of the queue's lease, and wake the queue's loop in the other processes
+        (the one whose share it now is takes it at once, not at its next attempt)."""
         async with self._write() as conn:
-            await conn.execute(
+            released = await conn.execute(
                 update(queues)
                 .where(
                     queues.c.name == queue,
@@ -156,6 +158,8 @@ class QueueTable(Transactions):
                 )
                 .values(lease_owner=None, lease_expires_at=None)
             )
+            if released.rowcount:
+                await self._notify(conn, {jobs_payload(queue)})
 
     @asynccontextmanager
     async def queue_batch(

@@ -225,6 +225,21 @@ queues = Table(
     Column("limits_changed_by", String(200), nullable=True),
 )
 
+# One row per live hipq process: its heartbeat and the queues it may serve. Every
+# process reads them to compute the same fair share of the queues
+# (hipq.process.queue_share); a row whose heartbeat is older than lease_ttl is a dead
+# process's, deleted by whichever process sees it first.
+processes = Table(
+    "hipq_processes",
+    metadata,
+    Column("id", String(200), primary_key=True),  # the lease owner name
+    Column("host", String(255), nullable=False),
+    Column("pid", Integer, nullable=False),
+    Column("started_at", UTCDateTime, nullable=False),
+    Column("heartbeat_at", UTCDateTime, nullable=False),
+    Column("queues", Json, nullable=False),  # the queue names it may serve
+)
+
 idempotency_keys = Table(
     "hipq_idempotency_keys",
     metadata,

@@ -1,7 +1,7 @@
 """The one storage seam of hipq: noun-first methods over SQLAlchemy Core.
 
 ``Store`` is the sum of one part per table (``jobs``, ``inbox``, ``queues``,
-``heartbeats``), all sharing one engine and one ``Dialect`` chosen from the URL;
+``heartbeats``, ``processes``), all sharing one engine and one ``Dialect`` chosen from the URL;
 the queue loop's writes go through ``queue_batch`` (``hipq.store.batch``). Callers outside
 ``hipq.store`` use only these methods, never the engine or the tables.
 """
@@ -26,6 +26,7 @@ from hipq.store.operator import OperatorTable
 from hipq.store.operator_reads import OperatorReads
 from hipq.store.outbox import NotificationTable
 from hipq.store.process_guard import ProcessGuard
+from hipq.store.processes import ProcessTable
 from hipq.store.queues import QueueTable
 from hipq.store.schedules import ScheduleTable
 from hipq.store.schema import metadata
@@ -48,6 +49,7 @@ class Store(
     HeartbeatTable,
     OperatorReads,
     NotificationTable,
+    ProcessTable,
 ):
     def __init__(self, engine: AsyncEngine, dialect: Dialect | None = None) -> None:
         super().__init__(engine, dialect or dialect_for(engine.url.render_as_string()))
@@ -88,6 +90,7 @@ class Store(
         await migrations.ensure_current(self.engine, migrate)
         if self.dialect.single_process:
             await self.lease_clear_all()
+            await self.process_clear_all()
 
     async def schema_upgrade(self, revision: str = "head") -> str:
         """Apply the migrations up to ``revision``; the revision the database is at."""

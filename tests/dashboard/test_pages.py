@@ -33,6 +33,20 @@ async def test_the_overview_shows_each_queue_and_its_last_hour(api: Api) -> None
     assert "50% failed" in default
 
 
+async def test_the_overview_shows_each_process_the_queues_it_runs_and_its_load(
+    api: Api,
+) -> None:
+    await api.service.registry.run_once()
+    await api.post_job(type="hang")
+    await api.tick()
+    page = (await api.client.get("/dashboard")).text
+    row = re.search(r'<tr id="process-\d+">(.*?)</tr>', page)
+    assert row is not None, page[page.index("Processes") :]
+    cells = re.findall(r"<td>(.*?)</td>", row.group(1))
+    assert cells[0] == api.service.owner
+    assert "default" in cells[5] and cells[6] == "1"
+
+
 async def test_the_job_page_shows_attempts_and_the_api_calls_it_offers(api: Api) -> None:
     failed = (await api.post_job(type="fail", retry={"strategy": "none"}))["id"]
     scheduled = (await api.post_job(type="typed", payload={"order_id": 3}))["id"]

@@ -38,8 +38,9 @@ PAGES = [
     "/dashboard/history?period=7d",
 ]
 # The schedules of the config and the API: tens of rows, read whole by GET /v1/schedules;
-# the queues of the config: one row each, whose paused ones the job pages read.
-_SMALL_TABLES = ("hipq_schedules", "hipq_queues")
+# the live processes and the queues' leases: a row per process and per queue, read
+# whole for the overview's processes.
+_SMALL_TABLES = ("hipq_schedules", "hipq_processes", "hipq_queues")
 _FULL_SCAN = {
     "sqlite": re.compile(r"^SCAN hipq_\w+"),
     "postgresql": re.compile(r"Seq Scan on hipq_\w+"),

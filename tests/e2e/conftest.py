@@ -160,11 +160,17 @@ class Servers:
         self.started: list[HipqServer] = []
 
     def start(
-        self, name: str, config: Path, *, work_ms: int = 20, ready_timeout: float = READY_TIMEOUT
+        self,
+        name: str,
+        config: Path,
+        *,
+        work_ms: int = 20,
+        ready_timeout: float = READY_TIMEOUT,
+        args: tuple[str, ...] = (),
     ) -> HipqServer:
-        """Start `hipq serve` on a free port and wait for /readyz."""
+        """Start `hipq serve` (with ``args``) on a free port and wait for /readyz."""
         for _ in range(3):
-            server = self._spawn(name, config, work_ms)
+            server = self._spawn(name, config, work_ms, args)
             try:
                 wait_for(
                     server.ready,
@@ -179,7 +185,7 @@ class Servers:
                     raise
         raise AssertionError(f"hipq serve {name} found no free port\n{server.describe()}")
 
-    def _spawn(self, name: str, config: Path, work_ms: int) -> HipqServer:
+    def _spawn(self, name: str, config: Path, work_ms: int, args: tuple[str, ...]) -> HipqServer:
         port = free_port()
         stderr_path = self.tmp_path / f"{name}.stderr"
         # A developer's HIPQ_ variables would override the test's config.
@@ -195,7 +201,7 @@ class Servers:
         )
         with open(stderr_path, "ab") as err:
             process = subprocess.Popen(
-                [str(HIPQ), "serve", "--config", str(config), "--port", str(port)],
+                [str(HIPQ), "serve", "--config", str(config), "--port", str(port), *args],
                 stdin=subprocess.DEVNULL,
                 stdout=err,
                 stderr=subprocess.STDOUT,

@@ -54,6 +54,25 @@ _ERRORS: _Responses = {
         "description": "the job's state does not allow it, or its key is held by another open job",
     },
 }
+
+
+def _replayed(model: Any) -> _Responses:
+    """The answer to a request sent again with its Idempotency-Key: what the first got."""
+    return {
+        200: {
+            "model": model,
+            "description": "The same Idempotency-Key and body again: the first request's "
+            "jobs, as stored now (nothing new is created)",
+            "headers": {
+                "Idempotent-Replayed": {
+                    "description": "true: this answers a request already carried out",
+                    "schema": {"type": "string"},
+                }
+            },
+        }
+    }
+
+
 _CREATE_ERRORS: _Responses = {
     403: {
         "model": ErrorOut,
@@ -154,7 +173,7 @@ async def _insert(
     dependencies=[Depends(require("submit"))],
     status_code=201,
     response_model=JobOut,
-    responses=_CREATE_ERRORS,
+    responses={**_replayed(JobOut), **_CREATE_ERRORS},
     summary="Create a job",
 )
 async def create_job(
@@ -171,7 +190,7 @@ async def create_job(
     dependencies=[Depends(require("submit"))],
     status_code=201,
     response_model=JobBatchOut,
-    responses=_CREATE_ERRORS,
+    responses={**_replayed(JobBatchOut), **_CREATE_ERRORS},
     summary="Create many jobs in one transaction (all or none)",
 )
 async def create_jobs(

@@ -3,6 +3,7 @@ sync and the async client (which only differ in how they wait and send)."""
 
 from __future__ import annotations
 
+import math
 import os
 import random
 import uuid
@@ -16,7 +17,7 @@ from urllib.parse import quote
 import httpx
 from pydantic_core import to_jsonable_python
 
-from hipq.client.errors import ApiError, ConnectionFailed, HipqError
+from hipq.client.errors import ApiError, ConnectionFailed, HipqError, NotJson
 
 DEFAULT_URL = "http://127.0.0.1:8000"
 TOKEN_ENV = "HIPQ_TOKEN"
@@ -51,7 +52,9 @@ class Call:
     def request_kwargs(self) -> dict[str, Any]:
         kwargs: dict[str, Any] = {"params": self.params, "headers": dict(self.headers)}
         if self.body is not None:
-            kwargs["json"] = to_jsonable_python(self.body)
+            body = to_jsonable_python(self.body)
+            _refuse_non_json(body, "")
+            kwargs["json"] = body
         if self.read_timeout is not None:
             kwargs["timeout"] = self.read_timeout
         return kwargs
@@ -461,3 +464,16 @@ class ReadyWaiter:
             else ""
         )
         return f"hipq at {url} not ready after {self.timeout:g}s" + (f" ({why})" if why else "")
+
+
+def _refuse_non_json(value: Any, field: str) -> None:
+    """Raise :class:`NotJson` naming the first float JSON cannot carry, before sending
+    (httpx would raise a bare ``ValueError`` that names nothing)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        raise NotJson(field or "body", value)
+    if isinstance(value, dict):
+        for key, item in value.items():
+            _refuse_non_json(item, f"{field}.{key}" if field else str(key))
+    elif isinstance(value, list):
+        for i, item in enumerate(value):
+            _refuse_non_json(item, f"{field}[{i}]")

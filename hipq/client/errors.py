@@ -11,6 +11,15 @@ class HipqError(Exception):
     """Every error the client raises."""
 
 
+class NotJson(HipqError, ValueError):
+    """A request's body holds a value JSON cannot carry (NaN, an infinity); nothing
+    was sent. ``field`` is where it sits (``payload.x``, ``jobs[2].payload.y``)."""
+
+    def __init__(self, field: str, value: float) -> None:
+        super().__init__(f"{field}: {value!r} is not a JSON number (NaN and infinities are not)")
+        self.field = field
+
+
 class ConnectionFailed(HipqError):
     """hipq could not be reached (after the retries the call allowed)."""
 

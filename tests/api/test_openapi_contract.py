@@ -143,3 +143,20 @@ async def test_the_guards_refusals_are_declared_where_they_apply(
             headers={"content-type": "application/x-www-form-urlencoded"},
         )
         assert str(form.status_code) in declared, (method, path, form.status_code)
+
+
+@pytest.mark.parametrize(
+    ("path", "body"),
+    [("/v1/jobs", {"type": "ok"}), ("/v1/jobs/batch", {"jobs": [{"type": "ok"}]})],
+)
+async def test_an_idempotent_replay_answers_what_the_schema_declares(
+    sqlite_api: Api, schema: dict[str, Any], path: str, body: dict[str, Any]
+) -> None:
+    key = {"Idempotency-Key": f"replay-{path}"}
+    first = await sqlite_api.client.post(path, json=body, headers=key)
+    again = await sqlite_api.client.post(path, json=body, headers=key)
+    assert (first.status_code, again.status_code) == (201, 200), again.text
+    assert again.headers["Idempotent-Replayed"] == "true"
+    declared = schema["paths"][path]["post"]["responses"]
+    assert "Idempotent-Replayed" in declared["200"]["headers"]
+    assert declared["200"]["content"] == declared["201"]["content"]

@@ -12,7 +12,7 @@ from pydantic import BaseModel
 from hipq.api import models as api
 from hipq.api import schedules
 from hipq.api.responses import ResponseListOut, ResponseOut
-from hipq.client import calls, models
+from hipq.client import Client, NotJson, calls, models
 from hipq.client.calls import Backoff, Call, Waiter
 
 
@@ -176,3 +176,14 @@ def test_the_async_client_has_every_method_of_the_sync_one() -> None:
             assert inspect.isasyncgenfunction(getattr(AsyncClient, name)), name
         else:
             assert inspect.iscoroutinefunction(getattr(AsyncClient, name)), name
+
+
+def test_a_value_json_cannot_carry_is_refused_before_sending_naming_its_field() -> None:
+    # Port 9 (discard) is not listening: a request that went out would fail to connect.
+    with Client("http://127.0.0.1:9") as client:
+        with pytest.raises(NotJson, match=r"^payload\.x: nan is not a JSON number"):
+            client.add_job("ok", {"x": float("nan")})
+        with pytest.raises(NotJson) as caught:
+            client.add_jobs([{"type": "ok"}, {"type": "ok", "payload": {"y": [1, float("inf")]}}])
+    assert caught.value.field == "jobs[1].payload.y[1]"
+    assert isinstance(caught.value, ValueError)  # what code catching httpx's error expects

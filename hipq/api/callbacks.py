@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Annotated, Any
 
@@ -129,21 +130,44 @@ def _replay_window(info: JobTypeInfo) -> timedelta:
     return timedelta(seconds=2 * int(signature.tolerance if signature else 0))
 
 
-def _progress(raw: bytes) -> tuple[bool, Any, Any]:
-    """(given, progress, body) from a heartbeat's body: empty, or a JSON object whose
-    ``progress`` is read; its other fields (a signed one's correlation key) are not."""
+@dataclass(frozen=True, slots=True)
+class _Beat:
+    """What a heartbeat's body says: its progress (if it gives one), a checkpoint, and
+    the body itself (a signed one's correlation key is read from it)."""
+
+    given: bool = False
+    progress: Any = None
+    checkpoint: dict[str, Any] | None = None
+    body: Any = None
+
+
+def _beat(raw: bytes) -> _Beat:
+    """A heartbeat's body: empty, or a JSON object whose ``progress`` and ``checkpoint``
+    are read; its other fields (a signed one's correlation key) are not. The body is
+    bounded by ``server.max_body_bytes`` (a 413), as a job's payload is."""
     if not raw.strip():
-        return False, None, None
-    if len(raw) > PROGRESS_MAX_BYTES:
-        raise InvalidParameter("progress", f"the body is over {PROGRESS_MAX_BYTES} bytes")
+        return _Beat()
     try:
         body = loads(raw, "body")
     except json.JSONDecodeError as exc:
         raise InvalidParameter("body", f"not JSON: {exc.msg}") from None
     if not isinstance(body, dict):
-        raise InvalidParameter("body", 'a heartbeat\'s body is empty or {"progress": <JSON>}')
+        raise InvalidParameter(
+            "body", 'a heartbeat\'s body is empty or {"progress": <JSON>, "checkpoint": {...}}'
+        )
     check_body(body, "body")
-    return "progress" in body, body.get("progress"), body
+    checkpoint = body.get("checkpoint")
+    if "checkpoint" in body and not isinstance(checkpoint, dict):
+        raise InvalidParameter("checkpoint", "a checkpoint is a JSON object (the new payload)")
+    # Without a checkpoint the whole body is bounded as it always was.
+    progress_size = (
+        len(raw)
+        if checkpoint is None
+        else len(json.dumps(body.get("progress"), separators=(",", ":")).encode())
+    )
+    if progress_size > PROGRESS_MAX_BYTES:
+        raise InvalidParameter("progress", f"the progress is over {PROGRESS_MAX_BYTES} bytes")
+    return _Beat("progress" in body, body.get("progress"), checkpoint, body)
 
 
 # Declared before the callback route: its `{key:path}` would take `.../heartbeat` too.
@@ -158,14 +182,20 @@ def _progress(raw: bytes) -> tuple[bool, Any, Any]:
         409: {"model": ErrorOut},
         422: {"model": ErrorOut},
     },
-    summary="An external system says it is still working on a job (and how far it got)",
+    summary="An external system says it is still working on a job (how far it got, and a "
+    "checkpoint its retries start from)",
     description=(
         "For job types with a `heartbeat_timeout`: the attempt's deadline becomes now plus "
         "that timeout (taken by the queue's loop within a few seconds), so a job that needs "
         "hours stays alive while its system heartbeats, and fails its attempt (for its retry "
         'strategy) when they stop. The body is empty or a JSON object such as `{"progress": '
-        f"<JSON>}}` of at most {PROGRESS_MAX_BYTES} bytes; its `progress` is shown as "
-        "`heartbeat.progress` on GET /v1/jobs/{id}, and without one the last progress stays. "
+        f'<JSON>, "checkpoint": {{...}}}}`. Its `progress` (at most {PROGRESS_MAX_BYTES} bytes) '
+        "is shown as `heartbeat.progress` on GET /v1/jobs/{id}, and without one the last "
+        "progress stays. Its `checkpoint`, a JSON object, becomes the job's payload when the "
+        "loop takes the heartbeat (for this attempt only, as a python handler's "
+        "`checkpoint()`): a retry's request is built from it. A checkpoint that is not an "
+        "object, or any body holding \\u0000, is a 422 naming the field; a body over "
+        "`server.max_body_bytes` is a 413, as for a job's payload. "
         "`?type=` is required, and the request is authenticated exactly as the callback of "
         "that type (a Standard Webhooks signature over this body, or a token with the "
         "callbacks scope): else 401. A signed heartbeat is bound to its job as a signed "
@@ -195,20 +225,21 @@ async def deliver_heartbeat(
             "type", f"job type {type!r} takes no heartbeats (it has no heartbeat_timeout)"
         )
     check_callback_key(key)
-    given, progress, body = _progress(raw)
+    beat_in = await off_loop(len(raw), lambda: _beat(raw))
     if message is not None:
         try:
-            _bind(info, body, key)
+            _bind(info, beat_in.body, key)
         except _Unauthorized as exc:
             return exc.answer()
     beat, new = await service.store.heartbeat_record(
         key,
         info.name,
-        progress,
+        beat_in.progress,
         service.clock(),
         timeout,
-        keep_progress=not given,
+        keep_progress=not beat_in.given,
         message=None if message is None else fingerprint(None, message),
+        checkpoint=beat_in.checkpoint,
     )
     if not new:
         replay = HeartbeatAccepted(status="duplicate", attempt=beat.attempt, deadline=beat.deadline)

@@ -6,8 +6,9 @@ heartbeat (``hipq.store.heartbeats``) and hints the queue's loop. The loop, the 
 writer of its jobs in flight, takes the pending heartbeats here and turns each into
 a new deadline the way a python handler's ``heartbeat()`` does: through the tick's
 reports, which settle, persist and apply deadlines in one place
-(``hipq.batch_loop.reports``). A job that hears nothing until its deadline fails its attempt
-with a timeout, and its retry strategy decides.
+(``hipq.batch_loop.reports``); a checkpoint sent with it becomes the job's payload
+the way a handler's ``checkpoint()`` does. A job that hears nothing until its
+deadline fails its attempt with a timeout, and its retry strategy decides.
 """
 
 from __future__ import annotations
@@ -46,6 +47,8 @@ class ExternalHeartbeats:
             job = in_flight.get(beat.job_id)
             if job is not None and job.attempt == beat.attempt:
                 reports.deadlines[job.id] = beat.deadline
+                if beat.checkpoint is not None:  # as a python handler's checkpoint()
+                    reports.payloads[job.id] = beat.checkpoint
                 applied += 1
         return applied
 

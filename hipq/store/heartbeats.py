@@ -12,7 +12,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import bindparam, delete, select, update
+from sqlalchemy import bindparam, case, delete, null, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from hipq.batch_loop.wakeup import cancels_payload
@@ -33,10 +33,14 @@ class Heartbeat:
     beat_at: datetime
     deadline: datetime
     progress: Any
+    # The payload the attempt's retries start from, sent with it and not yet taken.
+    checkpoint: dict[str, Any] | None = None
 
 
 def _heartbeat(row: Any) -> Heartbeat:
-    return Heartbeat(row.job_id, row.queue, row.attempt, row.beat_at, row.deadline, row.progress)
+    return Heartbeat(
+        row.job_id, row.queue, row.attempt, row.beat_at, row.deadline, row.progress, row.checkpoint
+    )
 
 
 class HeartbeatTable(Transactions):
@@ -49,14 +53,17 @@ class HeartbeatTable(Transactions):
         timeout_seconds: float,
         keep_progress: bool = False,
         message: str | None = None,
+        checkpoint: dict[str, Any] | None = None,
     ) -> tuple[Heartbeat, bool]:
         """Record a heartbeat for the open job of ``job_type`` holding ``correlation_key``:
         its deadline becomes ``now + timeout_seconds`` once its loop takes it. With
         ``keep_progress`` the last progress stays (a heartbeat that reports none).
 
         ``message`` is a signed heartbeat's fingerprint (of its ``webhook-id``): taken
-        once per job type. Returns the heartbeat as stored, and whether it was new
-        (False: a replay, which changes nothing and gets the last one)."""
+        once per job type. ``checkpoint`` is a new payload for the attempt's retries,
+        applied by the loop when it takes the heartbeat. Returns the heartbeat as
+        stored, and whether it was new (False: a replay, which changes nothing and
+        gets the last one)."""
         async with self._write() as conn:
             row = (
                 await conn.execute(
@@ -87,24 +94,34 @@ class HeartbeatTable(Transactions):
                 now,
                 now + timedelta(seconds=timeout_seconds),
                 progress,
+                checkpoint,
             )
-            values = {
+            values: dict[str, Any] = {
                 "queue": beat.queue,
                 "attempt": beat.attempt,
                 "beat_at": beat.beat_at,
                 "deadline": beat.deadline,
                 "progress": beat.progress,
+                "checkpoint": beat.checkpoint,
                 "pending": True,
             }
             upsert = self.dialect.insert(job_heartbeats).values(job_id=beat.job_id, **values)
             if keep_progress:
                 del values["progress"]
+            if checkpoint is None:
+                # A heartbeat without one keeps a checkpoint not yet taken, of this
+                # attempt only: one sent for an attempt since retried is dropped.
+                values["checkpoint"] = case(
+                    (job_heartbeats.c.attempt == beat.attempt, job_heartbeats.c.checkpoint),
+                    else_=null(),
+                )
             stored = await conn.execute(
                 upsert.on_conflict_do_update(
                     index_elements=[job_heartbeats.c.job_id], set_=values
-                ).returning(job_heartbeats.c.progress)
+                ).returning(job_heartbeats.c.progress, job_heartbeats.c.checkpoint)
             )
-            beat = replace(beat, progress=stored.scalar_one())
+            kept = stored.one()
+            beat = replace(beat, progress=kept.progress, checkpoint=kept.checkpoint)
             # The loop reads heartbeats where it reads cancel requests: news of a job
             # in flight, looked for on a hint and at least every few seconds.
             await self._notify(conn, {cancels_payload(beat.queue)})
@@ -163,7 +180,7 @@ async def heartbeat_take(batch: QueueBatch) -> list[Heartbeat]:
                 job_heartbeats.c.job_id == bindparam("b_id"),
                 job_heartbeats.c.beat_at == bindparam("b_at"),
             )
-            .values(pending=False),
+            .values(pending=False, checkpoint=None),
             [{"b_id": r.job_id, "b_at": r.beat_at} for r in rows],
         )
     return [_heartbeat(r) for r in rows]

@@ -177,6 +177,8 @@ job_heartbeats = Table(
     Column("beat_at", UTCDateTime, nullable=False),
     Column("deadline", UTCDateTime, nullable=False),
     Column("progress", Json, nullable=True),
+    # A checkpoint sent with it, until the loop takes it (then NULL again).
+    Column("checkpoint", Json, nullable=True),
     Column("pending", Boolean, nullable=False),
     Index(
         "ix_hipq_job_heartbeats_pending",

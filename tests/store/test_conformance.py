@@ -16,6 +16,7 @@ from hipq.lifecycle import State
 from hipq.outcomes import Cancelled, Failed, Succeeded, settle
 from hipq.retry import AttemptError, Fixed, FixedSettings
 from hipq.store import Conflict, JobFilter, LeaseLost, NotFound, Store
+from hipq.store.heartbeats import heartbeat_take
 
 T0 = datetime(2026, 1, 5, 12, 0, tzinfo=UTC)
 TTL = 30.0
@@ -719,6 +720,32 @@ async def test_job_view_reads_the_job_its_attempts_and_its_heartbeat(store: Stor
     assert view.heartbeat == beat and view.heartbeat.progress == {"done": 3}
     with pytest.raises(NotFound):
         await store.job_view(job.id + 1000)
+
+
+async def test_a_checkpoint_waits_for_its_tick_and_only_for_its_attempt(store: Store) -> None:
+    (job,) = await insert(store, new(type="charge", correlation_key="order-1"))
+    await claim_due(store)
+    point = {"from": 40}
+    beat, _ = await store.heartbeat_record("order-1", "charge", 1, at(1), 30.0, checkpoint=point)
+    assert beat.checkpoint == point
+    # A later heartbeat without one keeps the checkpoint its loop has not taken yet.
+    beat, _ = await store.heartbeat_record("order-1", "charge", 2, at(2), 30.0)
+    assert beat.checkpoint == point
+    token = await store.lease_acquire("default", "owner-a", at(3), TTL)
+    assert token is not None
+    async with store.queue_batch("default", "owner-a", token, at(3), TTL) as batch:
+        (taken,) = await heartbeat_take(batch)
+    assert (taken.attempt, taken.checkpoint) == (1, point)
+    # Taken once: the next heartbeat carries none of it.
+    beat, _ = await store.heartbeat_record("order-1", "charge", 3, at(4), 30.0)
+    assert beat.checkpoint is None
+    # A checkpoint not taken before its attempt ended is not the next attempt's.
+    await store.heartbeat_record("order-1", "charge", 4, at(5), 30.0, checkpoint=point)
+    (running,) = [j for j in await all_jobs(store) if j.id == job.id]
+    await settle_jobs(store, [(running, Failed(AttemptError("busy")))], at(6))
+    await claim_due(store, now=at(60))
+    beat, _ = await store.heartbeat_record("order-1", "charge", 5, at(61), 30.0)
+    assert (beat.attempt, beat.checkpoint) == (2, None)
 
 
 async def test_a_signed_heartbeat_is_taken_once_per_type_until_pruned(store: Store) -> None:

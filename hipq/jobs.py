@@ -93,6 +93,8 @@ class Attempt:
     outcome: str  # completed | failed | retried | timeout | cancelled
     error: str | None = None
     response: Any = None
+    # A python handler's exception, its innermost frames (bounded: hipq.transports.python).
+    traceback: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

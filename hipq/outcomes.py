@@ -57,6 +57,7 @@ class Settlement:
             "error": self.last_error,
             "error_kind": self.error_kind,
             "run_at": self.run_at if self.state == State.SCHEDULED else None,
+            "traceback": self.record.traceback if self.record else None,
         }
 
 
@@ -69,6 +70,7 @@ class Succeeded:
 class Failed:
     error: AttemptError
     response: Any = None  # what the peer answered, kept in the attempt's record
+    traceback: str | None = None  # a python handler's, bounded; kept in the attempt's record
 
 
 @dataclass(frozen=True, slots=True)
@@ -163,6 +165,7 @@ def settle(job: Job, outcome: Outcome, strategy: RetryStrategy, now: datetime) -
             response=outcome.response,
             verdict="failed",
             kind=kind,
+            traceback=outcome.traceback,
         )
     try:
         decision = _checked(strategy.decide(job.defensive_copy(), error, now))
@@ -181,6 +184,7 @@ def settle(job: Job, outcome: Outcome, strategy: RetryStrategy, now: datetime) -
             response=outcome.response,
             verdict="given_up",
             kind=kind,
+            traceback=outcome.traceback,
         )
     check_transition(job.state, State.SCHEDULED)
     payload = decision.payload if decision.payload is not None else job.payload
@@ -193,7 +197,7 @@ def settle(job: Job, outcome: Outcome, strategy: RetryStrategy, now: datetime) -
         finished_at=None,
         result=None,
         last_error=error.message,
-        record=_record(job, now, "retried", error.message, outcome.response),
+        record=_record(job, now, "retried", error.message, outcome.response, outcome.traceback),
         type=job.type,
         verdict="retried",
         error_kind=kind,
@@ -228,6 +232,7 @@ def _final(
     response: Any = None,
     verdict: str | None = None,
     kind: str | None = None,
+    traceback: str | None = None,
 ) -> Settlement:
     check_transition(job.state, state)
     return Settlement(
@@ -239,7 +244,7 @@ def _final(
         finished_at=now,
         result=result,
         last_error=error,
-        record=_record(job, now, label, error, result if response is None else response),
+        record=_record(job, now, label, error, result if response is None else response, traceback),
         type=job.type,
         verdict=verdict or label,
         error_kind=kind,
@@ -247,7 +252,12 @@ def _final(
 
 
 def _record(
-    job: Job, now: datetime, outcome: str, error: str | None, response: Any = None
+    job: Job,
+    now: datetime,
+    outcome: str,
+    error: str | None,
+    response: Any = None,
+    traceback: str | None = None,
 ) -> Attempt:
     return Attempt(
         job_id=job.id,
@@ -257,6 +267,7 @@ def _record(
         outcome=outcome,
         error=error,
         response=response,
+        traceback=traceback,
     )
 
 

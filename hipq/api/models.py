@@ -246,6 +246,11 @@ class AttemptOut(BaseModel):
     outcome: str = Field(description="completed, failed, retried, timeout, cancelled, ...")
     error: str | None = Field(None, description="why it did not complete")
     response: Any = Field(None, description="the external system's response that settled it")
+    traceback: str | None = Field(
+        None,
+        description="the traceback of the exception a python handler raised: its innermost"
+        " frames, at most the last 8 KiB (null for http and kafka jobs, whose error says why)",
+    )
 
 
 class HeartbeatOut(BaseModel):
@@ -350,6 +355,7 @@ def _attempt_body(a: Attempt) -> dict[str, Any]:
         "outcome": a.outcome,
         "error": a.error,
         "response": a.response,
+        "traceback": a.traceback,
     }
 
 

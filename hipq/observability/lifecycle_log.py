@@ -102,6 +102,9 @@ def _settled(f: Mapping[str, Any]) -> Line:
         fields["error_kind"] = f["error_kind"]
     if verdict == "retried" and f.get("run_at") is not None:
         fields["run_at"] = f["run_at"]
+    if f.get("traceback"):
+        # A python handler's exception: logged here once, with the attempt it failed.
+        fields["traceback"] = f["traceback"]
     return level, event, fields
 
 
@@ -144,7 +147,8 @@ def _text(value: Any) -> str:
 
 
 class ConsoleFormatter(logging.Formatter):
-    """``time LEVEL logger: message key=value ...`` (values with spaces quoted)."""
+    """``time LEVEL logger: message key=value ...`` (values with spaces quoted); a
+    ``traceback`` field follows on its own lines, as an exception's does."""
 
     def __init__(self) -> None:
         super().__init__("%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -153,7 +157,9 @@ class ConsoleFormatter(logging.Formatter):
         line = super().formatMessage(record)
         fields = getattr(record, FIELDS_ATTR, None)
         if fields:
-            line += "".join(f" {k}={_text(v)}" for k, v in fields.items())
+            line += "".join(f" {k}={_text(v)}" for k, v in fields.items() if k != "traceback")
+            if fields.get("traceback"):
+                line += "\n" + str(fields["traceback"]).rstrip("\n")
         return line
 
 

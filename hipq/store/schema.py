@@ -199,6 +199,9 @@ attempts = Table(
     Column("outcome", String(16), nullable=False),
     Column("error", Text, nullable=True),
     Column("response", Json, nullable=True),
+    # The traceback of a python handler's exception (its last TRACEBACK_MAX_CHARS); NULL
+    # for other transports and other outcomes.
+    Column("traceback", Text, nullable=True),
     # One row per attempt and outcome: settling again after a lost COMMIT reply adds
     # none (inserts skip an existing row); a late success accepted for a failed
     # attempt is the one second row an attempt may have.

@@ -12,6 +12,7 @@ import asyncio
 import copy
 import importlib
 import logging
+import traceback
 from collections.abc import Awaitable, Callable
 from datetime import datetime, timedelta
 from typing import Any, NoReturn
@@ -27,6 +28,10 @@ log = logging.getLogger("hipq.transports.python")
 
 Handler = Callable[["JobContext"], Awaitable[Any]]
 MAX_SNOOZE_SECONDS = 3650 * 86400
+# A failed attempt keeps the end of its handler's traceback: the innermost frames and
+# the exception, which say where it failed; a deep or chained one is cut at the top.
+TRACEBACK_MAX_CHARS = 8192
+TRACEBACK_CUT = "... (earlier frames cut)\n"
 
 
 class PermanentError(Exception):
@@ -127,13 +132,28 @@ class PythonTransport:
             at = self._clock() + timedelta(seconds=exc.seconds)
             reporter.outcome(job, Snoozed(at, exc.reason))
         except PermanentError as exc:
-            reporter.outcome(job, Failed(AttemptError(_describe(exc), retryable=False)))
+            error = AttemptError(_describe(exc), retryable=False)
+            reporter.outcome(job, Failed(error, traceback=handler_traceback(exc)))
         except orjson.JSONEncodeError as exc:
             reporter.outcome(job, Failed(AttemptError(f"result is not JSON: {exc}")))
         except Exception as exc:
-            reporter.outcome(job, Failed(AttemptError(_describe(exc))))
+            reporter.outcome(
+                job, Failed(AttemptError(_describe(exc)), traceback=handler_traceback(exc))
+            )
         else:
             reporter.outcome(job, Succeeded(result))
+
+
+def handler_traceback(exc: BaseException, limit: int = TRACEBACK_MAX_CHARS) -> str:
+    """``exc``'s traceback from the handler's frame inward (this module's frame left
+    out), at most its last ``limit`` characters."""
+    tb = exc.__traceback__
+    if tb is not None and tb.tb_frame.f_code is PythonTransport._run.__code__:
+        tb = tb.tb_next
+    text = "".join(traceback.format_exception(type(exc), exc, tb))
+    if len(text) <= limit:
+        return text
+    return TRACEBACK_CUT + text[len(text) - limit + len(TRACEBACK_CUT) :]
 
 
 def _describe(exc: BaseException) -> str:

@@ -147,7 +147,7 @@ async def test_every_attempt_field_round_trips(store: Store) -> None:
     later = T0 + timedelta(seconds=3)
     settled = settle(running, Succeeded({"body": [1, "x"]}), RETRY, later)
     assert settled.record is not None
-    record = replace(settled.record, error="a note")
+    record = replace(settled.record, error="a note", traceback="Traceback ...")
     assert all(not _unset(getattr(record, name)) for name in _names(Attempt)), record
     settled = replace(settled, record=record)
     async with store.queue_batch("default", "a", token, later, TTL, fence_later=True) as batch:

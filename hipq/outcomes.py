@@ -244,9 +244,7 @@ def _final(
         finished_at=now,
         result=result,
         last_error=error,
-        record=_record(
-            job, now, label, error, result if response is None else response, traceback
-        ),
+        record=_record(job, now, label, error, result if response is None else response, traceback),
         type=job.type,
         verdict=verdict or label,
         error_kind=kind,

@@ -137,7 +137,9 @@ class PythonTransport:
         except orjson.JSONEncodeError as exc:
             reporter.outcome(job, Failed(AttemptError(f"result is not JSON: {exc}")))
         except Exception as exc:
-            reporter.outcome(job, Failed(AttemptError(_describe(exc)), traceback=handler_traceback(exc)))
+            reporter.outcome(
+                job, Failed(AttemptError(_describe(exc)), traceback=handler_traceback(exc))
+            )
         else:
             reporter.outcome(job, Succeeded(result))
 

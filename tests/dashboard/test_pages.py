@@ -53,6 +53,12 @@ async def test_the_job_page_shows_attempts_and_the_api_calls_it_offers(api: Api)
     await api.tick()
     page = (await api.client.get(f"/dashboard/jobs/{failed}")).text
     assert "no retries: RuntimeError: failing on attempt 1" in page
+    # The handler's traceback, collapsed and escaped; the API's body has it too.
+    assert '<details class="traceback"><summary>traceback</summary>' in page
+    assert "tests/handlers.py&#34;, line" in page  # escaped
+    [attempt] = (await api.client.get(f"/v1/jobs/{failed}")).json()["attempts"]
+    assert 'tests/handlers.py", line' in attempt["traceback"]
+    assert attempt["traceback"].split("\n")[1] in html.unescape(page)
     assert f'data-action="POST /v1/jobs/{failed}/retry"' in page
     assert "/cancel" not in page
     page = (await api.client.get(f"/dashboard/jobs/{scheduled}")).text

@@ -31,6 +31,7 @@ class Attempt(_Out):
     outcome: str
     error: str | None = None
     response: Any = None
+    traceback: str | None = None  # a python handler's, innermost frames (at most 8 KiB)
 
 
 class Heartbeat(_Out):

@@ -39,9 +39,14 @@ class ProcessRegistry:
         me: ProcessInfo,
         clock: Callable[[], datetime],
         lease_ttl: float,
+        *,
+        steers_loops: bool = True,
     ) -> None:
         self.store, self.loops, self.me, self.clock = store, loops, me, clock
         self.lease_ttl = lease_ttl
+        # False where the loops are driven by their caller (``run_loops=False``: tests,
+        # ``hipq.testing``): the process still beats, and the caller decides what runs.
+        self.steers_loops = steers_loops
         self.share: set[str] = set(me.queues)
         self._task: asyncio.Task[None] | None = None
         self._stopping = asyncio.Event()
@@ -61,8 +66,9 @@ class ProcessRegistry:
         if mine != self.share:
             log.info("share of the queues: %s", ", ".join(sorted(mine)) or "none")
         self.share = mine
-        for name, loop in self.loops.items():
-            loop.assign(name in mine)
+        if self.steers_loops:
+            for name, loop in self.loops.items():
+                loop.assign(name in mine)
         return mine
 
     def leave(self) -> None:
@@ -74,8 +80,9 @@ class ProcessRegistry:
 
     async def start(self) -> None:
         """The first beat before the loops start, so that they take only this share."""
-        for name, loop in self.loops.items():
-            loop.assign(name in self.me.queues)
+        if self.steers_loops:
+            for name, loop in self.loops.items():
+                loop.assign(name in self.me.queues)
         with contextlib.suppress(Exception):  # the next beat tries again
             await self.run_once()
         self._stopping.clear()

@@ -159,7 +159,14 @@ class _Wiring:
             heartbeat_at=now,
             queues=serves,
         )
-        return ProcessRegistry(self.store, self.loops, me, self.clock, self.settings.lease_ttl)
+        return ProcessRegistry(
+            self.store,
+            self.loops,
+            me,
+            self.clock,
+            self.settings.lease_ttl,
+            steers_loops=self.run_loops,
+        )
 
     def _scheduler(self) -> Scheduler:
         """The scheduler, with the config's schedules checked as their jobs would be."""

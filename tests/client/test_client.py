@@ -220,7 +220,7 @@ def test_bulk_operations_and_forbidden_flags(server: Server) -> None:
         hipq.add_jobs([{"type": "ok", "run_at": later, "labels": {"case": "bulk"}}] * 6)
         match = {"labels": {"case": "bulk"}, "states": ["scheduled"]}
         assert hipq.bulk_dry_run("cancel", match).matched == 6
-        op = hipq.process.bulk_runner("cancel", match, reason="region down")
+        op = hipq.bulk("cancel", match, reason="region down")
         for _ in range(100):
             if op.state != "running":
                 break

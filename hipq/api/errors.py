@@ -104,6 +104,22 @@ def error_body(code: str, items: Sequence[tuple[str | None, str]]) -> dict[str, 
     }
 
 
+async def send_error(send: Send, status: int, code: str, field: str | None, message: str) -> None:
+    """An error in hipq's JSON shape, sent by a middleware below FastAPI (no Response)."""
+    body = orjson.dumps(error_body(code, [(field, message)]))
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [
+                (b"content-type", b"application/json"),
+                (b"content-length", str(len(body)).encode()),
+            ],
+        }
+    )
+    await send({"type": "http.response.body", "body": body})
+
+
 def _field(loc: Sequence[Any]) -> str | None:
     parts = [p for p in loc if p not in ("body", "query", "path", "header")]
     out = ""
@@ -185,20 +201,8 @@ class BodyLimit:
                 await self._refuse(send)
 
     async def _refuse(self, send: Send) -> None:
-        body = orjson.dumps(
-            error_body("body_too_large", [(None, f"request body exceeds {self.max_bytes} bytes")])
-        )
-        await send(
-            {
-                "type": "http.response.start",
-                "status": 413,
-                "headers": [
-                    (b"content-type", b"application/json"),
-                    (b"content-length", str(len(body)).encode()),
-                ],
-            }
-        )
-        await send({"type": "http.response.body", "body": body})
+        message = f"request body exceeds {self.max_bytes} bytes"
+        await send_error(send, 413, "body_too_large", None, message)
 
 
 class _TooLarge(HTTPException):
@@ -285,17 +289,4 @@ class UnexpectedErrors:
         except Exception:
             log.exception("unexpected error: %s %s", scope["method"], scope["path"])
             if not started:
-                body = orjson.dumps(
-                    error_body("internal_error", [(None, "internal error; see the log")])
-                )
-                await send(
-                    {
-                        "type": "http.response.start",
-                        "status": 500,
-                        "headers": [
-                            (b"content-type", b"application/json"),
-                            (b"content-length", str(len(body)).encode()),
-                        ],
-                    }
-                )
-                await send({"type": "http.response.body", "body": body})
+                await send_error(send, 500, "internal_error", None, "internal error; see the log")

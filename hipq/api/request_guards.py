@@ -12,10 +12,9 @@ from __future__ import annotations
 import asyncio
 from urllib.parse import urlsplit
 
-import orjson
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from hipq.api.errors import error_body
+from hipq.api.errors import send_error
 from hipq.config import ServerConfig
 
 __all__ = ["RequestGuards", "allowed_hosts", "possible_refusals"]
@@ -103,12 +102,12 @@ class RequestGuards:
         headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
         # Two Host headers: the dict kept the last, a proxy may have checked the first.
         if len(headers) < len(scope["headers"]) and _hosts(scope) > 1:
-            await _answer(send, 400, _CODES[400], "host", "more than one Host header")
+            await send_error(send, 400, _CODES[400], "host", "more than one Host header")
             return
         refusal = self._refusal(scope, headers)
         if refusal is not None:
             status, field, message = refusal
-            await _answer(send, status, _CODES[status], field, message)
+            await send_error(send, status, _CODES[status], field, message)
             return
         started = False
 
@@ -128,7 +127,7 @@ class RequestGuards:
             await self.app(scope, timed_receive, tracking_send)
         except _BodyTimeout:
             if not started:
-                await _answer(
+                await send_error(
                     send,
                     408,
                     "request_timeout",
@@ -181,18 +180,3 @@ class RequestGuards:
 
 def _hosts(scope: Scope) -> int:
     return sum(1 for k, _ in scope["headers"] if k.lower() == b"host")
-
-
-async def _answer(send: Send, status: int, code: str, field: str | None, message: str) -> None:
-    body = orjson.dumps(error_body(code, [(field, message)]))
-    await send(
-        {
-            "type": "http.response.start",
-            "status": status,
-            "headers": [
-                (b"content-type", b"application/json"),
-                (b"content-length", str(len(body)).encode()),
-            ],
-        }
-    )
-    await send({"type": "http.response.body", "body": body})

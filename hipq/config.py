@@ -7,6 +7,7 @@ Every key is documented with its default in ``config.example.yaml``.
 from __future__ import annotations
 
 import os
+from contextvars import ContextVar
 from pathlib import Path
 from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
@@ -27,6 +28,10 @@ from hipq.durations import parse_duration
 from hipq.security.signatures import SignatureError, decode_secret
 
 Seconds = Annotated[float, BeforeValidator(parse_duration)]
+
+# Off while load_settings(opens_database=False) reads a config: the database URL's check
+# imports SQLAlchemy, a good part of a CLI call's CPU, for a URL that call never opens.
+_CHECK_DATABASE_URL: ContextVar[bool] = ContextVar("check_database_url", default=True)
 
 
 class ConfigError(ValueError):
@@ -513,6 +518,8 @@ class Settings(BaseSettings):
     def _parses(cls, value: str) -> str:
         # Checked here, so that a malformed URL is one config error line (not a
         # traceback from the engine, later). The URL is not repeated: it may hold a password.
+        if not _CHECK_DATABASE_URL.get():
+            return value
         from sqlalchemy.engine import make_url
         from sqlalchemy.exc import ArgumentError
 
@@ -599,8 +606,13 @@ def _yaml_problem(exc: yaml.YAMLError) -> str:
     return f"{context + ': ' if context else ''}{problem}{where}"
 
 
-def load_settings(path: str | os.PathLike[str] | None = None, **overrides: Any) -> Settings:
-    """Settings from a YAML file (``path`` or ``HIPQ_CONFIG``), with env overrides."""
+def load_settings(
+    path: str | os.PathLike[str] | None = None, *, opens_database: bool = True, **overrides: Any
+) -> Settings:
+    """Settings from a YAML file (``path`` or ``HIPQ_CONFIG``), with env overrides.
+
+    ``opens_database=False``: for a caller that reads the config but never opens the
+    database (the CLI's API client, ``hipq healthcheck``): its URL is not checked."""
     path = path or os.environ.get("HIPQ_CONFIG")
     data: dict[str, Any] = {}
     if path:
@@ -613,7 +625,10 @@ def load_settings(path: str | os.PathLike[str] | None = None, **overrides: Any) 
         if not isinstance(data, dict):
             raise ConfigError(f"config {path} must be a mapping of keys")
     data.update(overrides)
+    checking = _CHECK_DATABASE_URL.set(opens_database)
     try:
         return Settings(**data)
     except ValidationError as exc:
         raise ConfigError(f"config error: {_one_line(exc)}") from None
+    finally:
+        _CHECK_DATABASE_URL.reset(checking)

@@ -489,3 +489,62 @@ def test_a_second_serve_of_a_sqlite_file_is_refused_before_the_heavy_imports(
     imported = {line.rsplit("|", 1)[-1].strip() for line in done.stderr.splitlines()}
     for heavy in ("uvicorn", "fastapi", "hipq.service", "hipq.api.app", "aiosqlite"):
         assert heavy not in imported, heavy
+
+
+# What a CLI call must not import: the service's stack (FastAPI, SQLAlchemy, the
+# drivers, uvicorn), which made every `hipq jobs ...` cost about a second of CPU.
+SERVICE_MODULES = ("fastapi", "starlette", "sqlalchemy", "alembic", "aiosqlite", "asyncpg")
+SERVICE_MODULES += ("uvicorn", "hipq.service", "hipq.store", "hipq.api")
+
+
+def imported_by(*args: str, env: dict[str, str] | None = None) -> tuple[Result, set[str]]:
+    """Run `hipq ARGS` in a fresh interpreter; its result and every module it imported."""
+    script = (
+        "import atexit, os, sys\n"
+        "listing = os.environ['HIPQ_TEST_MODULES']\n"
+        "atexit.register(lambda: open(listing, 'w').write('\\n'.join(sys.modules)))\n"
+        "from hipq.commands.main import main\n"
+        "sys.argv[0] = 'hipq'\n"
+        "main()\n"
+    )
+    with contextlib.ExitStack() as stack:
+        import tempfile
+
+        listing = Path(stack.enter_context(tempfile.TemporaryDirectory())) / "modules"
+        done = subprocess.run(
+            [sys.executable, "-c", script, *args],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env={**_env(), **(env or {}), "HIPQ_TEST_MODULES": str(listing)},
+            cwd=REPO,
+        )
+        modules = set(listing.read_text().splitlines())
+    return Result(args, done.returncode, done.stdout, done.stderr), modules
+
+
+def test_the_common_cli_calls_import_only_what_they_use(server: Server, tmp_path: Path) -> None:
+    job = hipq("jobs", "add", "ok", "--url", server.url).json()
+    config = write_config(tmp_path / "hipq.yaml", tmp_path / "unused.db")
+    # The config the client reads (its port) and a database URL it never opens.
+    on_port = {"HIPQ_SERVER__PORT": str(server.port)}
+    calls = [
+        (("--help",), None),
+        (("jobs", "--help"), None),
+        (("jobs", "show", str(job["id"]), "--url", server.url), None),
+        (("jobs", "list", "--config", str(config)), on_port),
+        (("queues", "--config", str(config)), on_port),
+        (("healthcheck", "--config", str(config)), on_port),
+    ]
+    for args, env in calls:
+        result, modules = imported_by(*args, env=env)
+        assert result.code == 0, result
+        heavy = sorted(m for m in modules if m.startswith(SERVICE_MODULES))
+        assert not heavy, (args, heavy[:5])
+    # The check the client call skipped still stands where the database is opened.
+    bad = write_config(
+        tmp_path / "bad.yaml", tmp_path / "x.db", database_url="sqlite+aiosqlite://:x"
+    )
+    line = hipq("migrate", "--config", str(bad)).one_error_line()
+    assert "database_url" in line, line
+    assert hipq("jobs", "show", str(job["id"]), "--config", str(bad), "--url", server.url).code == 0

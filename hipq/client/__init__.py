@@ -8,7 +8,8 @@
         done = hipq.wait(job.id, timeout=120)
 """
 
-from hipq.client.aio import AsyncClient
+from typing import TYPE_CHECKING, Any
+
 from hipq.client.calls import Backoff
 from hipq.client.errors import (
     ApiError,
@@ -49,6 +50,20 @@ from hipq.client.models import (
     ScheduleRun,
 )
 from hipq.client.sync import Client
+
+if TYPE_CHECKING:
+    from hipq.client.aio import AsyncClient
+
+
+def __getattr__(name: str) -> Any:
+    """:class:`AsyncClient` loads on first use: the ``hipq`` command's calls are
+    blocking ones, and asyncio is a good part of an import they pay for each time."""
+    if name == "AsyncClient":
+        from hipq.client.aio import AsyncClient
+
+        return AsyncClient
+    raise AttributeError(f"module 'hipq.client' has no attribute {name!r}")
+
 
 __all__ = [
     "TERMINAL_STATES",

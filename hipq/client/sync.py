@@ -13,7 +13,7 @@ from types import TracebackType
 from typing import Any, TypeVar, Unpack
 
 import httpx
-from pydantic import BaseModel, TypeAdapter
+from pydantic import BaseModel, ConfigDict, TypeAdapter
 
 from hipq.client import calls
 from hipq.client.calls import Backoff, Call, Readiness
@@ -43,10 +43,13 @@ from hipq.client.models import (
 )
 
 M = TypeVar("M", bound=BaseModel)
-_REFS = TypeAdapter(list[JobRef])
-_QUEUES = TypeAdapter(list[Queue])
-_BULK = TypeAdapter(list[BulkOperation])
-_SCHEDULES = TypeAdapter(list[Schedule])
+# Built at their first use, as the models are (``defer_build``): a call validates one
+# or two kinds of answer, and building all of them costs every CLI call its CPU.
+_LAZY = ConfigDict(defer_build=True)
+_REFS = TypeAdapter(list[JobRef], config=_LAZY)
+_QUEUES = TypeAdapter(list[Queue], config=_LAZY)
+_BULK = TypeAdapter(list[BulkOperation], config=_LAZY)
+_SCHEDULES = TypeAdapter(list[Schedule], config=_LAZY)
 
 
 class Client:

@@ -11,9 +11,6 @@ from typing import Annotated, NoReturn
 
 import typer
 
-from hipq.client import Client
-from hipq.config import ConfigError, load_settings
-
 app = typer.Typer(help="Check that the local hipq serve is ready (exit 0) or not (exit 1).")
 
 
@@ -34,8 +31,12 @@ def healthcheck(
     ] = 0.0,
 ) -> None:
     """GET /readyz on 127.0.0.1 at server.port; exit 1 with one line unless it is 200."""
+    # Imported here: `hipq --help` and the other commands need neither.
+    from hipq.client.sync import Client
+    from hipq.config import ConfigError, load_settings
+
     try:
-        settings = load_settings(config)
+        settings = load_settings(config, opens_database=False)
     except ConfigError as exc:
         _fail(str(exc))
     url = f"http://127.0.0.1:{settings.server.port}"

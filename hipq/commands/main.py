@@ -9,7 +9,7 @@ import os
 import signal
 import socket
 import sys
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -32,9 +32,14 @@ from hipq.commands.options import (
 from hipq.commands.responses import responses_app
 from hipq.commands.schedules import app as schedules_app
 from hipq.commands.tokens import tokens_app
-from hipq.config import ConfigError, Settings, sqlite_lock_path, sqlite_served_message
-from hipq.process import runtime
-from hipq.security.tokens import TokenConfigError, Tokens, exposure_problem, load_tokens
+
+if TYPE_CHECKING:
+    from hipq.config import Settings
+    from hipq.security.tokens import Tokens
+
+# Only what every command needs is imported above: `hipq --help` and the API client's
+# calls must not pay for the service (FastAPI, SQLAlchemy) or the config's models,
+# so each command imports what it uses (tests/test_cli_imports.py).
 
 app = typer.Typer(
     help="hipq: durable, throttled jobs against external systems.",
@@ -65,7 +70,10 @@ def serve(
     ] = None,
 ) -> None:
     """Run the API and the queues' loops."""
+    from hipq.security.tokens import TokenConfigError, exposure_problem, load_tokens
+
     settings = settings_or_fail(config)
+
     if queues is not None:
         names = [q.strip() for q in queues.split(",") if q.strip()]
         unknown = [q for q in names if q not in settings.queues]
@@ -118,6 +126,8 @@ def _refuse_a_served_sqlite_file(database_url: str) -> None:
     lock itself when it starts; this only looks."""
     import fcntl
 
+    from hipq.config import sqlite_lock_path, sqlite_served_message
+
     path = sqlite_lock_path(database_url)
     if path is None or not path.exists():
         return
@@ -135,6 +145,8 @@ async def _serve(settings: Settings, tokens: Tokens) -> None:
 
     from hipq.api.app import create_app
     from hipq.api.slow_clients import header_timeout_protocol
+    from hipq.config import ConfigError
+    from hipq.process import runtime
     from hipq.process.stop_signals import Server, StopSignals
     from hipq.process.wiring import build_service
     from hipq.service import ServiceError
@@ -450,6 +462,11 @@ def queues(
 
 
 def main() -> None:
+    # httpx imports its own command line (click, rich, pygments) when those are
+    # installed, as typer's dependencies are: half of httpx's import, for a `main` this
+    # process never runs. A None in sys.modules makes that import fail, which httpx
+    # expects (it then defines a stub). The command's process only, not the library's.
+    sys.modules.setdefault("httpx._main", None)  # type: ignore[arg-type]
     try:
         # Without standalone mode a command's Exit comes back as the return value.
         code = app(standalone_mode=False)

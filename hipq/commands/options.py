@@ -1,19 +1,24 @@
 """What every ``hipq`` command shares: the --url and --config options, the API client
-they build, and one way to fail (one line on stderr, exit status 1)."""
+they build, and one way to fail (one line on stderr, exit status 1).
+
+Light on purpose: every command module imports it, and ``hipq --help`` imports every
+command module. The client (httpx, the response models) and the config (pydantic
+settings) cost a CLI call most of its CPU, so they are imported by the call that uses
+them (tests/test_cli_imports.py holds the line).
+"""
 
 from __future__ import annotations
 
 import contextlib
 import json
 from collections.abc import Iterator
-from typing import Annotated, Any, NoReturn
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
-from pydantic import BaseModel
 
-from hipq.client import ApiError, Backoff, Client, HipqError
-from hipq.client.calls import TOKEN_ENV
-from hipq.config import ConfigError, Settings, load_settings
+if TYPE_CHECKING:
+    from hipq.client import Client
+    from hipq.config import Settings
 
 ConfigOpt = Annotated[
     str | None,
@@ -35,9 +40,11 @@ def fail(message: str) -> NoReturn:
     raise typer.Exit(1)
 
 
-def settings_or_fail(config: str | None) -> Settings:
+def settings_or_fail(config: str | None, *, opens_database: bool = True) -> Settings:
+    from hipq.config import ConfigError, load_settings
+
     try:
-        return load_settings(config)
+        return load_settings(config, opens_database=opens_database)
     except ConfigError as exc:
         fail(str(exc))
 
@@ -47,7 +54,7 @@ LabelOpt = Annotated[list[str] | None, typer.Option(metavar="NAME:VALUE", help="
 
 # A CLI call rides out a server that is starting (503 with Retry-After) or restarting,
 # but does not keep an operator waiting long for one that is down.
-CLI_BACKOFF = Backoff(budget=5.0)
+CLI_BACKOFF_SECONDS = 5.0
 
 
 def base_url(url: str | None, config: str | None) -> str:
@@ -55,7 +62,7 @@ def base_url(url: str | None, config: str | None) -> str:
     HIPQ_CONFIG, then HIPQ_SERVER__* variables): the same server, on any port."""
     if url:
         return url.rstrip("/")
-    server = settings_or_fail(config).server
+    server = settings_or_fail(config, opens_database=False).server
     host = {"": "127.0.0.1", "0.0.0.0": "127.0.0.1", "::": "::1"}.get(server.host, server.host)
     return f"http://{f'[{host}]' if ':' in host else host}:{server.port}"
 
@@ -64,9 +71,12 @@ def base_url(url: str | None, config: str | None) -> str:
 def api(url: str | None, config: str | None) -> Iterator[Client]:
     """The client of the API that --url or the config names (the token from HIPQ_TOKEN);
     an error it raises ends the command with one line."""
+    from hipq.client.errors import ApiError, HipqError
+    from hipq.client.sync import Backoff, Client
+
     base = base_url(url, config)
     try:
-        with Client(base, backoff=CLI_BACKOFF) as client:
+        with Client(base, backoff=Backoff(budget=CLI_BACKOFF_SECONDS)) as client:
             yield client
     except ApiError as exc:
         fail(exc.message + _hint(exc.status))
@@ -100,13 +110,15 @@ def label_map(items: list[str] | None, option: str = "--label") -> dict[str, str
 
 
 def print_body(body: Any) -> None:
-    if isinstance(body, BaseModel):
+    if hasattr(body, "model_dump"):  # a response model (pydantic is not imported here)
         body = body.model_dump(mode="json")
     typer.echo(json.dumps(body, indent=2, sort_keys=False))
 
 
 def _hint(status: int) -> str:
     """What an operator can do about an answer that says who they are not."""
+    from hipq.client.calls import TOKEN_ENV
+
     if status == 401:
         return f" (set {TOKEN_ENV} to a token: `hipq tokens new` makes one)"
     if status == 403:

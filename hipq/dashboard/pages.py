@@ -108,6 +108,25 @@ async def overview(request: Request) -> HTMLResponse:
     )
 
 
+@router.get("/processes", response_class=HTMLResponse)
+async def processes_page(request: Request) -> HTMLResponse:
+    """Each live ``hipq serve``: where it runs, since when, its last heartbeat, the
+    queues it may serve and those it owns with their jobs in flight; and the queues
+    no live process owns now."""
+    service = _service(request)
+    now = service.clock()
+    found = await service.store.process_list(now, service.settings.lease_ttl)
+    owned = {q for p in found for q in p.owned}
+    return _page(
+        request,
+        "processes.html",
+        processes=found,
+        unowned=sorted(q for q in service.settings.queues if q not in owned),
+        now=now,
+        lease_ttl=service.settings.lease_ttl,
+    )
+
+
 @router.get("/jobs", response_class=HTMLResponse)
 async def jobs_page(request: Request) -> HTMLResponse:
     service = _service(request)

@@ -16,7 +16,7 @@ from sqlalchemy import delete, func, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from hipq.store.schema import jobs, processes, queues
-from hipq.store.state_guards import IN_FLIGHT_SQL
+from hipq.store.state_guards import IN_FLIGHT_SQL, IN_FLIGHT_VALUES
 from hipq.store.transactions import Transactions
 
 
@@ -30,6 +30,8 @@ class ProcessInfo:
     queues: tuple[str, ...]  # the queues it may serve
     owned: tuple[str, ...] = ()  # the queues whose live lease it holds
     in_flight: int = 0  # running and awaiting jobs of the queues it owns
+    # Per owned queue, its jobs by in-flight state: ((queue, {"running": n, ...}), ...).
+    in_flight_by_queue: tuple[tuple[str, dict[str, int]], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,12 +88,16 @@ class ProcessTable(Transactions):
             owners = await _live_owners(conn, now)
             counts = (
                 await conn.execute(
-                    select(jobs.c.queue, func.count())
+                    select(jobs.c.queue, jobs.c.state, func.count())
                     .where(jobs.c.state.in_(IN_FLIGHT_SQL))
-                    .group_by(jobs.c.queue)
+                    .group_by(jobs.c.queue, jobs.c.state)
                 )
             ).all()
-        in_flight = {q: n for q, n in counts}
+        by_state: dict[str, dict[str, int]] = {}
+        for queue, state, n in counts:
+            by_state.setdefault(queue, dict.fromkeys(IN_FLIGHT_VALUES, 0))[state] = n
+        in_flight = {q: sum(states.values()) for q, states in by_state.items()}
+        idle = dict.fromkeys(IN_FLIGHT_VALUES, 0)
         owned: dict[str, list[str]] = {}
         for queue, owner in sorted(owners.items()):
             owned.setdefault(owner, []).append(queue)
@@ -109,6 +115,7 @@ class ProcessTable(Transactions):
                 queues=p.queues,
                 owned=tuple(owned.get(p.id, ())),
                 in_flight=load[p.id],
+                in_flight_by_queue=tuple((q, by_state.get(q, idle)) for q in owned.get(p.id, ())),
             )
             for p in found
             if p.heartbeat_at >= horizon

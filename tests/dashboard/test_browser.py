@@ -282,3 +282,36 @@ def test_a_schedule_is_created_and_edited(dashboard: Dashboard, page: Any) -> No
     # A schedule of the config file is edited there.
     config_row = page.locator('tr[data-schedule="yearly-report"]')
     expect(config_row).to_contain_text("edit it in the config file")
+
+
+def test_the_processes_page_shows_each_process_its_queues_and_its_jobs(
+    dashboard: Dashboard, page: Any
+) -> None:
+    running = dashboard.post_job(type="hold", labels={"region": "east"})
+    dashboard.wait_state(running, "running")
+    pid = dashboard.server.pid
+
+    page.goto(f"{dashboard.url}/dashboard")
+    page.get_by_role("link", name="Processes").click()
+    expect(page).to_have_url(f"{dashboard.url}/dashboard/processes")
+    expect(page.get_by_role("link", name="Processes")).to_have_attribute("aria-current", "page")
+    process = page.locator(f"#process-{pid}")
+    expect(process.locator(".pid")).to_have_text(str(pid))
+    expect(process.locator(".heartbeat")).to_contain_text(" ago")
+    expect(process.locator(".serves")).to_have_text("default, regional")
+    # The queues it owns now (the registry's first beats may take a moment to show both).
+    regional = process.locator('tr[data-queue="regional"]')
+    expect(regional.locator(".running")).to_have_text("1", timeout=20_000)
+    expect(regional.locator(".awaiting")).to_have_text("0")
+    expect(process.locator('tr[data-queue="default"] .running')).to_have_text("0")
+    expect(page.locator("#unowned")).to_have_count(0)
+    text = process.inner_text()
+    api = dashboard.server.get("/v1/processes")["processes"]
+    assert [p["pid"] for p in api] == [pid]
+    assert api[0]["host"] in text and api[0]["id"] in text
+    dashboard.screenshot(page, "processes")
+
+    # Released, the job ends, and the page (live, every 5 s) shows nothing running.
+    (dashboard.flags / "release").touch()
+    dashboard.wait_state(running, "completed")
+    expect(regional.locator(".running")).to_have_text("0", timeout=20_000)

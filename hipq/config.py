@@ -494,6 +494,9 @@ class Settings(BaseSettings):
     # is claimed meanwhile) before the process stops at once.
     shutdown_grace: Seconds = Field(25.0, ge=0)
     idempotency_ttl: Seconds = 24 * 3600.0
+    # How often a process counts the jobs of the queues it owns for /metrics' per-queue
+    # gauges (hipq_queue_backlog, ...): one grouped read per interval, never per scrape.
+    metrics_interval: Seconds = Field(15.0, gt=0)
     # How long `hipq serve` waits for an unreachable or starting database (with
     # backoff, /healthz answering meanwhile) before it gives up.
     database_wait: Seconds = 60.0

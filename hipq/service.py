@@ -32,6 +32,7 @@ from hipq.process.bulk_runner import BulkRunner
 from hipq.process.job_types_publisher import JobTypesPublisher
 from hipq.process.job_waiters import JobWaiters
 from hipq.process.notifier import Notifier
+from hipq.process.queue_gauges import QueueGaugeReader
 from hipq.process.status_polls import status_polls_of
 from hipq.process.stopping import drain
 from hipq.process.wiring import Parts, ServiceError, build_parts, utcnow
@@ -180,6 +181,14 @@ class Service:
         self.bulk = BulkRunner(
             self.store, self.clock, self.settings.server.bulk_step_size, run=self.run_loops
         )
+        self.queue_gauges = QueueGaugeReader(
+            self.store,
+            self.loops,
+            self.clock,
+            self.events,
+            self.settings.metrics_interval,
+            run=self.run_loops,
+        )
         # Outcome notifications (hipq.outbox) and ``?wait=`` requests, both woken by the
         # core's events here and by ``settled:`` wake-ups from any process.
         self.notifier = Notifier(
@@ -261,6 +270,7 @@ class Service:
             self.responses,
             self.job_writer,
             self.upkeep,
+            self.queue_gauges,
             self.bulk,
             self.notifier,
             self.waiters,

@@ -111,7 +111,7 @@ def create_app(
         generate_unique_id_function=contract.operation_id,
     )
     app.state.service = service
-    app.state.metrics = Metrics(service.events)
+    app.state.metrics = Metrics(service.events, service.settings)
     faults = FaultReporter(log, "API")
     app.state.database_faults = faults
     app.state.long_polls = LongPolls(service.settings.server.max_waits_per_token)

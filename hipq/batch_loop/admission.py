@@ -156,8 +156,6 @@ class Admission:
                 Start(at=now, labels=j.labels, critical=j.critical) for j in out.claimed
             )
         await self._write_stats(batch, live + out.claimed, chain.held_by, now)
-        if chain.held_by:
-            self.events.emit("throttled", queue=self.queue, held_by=dict(chain.held_by))
         return out
 
     async def _decide(
@@ -253,7 +251,12 @@ class Admission:
     async def _write_stats(
         self, batch: QueueBatch, live: list[Job], held_by: Counter[str], now: datetime
     ) -> None:
-        """What an operator sees in GET /v1/queues/{name}; written only when it changes."""
+        """What an operator sees in GET /v1/queues/{name}; written only when it changes.
+        The jobs each stage held this tick go out every tick, zeros included: the
+        ``hipq_jobs_held`` gauge is what the last tick held, not what some tick did."""
+        names = [forbidden_flags.STAGE, *(s.name for s in self.stages)]
+        held = dict.fromkeys(names, 0) | dict(held_by)
+        self.events.emit("throttled", queue=self.queue, held_by=held)
         in_use: dict[str, dict[str, int]] = {}
         for label in self._stat_labels:
             by_value: Counter[str] = Counter()

@@ -1,12 +1,40 @@
-"""Prometheus metrics, fed by the core's events (one registry per service)."""
+"""Prometheus metrics, fed by the core's events (one registry per service).
+
+The labelled counters start with a series at 0 for every label value the config
+names (queues, job types, outcomes): an alert on ``rate(...)`` or ``increase(...)``
+then sees 0 before the first event, not "no data". The per-queue gauges come from
+the ``queue_gauges`` event (hipq.process.queue_gauges): each process exports them for
+the queues it owns, so that ``sum by (queue)`` over the processes is right.
+"""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.gc_collector import GCCollector
+from prometheus_client.platform_collector import PlatformCollector
+from prometheus_client.process_collector import ProcessCollector
 
 from hipq.events import Events
+from hipq.lifecycle import State
+
+if TYPE_CHECKING:
+    from hipq.config import Settings
+    from hipq.store.records import QueueGauges
+
+# What hipq_attempts_total's verdict label takes (hipq.outcomes' verdicts of an attempt).
+VERDICTS = ("completed", "retried", "failed", "given_up", "cancelled")
+# What an inbox response turns out to be (hipq_responses_settled_total's status).
+RESPONSE_STATUSES = ("matched", "duplicate", "late", "expired")
+# The per-queue gauges and what each counts (hipq.store.records.QueueGauges' fields).
+QUEUE_GAUGES = {
+    "backlog": "Jobs due and not yet admitted (scheduled, run_at passed)",
+    "scheduled": "Jobs scheduled, due or not",
+    "running": "Jobs running",
+    "awaiting": "Jobs awaiting an external system's response",
+    "failed": "Jobs failed for good (kept until job_retention.failed)",
+}
 
 # From a job's claim to the tick that matches its response: seconds to a day.
 RESPONSE_WAIT_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600, 21600, 86400)
@@ -18,9 +46,14 @@ QUEUE_DELAY_BUCKETS = (
 
 
 class Metrics:
-    def __init__(self, events: Events) -> None:
+    def __init__(self, events: Events, settings: Settings | None = None) -> None:
         self.registry = CollectorRegistry()
         r = self.registry
+        # The process's own (CPU, memory, open files, GC, Python version), as the
+        # default registry has them: process_cpu_seconds_total, process_resident_memory_bytes.
+        ProcessCollector(registry=r)
+        PlatformCollector(registry=r)
+        GCCollector(registry=r)
         self.admitted = Counter(
             "hipq_jobs_admitted", "Jobs claimed by a queue's loop", ["queue"], registry=r
         )
@@ -30,12 +63,22 @@ class Metrics:
             ["queue", "state"],
             registry=r,
         )
-        self.throttled = Counter(
+        self.held = Gauge(
             "hipq_jobs_held",
-            "Due jobs held by a throttler (per tick)",
+            "Due jobs held at the queue's last tick, by the throttler that held them",
             ["queue", "throttler"],
             registry=r,
         )
+        self.queue_gauges = {
+            name: Gauge(
+                f"hipq_queue_{name}",
+                f"{what}; exported by the queue's owner",
+                ["queue"],
+                registry=r,
+            )
+            for name, what in QUEUE_GAUGES.items()
+        }
+        self._gauged: set[str] = set()  # the queues whose gauges this process exports
         self.throttler_errors = Counter(
             "hipq_throttler_errors",
             "Throttler faults (it admitted nothing that tick)",
@@ -113,7 +156,26 @@ class Metrics:
             ["type", "verdict"],
             registry=r,
         )
+        if settings is not None:
+            self._zero_series(settings)
         events.subscribe(self.on_event)
+
+    def _zero_series(self, settings: Settings) -> None:
+        """A series at 0 for each label value the config names (see the docstring)."""
+        for queue in settings.queues:
+            for counter in (self.admitted, self.tick_failures, self.sent):
+                counter.labels(queue)
+            for state in (State.COMPLETED, State.FAILED, State.CANCELLED, State.SCHEDULED):
+                self.settled.labels(queue, state.value)
+            self.owned.labels(queue)
+        for name, job_type in settings.job_types.items():
+            for verdict in VERDICTS:
+                self.attempts.labels(job_type.queue, name, verdict, "")
+        for status in RESPONSE_STATUSES:
+            self.responses_settled.labels(status)
+        for state in (State.COMPLETED, State.FAILED, State.CANCELLED):
+            self.pruned.labels(state.value)
+        self.stored.labels("webhook")
 
     def on_event(self, name: str, f: dict[str, Any]) -> None:
         queue = f.get("queue", "")
@@ -128,16 +190,19 @@ class Metrics:
             if f.get("verdict"):  # an attempt's outcome (not a late response's)
                 kind = f.get("error_kind") or ""
                 self.attempts.labels(queue, f.get("type") or "", f["verdict"], kind).inc()
-        elif name == "throttled":
+        elif name == "throttled":  # every tick, zeros included
             for throttler, count in f["held_by"].items():
-                self.throttled.labels(queue, throttler).inc(count)
+                self.held.labels(queue, throttler).set(count)
+                self.throttler_errors.labels(queue, throttler)  # its series at 0
+        elif name == "queue_gauges":
+            self._set_queue_gauges(f["queues"])
         elif name == "throttler_error":
             self.throttler_errors.labels(queue, f["throttler"]).inc()
         elif name == "tick_failed":
             self.tick_failures.labels(queue).inc()
         elif name == "lease_acquired":
             self.owned.labels(queue).set(1)
-        elif name == "lease_lost":
+        elif name in ("lease_lost", "lease_handed_back"):
             self.owned.labels(queue).set(0)
         elif name == "jobs_pruned":
             self.pruned.labels(f["state"]).inc(f["count"])
@@ -158,3 +223,14 @@ class Metrics:
             self.responses_settled.labels(f["status"]).inc(f["count"])
             for seconds in f.get("waits", ()):
                 self.response_wait.labels(queue).observe(seconds)
+
+    def _set_queue_gauges(self, counts: dict[str, QueueGauges]) -> None:
+        """The owned queues' figures; a queue no longer owned loses its series (its new
+        owner exports them), rather than keep a stale figure that sum() would add."""
+        for queue in self._gauged - counts.keys():
+            for gauge in self.queue_gauges.values():
+                gauge.remove(queue)
+        for queue, figures in counts.items():
+            for name, gauge in self.queue_gauges.items():
+                gauge.labels(queue).set(getattr(figures, name))
+        self._gauged = set(counts)

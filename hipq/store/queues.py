@@ -10,7 +10,7 @@ from contextlib import asynccontextmanager
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import String, cast, func, literal, select, update
+from sqlalchemy import String, case, cast, func, literal, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from hipq.batch_loop.wakeup import cancels_payload, jobs_payload
@@ -18,7 +18,7 @@ from hipq.jobs import Job, Start
 from hipq.lifecycle import State
 from hipq.store import state_guards as guards
 from hipq.store.batch import QueueBatch
-from hipq.store.records import QueueCounts
+from hipq.store.records import QueueCounts, QueueGauges
 from hipq.store.rows import row_to_job
 from hipq.store.schema import attempts, jobs, queues
 from hipq.store.state_guards import IN_FLIGHT_SQL, IN_FLIGHT_VALUES, OPEN_VALUES, SCHEDULED_SQL
@@ -66,6 +66,37 @@ class QueueTable(Transactions):
             limits_changed_at=q.limits_changed_at if q is not None else None,
             limits_changed_by=q.limits_changed_by if q is not None else None,
         )
+
+    async def queue_gauges(self, names: list[str], now: datetime) -> dict[str, QueueGauges]:
+        """The jobs of the queues ``names`` by state, and how many are due, in one
+        grouped read (a process's gauges, every ``metrics_interval``, not per scrape)."""
+        if not names:
+            return {}
+        due = case((jobs.c.run_at <= now, 1), else_=0)
+        async with self._read() as conn:
+            rows = (
+                await conn.execute(
+                    select(jobs.c.queue, jobs.c.state, func.count(), func.sum(due))
+                    .where(
+                        jobs.c.queue.in_(names),
+                        jobs.c.state.in_([*OPEN_VALUES, State.FAILED.value]),
+                    )
+                    .group_by(jobs.c.queue, jobs.c.state)
+                )
+            ).all()
+        counts: dict[str, dict[str, tuple[int, int]]] = {n: {} for n in names}
+        for queue, state, count, due_count in rows:
+            counts[queue][state] = (count, int(due_count or 0))
+        return {
+            name: QueueGauges(
+                backlog=by_state.get("scheduled", (0, 0))[1],
+                scheduled=by_state.get("scheduled", (0, 0))[0],
+                running=by_state.get("running", (0, 0))[0],
+                awaiting=by_state.get("awaiting", (0, 0))[0],
+                failed=by_state.get("failed", (0, 0))[0],
+            )
+            for name, by_state in counts.items()
+        }
 
     async def _queue_row(self, conn: AsyncConnection, queue: str) -> None:
         await conn.execute(

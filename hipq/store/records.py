@@ -68,6 +68,17 @@ class QueueCounts:
 
 
 @dataclass(frozen=True, slots=True)
+class QueueGauges:
+    """A queue's jobs by what an alert asks of them (``hipq_queue_*`` gauges)."""
+
+    backlog: int = 0  # scheduled and due: waiting for the loop to admit them
+    scheduled: int = 0  # scheduled, due or not
+    running: int = 0
+    awaiting: int = 0
+    failed: int = 0
+
+
+@dataclass(frozen=True, slots=True)
 class NewResponse:
     """A correlated response as received (webhook or Kafka), with its decided outcome."""
 

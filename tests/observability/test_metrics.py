@@ -65,3 +65,83 @@ async def test_every_metric_the_grafana_dashboard_queries_exists(database_url: s
     titles = " | ".join(p["title"] for p in dashboard["panels"])
     for chart in ("Throughput", "Failure rate", "Queue delay"):
         assert chart in titles
+
+
+def _series(text: str, name: str, **labels: str) -> float | None:
+    """The sample's value, None when /metrics has no such series (an alert's "no data")."""
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == name and all(sample.labels.get(k) == v for k, v in labels.items()):
+                return sample.value
+    return None
+
+
+async def test_counters_have_series_at_zero_before_any_event(database_url: str) -> None:
+    async with open_api(database_url) as api:
+        text = (await api.client.get("/metrics")).text
+    for name, labels in [
+        ("hipq_jobs_admitted_total", {"queue": "default"}),
+        ("hipq_jobs_settled_total", {"queue": "bulk", "state": "failed"}),
+        ("hipq_tick_failures_total", {"queue": "default"}),
+        ("hipq_attempts_total", {"queue": "default", "type": "fail", "verdict": "failed"}),
+        ("hipq_attempts_total", {"queue": "bulk", "type": "typed", "verdict": "given_up"}),
+        ("hipq_responses_settled_total", {"status": "expired"}),
+        ("hipq_jobs_pruned_total", {"state": "completed"}),
+    ]:
+        assert _series(text, name, **labels) == 0, (name, labels)
+    # The process's own figures, as a default registry has them.
+    assert (_series(text, "process_cpu_seconds_total") or 0) > 0
+    assert (_series(text, "process_resident_memory_bytes") or 0) > 0
+    assert _series(text, "python_info") == 1
+
+
+async def test_backlog_gauges_rise_with_posted_jobs_and_fall_after_they_run(
+    database_url: str,
+) -> None:
+    async with open_api(database_url) as api:
+        gauges = api.service.queue_gauges
+        assert await api.loop("default").acquire()  # this process owns default, not bulk
+
+        async def scrape() -> str:
+            await gauges.run_once()  # what the process does every metrics_interval
+            return (await api.client.get("/metrics")).text
+
+        text = await scrape()
+        assert _series(text, "hipq_queue_backlog", queue="default") == 0
+        assert _series(text, "hipq_queue_backlog", queue="bulk") is None  # not its queue
+        for _ in range(3):
+            await api.post_job(type="ok")
+        await api.post_job(type="fail", run_at=(api.clock() + timedelta(hours=1)).isoformat())
+        text = await scrape()
+        assert _series(text, "hipq_queue_backlog", queue="default") == 3
+        assert _series(text, "hipq_queue_scheduled", queue="default") == 4
+        # A scrape alone counts nothing: the figure is the last interval's.
+        await api.post_job(type="ok")
+        text = (await api.client.get("/metrics")).text
+        assert _series(text, "hipq_queue_backlog", queue="default") == 3
+        await api.tick()
+        text = await scrape()
+        assert _series(text, "hipq_queue_backlog", queue="default") == 0
+        assert _series(text, "hipq_queue_running", queue="default") == 0
+        assert _series(text, "hipq_queue_scheduled", queue="default") == 1  # the later one
+        # A queue handed over loses its series here (its new owner exports them).
+        await api.loop("default").release()
+        text = await scrape()
+        assert _series(text, "hipq_queue_backlog", queue="default") is None
+
+
+async def test_jobs_held_is_what_the_last_tick_held(database_url: str) -> None:
+    async with open_api(database_url) as api:
+        put = await api.client.put("/v1/queues/default/forbidden-flags", json={"flags": ["frozen"]})
+        assert put.status_code == 200, put.text
+        await api.post_job(type="ok", flags=["frozen"])
+        await api.tick(ticks=10)
+        text = (await api.client.get("/metrics")).text
+        held = {"queue": "default", "throttler": "forbidden_flags"}
+        # One job held at every one of ten ticks is one job held, not ten.
+        assert _series(text, "hipq_jobs_held", **held) == 1
+        assert _series(text, "hipq_jobs_held", queue="default", throttler="concurrency") == 0
+        await api.client.put("/v1/queues/default/forbidden-flags", json={"flags": []})
+        await api.tick()
+        text = (await api.client.get("/metrics")).text
+        assert _series(text, "hipq_jobs_held", **held) == 0

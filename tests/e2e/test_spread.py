@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from tests.e2e.conftest import HipqServer, Servers, wait_for, write_config
 from tests.e2e.e2e_handlers import read_runs
@@ -38,7 +39,7 @@ def database(postgres_admin_url: str) -> Any:
         drop_database_sync(postgres_admin_url, name)
 
 
-def config_for(tmp_path: Path, url: str) -> Path:
+def config_for(tmp_path: Path, url: str, **overrides: Any) -> Path:
     queues = {q: {"concurrency": 4, "batch_interval": "200ms"} for q in QUEUES}
     job_types = {
         "record": {
@@ -53,6 +54,7 @@ def config_for(tmp_path: Path, url: str) -> Path:
         job_types=job_types,
         lease_ttl=f"{LEASE_TTL:g}s",
         shutdown_grace="10s",
+        **overrides,
     )
 
 
@@ -158,3 +160,47 @@ def test_a_process_limited_to_some_queues_runs_only_those(
     assert {q for q, pid in found.items() if pid == a.pid} <= {"q1", "q2"}
     listed = {p["pid"]: p for p in b.get("/v1/processes")["processes"]}
     assert listed[a.pid]["queues"] == ["q1", "q2"]
+
+
+def queue_gauges(server: HipqServer, name: str) -> dict[str, float]:
+    """queue -> the value of the gauge ``name`` in this process's /metrics."""
+    text = server.client.get("/metrics").text
+    return {
+        sample.labels["queue"]: sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+        if sample.name == name
+    }
+
+
+def test_each_process_exports_the_gauges_of_the_queues_it_owns(
+    database: str, servers: Servers, tmp_path: Path
+) -> None:
+    config = config_for(tmp_path, database, metrics_interval="300ms")
+    a = servers.start("a", config)
+    b = servers.start("b", config)
+    wait_for(
+        lambda: balanced(b, [a.pid, b.pid], 4, 5),
+        2 * LEASE_TTL + 3,
+        "both processes run queues",
+        describe=lambda: str(owners(b)),
+    )
+    for n in range(5):
+        b.post("/v1/jobs", {"type": "record", "payload": {"n": n}, "run_in": "1h"})
+
+    def summed() -> dict[str, float] | None:
+        found = owners(b)
+        by_process = {s.pid: queue_gauges(s, "hipq_queue_scheduled") for s in (a, b)}
+        # Each process exports exactly the queues it owns: no queue twice, none missing.
+        for pid, gauges in by_process.items():
+            if set(gauges) != {q for q, owner in found.items() if owner == pid}:
+                return None
+        total = Counter[str]()
+        for gauges in by_process.values():
+            total.update(gauges)
+        return dict(total) if total["q0"] == 5 else None
+
+    total = wait_for(summed, 20, "the gauges of the owned queues", describe=lambda: str(owners(b)))
+    # What an alert's sum by (queue) reads: every queue once, q0 with its 5 jobs.
+    assert set(total) == set(QUEUES)
+    assert total == {q: 5 if q == "q0" else 0 for q in QUEUES}

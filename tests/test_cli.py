@@ -309,6 +309,11 @@ def test_help_names_what_an_option_takes() -> None:
     for metavar in ("JSON", "DURATION", "NAME:VALUE", "URL", "FILE", "TARGET"):
         assert metavar in shown.out, shown.out
     assert "<list[str]>" not in shown.out, shown.out
+    # A group named alone prints its help (exit 0), as `--help` does.
+    for alone in [(), ("jobs",)]:
+        shown = hipq(*alone)
+        assert shown.code == 0 and shown.out.startswith("Usage: hipq"), shown
+        assert "Commands:" in shown.out, shown
 
 
 def test_queues(server: Server) -> None:

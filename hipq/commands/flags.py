@@ -9,9 +9,9 @@ from typing import Annotated
 import typer
 
 from hipq.commands import options
-from hipq.commands.options import ConfigOpt, UrlOpt
+from hipq.commands.options import ConfigOpt, UrlOpt, command_group
 
-flags_app = typer.Typer(
+flags_app = command_group(
     help="Forbidden flags of a queue: jobs carrying one wait, with that reason.",
     no_args_is_help=True,
 )

@@ -11,7 +11,9 @@ from typing import Annotated, NoReturn
 
 import typer
 
-app = typer.Typer(help="Check that the local hipq serve is ready (exit 0) or not (exit 1).")
+from hipq.commands.options import command_group
+
+app = command_group(help="Check that the local hipq serve is ready (exit 0) or not (exit 1).")
 
 
 def _fail(message: str) -> NoReturn:

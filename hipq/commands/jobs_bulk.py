@@ -10,9 +10,9 @@ from typing import Annotated, Any
 import typer
 
 from hipq.commands import options
-from hipq.commands.options import ConfigOpt, UrlOpt
+from hipq.commands.options import ConfigOpt, UrlOpt, command_group
 
-bulk_app = typer.Typer(
+bulk_app = command_group(
     help="One verb on every job a filter matches, in bounded steps (--dry-run counts).",
     no_args_is_help=True,
 )

@@ -23,6 +23,7 @@ from hipq.commands.options import (
     LabelOpt,
     UrlOpt,
     api,
+    command_group,
     fail,
     label_map,
     parse_json,
@@ -41,12 +42,11 @@ if TYPE_CHECKING:
 # calls must not pay for the service (FastAPI, SQLAlchemy) or the config's models,
 # so each command imports what it uses (tests/test_cli_imports.py).
 
-app = typer.Typer(
+app = command_group(
     help="hipq: durable, throttled jobs against external systems.",
     no_args_is_help=True,
-    pretty_exceptions_enable=False,
 )
-jobs_app = typer.Typer(
+jobs_app = command_group(
     help="Add, inspect, cancel and retry jobs (through the REST API).", no_args_is_help=True
 )
 app.add_typer(jobs_app, name="jobs")
@@ -478,7 +478,9 @@ def main() -> None:
         sys.exit(exc.exit_code)
     except typer.TyperException as exc:
         if type(exc).__name__ == "NoArgsIsHelpError":
-            sys.exit(0)  # the help was printed: `hipq` alone asks for it
+            # `hipq` (or `hipq jobs`) alone asks for the help, which the error carries.
+            typer.echo(exc.format_message() if hasattr(exc, "format_message") else str(exc))
+            sys.exit(0)
         # Usage errors (bad option, unknown command): one readable line, not a panel.
         message = exc.format_message() if hasattr(exc, "format_message") else str(exc)
         typer.echo(f"error: {message}", err=True)

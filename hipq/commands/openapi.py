@@ -10,7 +10,9 @@ from typing import Any
 
 import typer
 
-app = typer.Typer(help="Print the OpenAPI schema (the API's contract) as JSON.")
+from hipq.commands.options import command_group
+
+app = command_group(help="Print the OpenAPI schema (the API's contract) as JSON.")
 
 
 def contract_schema() -> dict[str, Any]:

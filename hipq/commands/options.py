@@ -20,6 +20,14 @@ if TYPE_CHECKING:
     from hipq.client import Client
     from hipq.config import Settings
 
+
+def command_group(**settings: Any) -> typer.Typer:
+    """A typer app of the ``hipq`` command. Help is click's plain text: typer's rich
+    help imports rich and markdown-it, which cost ``hipq --help`` more CPU than the rest
+    of the command; and errors are one line (``main``), never a rich traceback panel."""
+    return typer.Typer(rich_markup_mode=None, pretty_exceptions_enable=False, **settings)
+
+
 ConfigOpt = Annotated[
     str | None,
     typer.Option("--config", "-c", envvar="HIPQ_CONFIG", metavar="FILE", help="YAML config file"),

@@ -8,9 +8,9 @@ from typing import Annotated, Any
 import typer
 
 from hipq.commands import options
-from hipq.commands.options import ConfigOpt, UrlOpt
+from hipq.commands.options import ConfigOpt, UrlOpt, command_group
 
-responses_app = typer.Typer(
+responses_app = command_group(
     help="The responses inbox: list, show, and match a response to a job by hand.",
     no_args_is_help=True,
 )

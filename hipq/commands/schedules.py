@@ -10,13 +10,14 @@ from hipq.commands.options import (
     ConfigOpt,
     UrlOpt,
     api,
+    command_group,
     fail,
     label_map,
     parse_json,
     print_body,
 )
 
-app = typer.Typer(
+app = command_group(
     help="Recurring jobs: list, add, change, pause, resume, run now.", no_args_is_help=True
 )
 

@@ -6,6 +6,7 @@ from typing import Annotated
 
 import typer
 
+from hipq.commands.options import command_group
 from hipq.security.tokens import (
     ENV_VAR,
     SCOPES,
@@ -15,7 +16,7 @@ from hipq.security.tokens import (
     parse_line,
 )
 
-tokens_app = typer.Typer(
+tokens_app = command_group(
     help="API tokens (see docs/security.md): print a fresh one.", no_args_is_help=True
 )
 

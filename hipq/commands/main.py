@@ -40,7 +40,7 @@ if TYPE_CHECKING:
 
 # Only what every command needs is imported above: `hipq --help` and the API client's
 # calls must not pay for the service (FastAPI, SQLAlchemy) or the config's models,
-# so each command imports what it uses (tests/test_cli_imports.py).
+# so each command imports what it uses (tests/test_cli.py).
 
 app = command_group(
     help="hipq: durable, throttled jobs against external systems.",

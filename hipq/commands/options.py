@@ -4,7 +4,7 @@ they build, and one way to fail (one line on stderr, exit status 1).
 Light on purpose: every command module imports it, and ``hipq --help`` imports every
 command module. The client (httpx, the response models) and the config (pydantic
 settings) cost a CLI call most of its CPU, so they are imported by the call that uses
-them (tests/test_cli_imports.py holds the line).
+them (tests/test_cli.py holds the line).
 """
 
 from __future__ import annotations

@@ -456,6 +456,10 @@ class ProcessOut(BaseModel):
     queues: list[str] = Field(description="the queues it may run (serve_queues, --queues)")
     owned: list[str] = Field(description="the queues whose loop it runs now")
     in_flight: int = Field(description="running and awaiting jobs of the queues it runs")
+    in_flight_by_queue: dict[str, dict[str, int]] = Field(
+        description="per queue it runs: its jobs running and awaiting a response, "
+        'e.g. {"default": {"running": 2, "awaiting": 0}}'
+    )
 
 
 class ProcessListOut(BaseModel):

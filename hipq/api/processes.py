@@ -32,6 +32,7 @@ async def list_processes(request: Request) -> ProcessListOut:
                 queues=list(p.queues),
                 owned=list(p.owned),
                 in_flight=p.in_flight,
+                in_flight_by_queue=dict(p.in_flight_by_queue),
             )
             for p in found
         ]

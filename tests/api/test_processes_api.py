@@ -18,6 +18,7 @@ async def test_the_process_lists_itself_with_its_queues_and_load(api: Api) -> No
     assert me["queues"] == ["bulk", "default"]
     assert "default" in me["owned"]
     assert me["in_flight"] == 2
+    assert me["in_flight_by_queue"]["default"] == {"running": 2, "awaiting": 0}
     assert me["heartbeat_at"] >= me["started_at"]
 
 

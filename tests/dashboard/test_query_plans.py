@@ -21,6 +21,7 @@ from tests.api.conftest import Api
 
 PAGES = [
     "/dashboard",
+    "/dashboard/processes",
     "/dashboard/jobs",
     "/dashboard/jobs?state=failed",
     "/dashboard/jobs?state=scheduled&state=running",

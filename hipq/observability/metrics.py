@@ -168,6 +168,8 @@ class Metrics:
             for state in (State.COMPLETED, State.FAILED, State.CANCELLED, State.SCHEDULED):
                 self.settled.labels(queue, state.value)
             self.owned.labels(queue)
+            self.queue_delay.labels(queue)
+            self.response_wait.labels(queue)
         for name, job_type in settings.job_types.items():
             for verdict in VERDICTS:
                 self.attempts.labels(job_type.queue, name, verdict, "")
@@ -176,6 +178,10 @@ class Metrics:
         for state in (State.COMPLETED, State.FAILED, State.CANCELLED):
             self.pruned.labels(state.value)
         self.stored.labels("webhook")
+        if settings.kafka.enabled:  # hipq.process.kafka_consumer names them kafka:<topic>
+            for source in settings.kafka.responses:
+                self.stored.labels(f"kafka:{source.topic}")
+                self.parked.labels(f"kafka:{source.topic}")
 
     def on_event(self, name: str, f: dict[str, Any]) -> None:
         queue = f.get("queue", "")

@@ -87,6 +87,8 @@ async def test_counters_have_series_at_zero_before_any_event(database_url: str) 
         ("hipq_attempts_total", {"queue": "bulk", "type": "typed", "verdict": "given_up"}),
         ("hipq_responses_settled_total", {"status": "expired"}),
         ("hipq_jobs_pruned_total", {"state": "completed"}),
+        ("hipq_queue_delay_seconds_count", {"queue": "bulk"}),
+        ("hipq_responses_stored_total", {"source": "webhook"}),
     ]:
         assert _series(text, name, **labels) == 0, (name, labels)
     # The process's own figures, as a default registry has them.

@@ -79,6 +79,7 @@ class Metrics:
             for name, what in QUEUE_GAUGES.items()
         }
         self._gauged: set[str] = set()  # the queues whose gauges this process exports
+        self._held: dict[str, set[str]] = {}  # queue -> the throttlers of its held series
         self.throttler_errors = Counter(
             "hipq_throttler_errors",
             "Throttler faults (it admitted nothing that tick)",
@@ -199,6 +200,7 @@ class Metrics:
         elif name == "throttled":  # every tick, zeros included
             for throttler, count in f["held_by"].items():
                 self.held.labels(queue, throttler).set(count)
+                self._held.setdefault(queue, set()).add(throttler)
                 self.throttler_errors.labels(queue, throttler)  # its series at 0
         elif name == "queue_gauges":
             self._set_queue_gauges(f["queues"])
@@ -210,6 +212,9 @@ class Metrics:
             self.owned.labels(queue).set(1)
         elif name in ("lease_lost", "lease_handed_back"):
             self.owned.labels(queue).set(0)
+            # Its new owner reports what it holds: a stale figure here would be summed.
+            for throttler in self._held.pop(queue, ()):
+                self.held.remove(queue, throttler)
         elif name == "jobs_pruned":
             self.pruned.labels(f["state"]).inc(f["count"])
         elif name == "jobs_sent":

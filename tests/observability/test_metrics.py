@@ -147,3 +147,8 @@ async def test_jobs_held_is_what_the_last_tick_held(database_url: str) -> None:
         await api.tick()
         text = (await api.client.get("/metrics")).text
         assert _series(text, "hipq_jobs_held", **held) == 0
+        # Handed back, the queue's holds are its next owner's to report, not this process's.
+        api.loop("default").assign(False)
+        assert await api.loop("default").hand_back_if_done()
+        text = (await api.client.get("/metrics")).text
+        assert _series(text, "hipq_jobs_held", **held) is None

@@ -3,11 +3,14 @@ job per key for a period, whatever its state (both engines, through the API)."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import pytest
 
+from hipq.store import InsertResult, JobFilter, Store
 from tests.api.conftest import Api
+from tests.verbs.test_job_keys import PARALLEL, T0, new
 
 
 async def failed_once(api: Api, **fields: Any) -> dict[str, Any]:
@@ -93,3 +96,17 @@ async def test_bad_unique_for(api: Api, fields: dict[str, Any], field: str) -> N
     response = await api.client.post("/v1/jobs", json={"type": "ok", **fields})
     assert response.status_code == 422, response.text
     assert response.json()["field"] == field, response.json()
+
+
+async def test_concurrent_inserts_with_unique_for_become_one_job(store: Store) -> None:
+    async def insert(v: int) -> InsertResult | Exception:
+        job = new(job_key="busy", unique_for_seconds=3600.0, payload={"v": v})
+        try:
+            return await store.job_insert_many([job], T0)
+        except Exception as exc:  # a 409 here is the defect this test is about
+            return exc
+
+    results = await asyncio.gather(*(insert(v) for v in range(PARALLEL)))
+    assert [r for r in results if not isinstance(r, InsertResult)] == []
+    assert len({j.id for r in results if isinstance(r, InsertResult) for j in r.jobs}) == 1
+    assert len(await store.job_list(JobFilter())) == 1

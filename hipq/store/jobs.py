@@ -10,7 +10,7 @@ from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import and_, delete, exists, select, update
+from sqlalchemy import and_, case, delete, exists, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -230,7 +230,8 @@ class JobTable(Transactions):
             query = (
                 select(jobs)
                 .where(jobs.c.job_key == job.job_key, jobs.c.state.in_(holders))
-                .order_by(jobs.c.id.desc())
+                # An open holder first (the one the index allows), else the latest failed.
+                .order_by(case((jobs.c.state.in_(OPEN_SQL), 0), else_=1), jobs.c.id.desc())
                 .limit(1)
             )
             existing = (await conn.execute(self.dialect.for_update(query))).first()

@@ -110,3 +110,9 @@ async def test_concurrent_inserts_with_unique_for_become_one_job(store: Store) -
     assert [r for r in results if not isinstance(r, InsertResult)] == []
     assert len({j.id for r in results if isinstance(r, InsertResult) for j in r.jobs}) == 1
     assert len(await store.job_list(JobFilter())) == 1
+
+
+async def test_an_embedded_service_takes_unique_for(api: Api) -> None:
+    first = await api.service.add_job("ok", {}, job_key="e", unique_for="1h", run_in="1h")
+    again = await api.service.add_job("ok", {"v": 2}, job_key="e", unique_for="1h")
+    assert again.id == first.id and again.payload == {}

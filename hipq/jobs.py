@@ -79,6 +79,9 @@ class NewJob:
     correlation_key: str | None = None
     job_key: str | None = None
     job_key_mode: str = "replace"
+    # A job_key's period of uniqueness: a job with the key created within it is returned
+    # instead, whatever its state (not a column: decided at insert, hipq.store.jobs).
+    unique_for_seconds: float | None = None
     trace_context: str | None = None  # the enqueue's traceparent (hipq.observability.tracing)
     flags: list[str] | None = None
     notify: list[str] | None = None  # notification targets of its outcome (hipq.outbox)

@@ -381,6 +381,7 @@ class Service:
         correlation_key: str | None = None,
         job_key: str | None = None,
         job_key_mode: JobKeyMode | None = None,
+        unique_for: float | str | None = None,
         critical: bool = False,
         flags: Sequence[str] | None = None,
         notify: Sequence[str] | None = None,

@@ -132,7 +132,14 @@ class JobIn(_In):
     job_key_mode: Literal["replace", "preserve_run_at", "unsafe_dedupe"] | None = Field(
         None,
         description="for a job_key an open job holds: replace (default) its fields, the "
-        "same but preserve_run_at, or unsafe_dedupe (return that job unchanged)",
+        "same but preserve_run_at (until its first attempt), or unsafe_dedupe (return that "
+        "job, or one that failed for good, unchanged)",
+    )
+    unique_for: Duration | None = Field(
+        None,
+        description="with job_key: a job with the key created within this period (seconds "
+        "or e.g. '1h') is returned unchanged, whatever its state; after it, job_key_mode "
+        "applies",
     )
     critical: StrictBool = Field(
         False, description="passes throttlers that let critical work through"

@@ -233,6 +233,7 @@ class JobFields(TypedDict, total=False):
     correlation_key: str
     job_key: str
     job_key_mode: Literal["replace", "preserve_run_at", "unsafe_dedupe"]
+    unique_for: float | str  # with job_key: seconds or a duration such as "1h"
     critical: bool
     flags: Sequence[str]
     notify: Sequence[str]  # names of notifications.targets; [] tells no one

@@ -289,6 +289,17 @@ def jobs_add(
     label: LabelOpt = None,
     timeout: Annotated[str | None, typer.Option(metavar="DURATION", help="e.g. 30s, 24h")] = None,
     job_key: Annotated[str | None, typer.Option(metavar="KEY")] = None,
+    job_key_mode: Annotated[
+        str | None,
+        typer.Option(metavar="MODE", help="replace (default), preserve_run_at or unsafe_dedupe"),
+    ] = None,
+    unique_for: Annotated[
+        str | None,
+        typer.Option(
+            metavar="DURATION",
+            help="with --job-key: a job with the key created this recently is returned: 1h",
+        ),
+    ] = None,
     correlation_key: Annotated[str | None, typer.Option(metavar="KEY")] = None,
     flag: Annotated[
         list[str] | None, typer.Option(metavar="FLAG", help="a flag of the job, repeatable")
@@ -319,6 +330,8 @@ def jobs_add(
         "weight": weight,
         "timeout": timeout,
         "job_key": job_key,
+        "job_key_mode": job_key_mode,
+        "unique_for": unique_for,
         "correlation_key": correlation_key,
         "labels": label_map(label) if label else None,
         "flags": flag or None,

@@ -58,6 +58,9 @@ def schedules_add(
     priority: Annotated[int | None, typer.Option()] = None,
     queue: Annotated[str | None, typer.Option()] = None,
     job_key: Annotated[str | None, typer.Option(help="e.g. '{schedule}-{fire.date}'")] = None,
+    unique_for: Annotated[
+        str | None, typer.Option(help="with --job-key: one job per key in this period: 1h")
+    ] = None,
     catch_up: Annotated[str, typer.Option(help="none, latest or all")] = "none",
     backfill: Annotated[str, typer.Option(help="how far back missed fire times count")] = "1d",
     overlap: Annotated[str, typer.Option(help="allow or skip")] = "allow",
@@ -68,7 +71,12 @@ def schedules_add(
     job: dict[str, Any] = {"type": type, "payload": parse_json(payload, "--payload")}
     if label:
         job["labels"] = label_map(label)
-    for key, value in (("priority", priority), ("queue", queue), ("job_key", job_key)):
+    for key, value in (
+        ("priority", priority),
+        ("queue", queue),
+        ("job_key", job_key),
+        ("unique_for", unique_for),
+    ):
         if value is not None:
             job[key] = value
     fields: dict[str, Any] = {

@@ -73,6 +73,21 @@ class Intake:
         return timeout
 
     @staticmethod
+    def unique_for_seconds(raw: Any, job_key: str | None) -> float | None:
+        """The period in which a second job with ``job_key`` returns the first."""
+        if raw is None:
+            return None
+        if job_key is None:
+            raise IntakeError("unique_for", "needs a job_key: the key is what is unique")
+        try:
+            seconds = parse_duration(raw)
+        except ValueError as exc:
+            raise IntakeError("unique_for", str(exc)) from None
+        if not 0 < seconds <= MAX_RUN_IN_SECONDS:
+            raise IntakeError("unique_for", "must be greater than zero and at most 3650d")
+        return seconds
+
+    @staticmethod
     def parse_windows(raw: Any) -> tuple[Window, ...]:
         try:
             return parse_windows(raw)
@@ -157,6 +172,7 @@ class Intake:
         mode = job.get("job_key_mode") or "replace"
         if mode not in JOB_KEY_MODES:
             raise IntakeError("job_key_mode", f"must be one of {', '.join(JOB_KEY_MODES)}")
+        unique_for = self.unique_for_seconds(job.get("unique_for"), job_key)
         weight = job["weight"] if job.get("weight") is not None else jt.weight
         self.check_weight(queue, weight)
         return NewJob(
@@ -174,6 +190,7 @@ class Intake:
             correlation_key=correlation_key,
             job_key=job_key,
             job_key_mode=mode,
+            unique_for_seconds=unique_for,
             flags=sorted(set(job["flags"])) if job.get("flags") else None,
             notify=self.notify_targets(job.get("notify"), jt.notify),
         )

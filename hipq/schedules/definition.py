@@ -22,7 +22,7 @@ OVERLAPS: tuple[str, ...] = ("allow", "skip")
 # The job template's fields: those of POST /v1/jobs except run_at (the fire time).
 TEMPLATE_FIELDS = frozenset(
     "type payload queue priority weight labels windows timeout retry critical "
-    "correlation_key job_key job_key_mode".split()
+    "correlation_key job_key job_key_mode unique_for".split()
 )
 # Labels hipq sets on every job a schedule makes (a template cannot set them).
 SCHEDULE_LABEL, FIRE_TIME_LABEL = "schedule", "fire_time"

@@ -7,10 +7,10 @@ changed by its queue's loop inside ``QueueBatch``.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import and_, delete, exists, select, update
+from sqlalchemy import and_, case, delete, exists, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -28,6 +28,10 @@ from hipq.store.transactions import Transactions
 
 # One request of ``job_insert_each``: its jobs, and its (Idempotency-Key, request hash).
 InsertRequest = tuple[Sequence[NewJob], tuple[str, str] | None]
+
+# The jobs an ``unsafe_dedupe`` insert returns: an open one, or (as graphile-worker,
+# whose failed jobs keep their key) one that failed for good.
+DEDUPE_HOLDERS_SQL = [*OPEN_SQL, const(State.FAILED.value)]
 
 # A keyed insert that lost the race for its key looks again; each round waits for the
 # transaction that won, so a second round is the rule and more are rare.
@@ -207,7 +211,7 @@ class JobTable(Transactions):
         return [j for j in out if j is not None]
 
     async def _insert_keyed(self, conn: AsyncConnection, job: NewJob, now: datetime) -> Job:
-        """job_key de-duplication, with graphile-worker's three modes.
+        """job_key de-duplication: ``unique_for``, then graphile-worker's three modes.
 
         Concurrent first inserts of one key: the insert skips a row another transaction
         committed meanwhile (``ON CONFLICT DO NOTHING`` on the open-key index waits for
@@ -216,19 +220,28 @@ class JobTable(Transactions):
         """
         row = new_row(job, now)
         for _round in range(KEYED_INSERT_ROUNDS):
-            query = select(jobs).where(jobs.c.job_key == job.job_key, jobs.c.state.in_(OPEN_SQL))
+            if job.unique_for_seconds is not None:
+                earlier = await self._key_created_since(
+                    conn, job.job_key, now - timedelta(seconds=job.unique_for_seconds)
+                )
+                if earlier is not None:
+                    return earlier
+            holders = OPEN_SQL if job.job_key_mode != "unsafe_dedupe" else DEDUPE_HOLDERS_SQL
+            query = (
+                select(jobs)
+                .where(jobs.c.job_key == job.job_key, jobs.c.state.in_(holders))
+                # An open holder first (the one the index allows), else the latest failed.
+                .order_by(case((jobs.c.state.in_(OPEN_SQL), 0), else_=1), jobs.c.id.desc())
+                .limit(1)
+            )
             existing = (await conn.execute(self.dialect.for_update(query))).first()
             if existing is not None:
                 current = row_to_job(existing)
                 if job.job_key_mode == "unsafe_dedupe":
                     return current
                 if current.state == State.SCHEDULED:
-                    changes = {k: row[k] for k in NEW_JOB_COLUMNS if k not in ("job_key", "queue")}
-                    if job.job_key_mode == "preserve_run_at":
-                        changes.pop("run_at")
-                    changes.update(updated_at=now, waiting_reason=None)
                     return await self._job_update_guarded(
-                        conn, current.id, guards.KEYED_REPLACE, changes
+                        conn, current.id, guards.KEYED_REPLACE, _replacing(current, row, job, now)
                     )
                 # In flight: the running job lets go of the key and a new job takes it;
                 # the old one is not retried after this attempt (as graphile-worker).
@@ -249,6 +262,19 @@ class JobTable(Transactions):
             if job_id is not None:
                 return job_from_new(job_id, row)
         raise Conflict(f"job_key {job.job_key!r} is contended; try again", field="job_key")
+
+    async def _key_created_since(
+        self, conn: AsyncConnection, job_key: str | None, since: datetime
+    ) -> Job | None:
+        """The first job holding ``job_key`` created at or after ``since``, in any state."""
+        query = (
+            select(jobs)
+            .where(jobs.c.job_key == job_key, jobs.c.created_at >= since)
+            .order_by(jobs.c.created_at, jobs.c.id)
+            .limit(1)
+        )
+        row = (await conn.execute(query)).first()
+        return None if row is None else row_to_job(row)
 
     async def _jobs_by_ids(self, conn: AsyncConnection, ids: Sequence[int]) -> list[Job]:
         rows = (await conn.execute(select(jobs).where(jobs.c.id.in_(list(ids))))).all()
@@ -378,6 +404,22 @@ class JobTable(Transactions):
                 await conn.execute(delete(notifications).where(notifications.c.job_id.in_(ids)))
                 await conn.execute(delete(jobs).where(jobs.c.id.in_(ids)))
         return len(ids)
+
+
+def _replacing(current: Job, row: dict[str, Any], job: NewJob, now: datetime) -> dict[str, Any]:
+    """The columns a replace (or preserve_run_at) writes over a scheduled job.
+
+    As graphile-worker: the job no longer carries the error of an attempt made before
+    the replacement, and ``preserve_run_at`` keeps ``run_at`` only while the job has
+    not been attempted (a retry's back-off is not a run time to preserve). Unlike
+    graphile-worker, ``attempt`` is kept: it numbers the job's attempt history, which
+    hipq keeps (docs/job-keys.md).
+    """
+    changes = {k: row[k] for k in NEW_JOB_COLUMNS if k not in ("job_key", "queue")}
+    if job.job_key_mode == "preserve_run_at" and current.attempt == 0:
+        changes.pop("run_at")
+    changes.update(updated_at=now, waiting_reason=None, last_error=None)
+    return changes
 
 
 def _has_job_key(new_jobs: Sequence[NewJob]) -> bool:

@@ -150,6 +150,14 @@ jobs = Table(
         postgresql_where=OPEN_JOB_KEY_WHERE,
         sqlite_where=OPEN_JOB_KEY_WHERE,
     ),
+    # unique_for finds the jobs of a key created since an instant, in any state.
+    Index(
+        "ix_hipq_jobs_job_key_created",
+        "job_key",
+        "created_at",
+        postgresql_where=text("job_key IS NOT NULL"),
+        sqlite_where=text("job_key IS NOT NULL"),
+    ),
     # Upkeep's classification finds the finished jobs of a pending response's key.
     Index(
         "ix_hipq_jobs_correlation_key",

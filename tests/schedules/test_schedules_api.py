@@ -98,6 +98,25 @@ async def test_list_get_next_change_pause_resume_run_now_delete(database_url: st
         assert len(await _jobs(api, "hourly")) == 1  # its jobs stay
 
 
+async def test_a_schedule_with_unique_for_makes_one_job_per_key_and_period(
+    database_url: str,
+) -> None:
+    clock = FakeClock(START)
+    async with open_api(database_url, clock=clock) as api:
+        job = {**HOURLY["job"], "job_key": "{schedule}", "unique_for": "3h"}  # type: ignore[dict-item]
+        await _create(api, job=job)
+        scheduler = api.service.scheduler
+        assert scheduler is not None
+        clock.now = START + timedelta(minutes=30, seconds=2)
+        await scheduler.run_once()
+        clock.now = START + timedelta(hours=1, minutes=30)
+        await scheduler.run_once()
+        jobs = await _jobs(api, "hourly")
+        assert len(jobs) == 1 and jobs[0]["payload"] == {"at": "2026-03-02T10:00:00+00:00"}
+        fires = (await api.client.get("/v1/schedules/hourly/fires")).json()["fires"]
+        assert [f["job_id"] for f in fires] == [jobs[0]["id"], jobs[0]["id"]]
+
+
 @pytest.mark.parametrize(
     ("fields", "field", "words"),
     [
@@ -112,6 +131,7 @@ async def test_list_get_next_change_pause_resume_run_now_delete(database_url: st
         ({"job": {"type": "ok", "priority": "high"}}, "job.priority", "integer"),
         ({"catch_up": "sometimes"}, "catch_up", "none"),
         ({"backfill": "forever"}, "backfill", ""),
+        ({"job": {"type": "ok", "unique_for": "1h"}}, "job.unique_for", "needs a job_key"),
     ],
 )
 async def test_bad_input_is_a_422_naming_the_field(

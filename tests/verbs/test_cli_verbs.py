@@ -95,3 +95,17 @@ def test_flags_forbid_allow_clear(server: Server) -> None:
     )
     assert cleared.out.strip() == "default: forbidden flags: (none)"
     assert "nowhere" in unknown.one_error_line()
+
+
+def test_unique_for_from_the_cli(server: Server) -> None:
+    url = ["--url", server.url]
+    key = ["--job-key", "cli/unique", "--unique-for", "1h"]
+    first = hipq("jobs", "add", "ok", "--run-in", "1h", *key, *url)
+    again, alone, mode = hipq_many(
+        ["jobs", "add", "ok", "--payload", '{"v": 2}', *key, "--job-key-mode", "replace", *url],
+        ["jobs", "add", "ok", "--unique-for", "1h", *url],
+        ["jobs", "add", "ok", "--job-key", "cli/m", "--job-key-mode", "keep", *url],
+    )
+    assert again.json()["id"] == first.json()["id"] and again.json()["payload"] == {}
+    assert "unique_for" in alone.one_error_line()
+    assert "job_key_mode" in mode.one_error_line()

@@ -29,6 +29,7 @@ from hipq.client.models import (
     BulkFilter,
     BulkOperation,
     BulkParams,
+    FetchedJob,
     Fire,
     Fires,
     FireTimes,
@@ -47,6 +48,8 @@ from hipq.client.models import (
     ScheduleChanges,
     ScheduleFields,
     ScheduleRun,
+    WorkerBeat,
+    WorkerReport,
 )
 from hipq.client.sync import Client
 
@@ -63,6 +66,7 @@ __all__ = [
     "Client",
     "Conflict",
     "ConnectionFailed",
+    "FetchedJob",
     "Fire",
     "FireTimes",
     "Fires",
@@ -88,4 +92,6 @@ __all__ = [
     "ServerError",
     "Unauthorized",
     "WaitTimeout",
+    "WorkerBeat",
+    "WorkerReport",
 ]

@@ -63,16 +63,16 @@ class FetchIn(_In):
 
 
 class FetchedJob(BaseModel):
-    id: int
-    type: str
-    queue: str
+    id: int = Field(description="the job's id, which its reports name")
+    type: str = Field(description="its job type")
+    queue: str = Field(description="its queue")
     attempt: int = Field(description="the attempt this token is for")
     token: str = Field(description="the attempt token every report on this job carries")
-    payload: dict[str, Any]
-    labels: dict[str, str]
-    priority: int
-    weight: int
-    critical: bool
+    payload: dict[str, Any] = Field(description="the job's payload (its last checkpoint's)")
+    labels: dict[str, str] = Field(description="the job's labels")
+    priority: int = Field(description="its priority (lower ran first)")
+    weight: int = Field(description="the capacity units it holds while it runs")
+    critical: bool = Field(description="whether it passed throttlers that let critical jobs by")
     timeout: float = Field(description="the job's timeout in seconds")
     heartbeat_timeout: float | None = Field(
         description="the job type's heartbeat_timeout in seconds: heartbeat well within it"
@@ -84,7 +84,7 @@ class FetchedJob(BaseModel):
 
 
 class FetchOut(BaseModel):
-    jobs: list[FetchedJob]
+    jobs: list[FetchedJob] = Field(description="the jobs taken (empty when none came in time)")
 
 
 class _Report(_In):
@@ -100,12 +100,14 @@ class FailIn(_Report):
     retryable: bool = Field(
         True, description="false: the job fails now, whatever its retry strategy says"
     )
-    traceback: str | None = Field(None, max_length=65_536)
+    traceback: str | None = Field(
+        None, max_length=65_536, description="where it failed, kept on the attempt"
+    )
 
 
 class SnoozeIn(_Report):
     seconds: float = Field(ge=0, le=MAX_SNOOZE_SECONDS, description="run again after this")
-    reason: str | None = Field(None, max_length=1000)
+    reason: str | None = Field(None, max_length=1000, description="shown as the job's last error")
 
 
 class HeartbeatIn(_Report):
@@ -121,13 +123,15 @@ class HeartbeatIn(_Report):
 
 class CheckpointIn(_Report):
     payload: dict[str, Any] = Field(description="the payload a retry of this job starts from")
-    extend_by: float | None = Field(None, gt=0, le=MAX_SNOOZE_SECONDS)
+    extend_by: float | None = Field(
+        None, gt=0, le=MAX_SNOOZE_SECONDS, description="as for a heartbeat: the new deadline"
+    )
 
 
 class ReportAccepted(BaseModel):
-    status: str = "accepted"
-    job_id: int
-    attempt: int
+    status: str = Field("accepted", description="accepted: stored, settled at the next tick")
+    job_id: int = Field(description="the job reported on")
+    attempt: int = Field(description="the attempt the report is for")
 
 
 class BeatAccepted(ReportAccepted):

@@ -212,3 +212,20 @@ async def test_bad_reports(sqlite_url: str) -> None:
         not_object = await report(api, job, "checkpoint", payload=[1])
         assert not_object.status_code == 422
         assert "payload" in str(not_object.json())
+
+
+async def test_concurrent_fetches_never_take_one_job_twice(api: Api) -> None:
+    posted = [(await api.post_job(type="pull_b"))["id"] for _ in range(20)]
+    await api.tick("other")
+    taken = await asyncio.gather(*(fetch(api, ["pull_b"], count=7) for _ in range(4)))
+    ids = [job["id"] for jobs in taken for job in jobs]
+    assert sorted(ids) == sorted(posted)
+
+
+def test_a_pull_type_takes_no_correlation_key(sqlite_url: str) -> None:
+    from hipq.process.wiring import ServiceError, build_service
+    from tests.support import make_settings
+
+    bad = {"p": {"transport": "pull", "correlation_key": "{payload.x}"}}
+    with pytest.raises(ServiceError, match=r"job_types\.p\.correlation_key"):
+        build_service(make_settings(sqlite_url, job_types=bad))

@@ -88,7 +88,9 @@ class Worker:
         """Fetch and run jobs until ``stop()``, then wait for those under way."""
         while not self._stopping.is_set():
             free = self.concurrency - len(self._jobs)
-            if free <= 0:
+            # Busy: fetch once a quarter of the slots is free, not a job at a time
+            # (each fetch is a request and a write transaction).
+            if free <= 0 or (self._jobs and free < max(1, self.concurrency // 4)):
                 self._slot.clear()
                 await _first(self._slot.wait(), self._stopping.wait())
                 continue

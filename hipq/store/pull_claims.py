@@ -59,34 +59,36 @@ class PullClaimTable(Transactions):
             .order_by(jobs.c.claimed_at, jobs.c.id)
             .limit(limit)
         )
-        out: list[tuple[Job, str]] = []
         async with self._write() as conn:
-            for row in (await conn.execute(offered)).all():
-                job = row_to_job(row)
-                token = secrets.token_urlsafe(24)
-                values = {
+            offers = [row_to_job(row) for row in (await conn.execute(offered)).all()]
+            if not offers:
+                return []
+            tokens = {job.id: secrets.token_urlsafe(24) for job in offers}
+            rows = [
+                {
+                    "job_id": job.id,
                     "attempt": job.attempt,
                     "claimed_at": job.claimed_at,
-                    "token_digest": token_digest(token),
+                    "token_digest": token_digest(tokens[job.id]),
                     "worker": worker,
                     "fetched_at": now,
                 }
-                # A fetch whose read raced another's commit (PostgreSQL does not
-                # re-check a row that was not itself changed) finds the claim here.
-                claim = (
-                    self.dialect.insert(pull_claims)
-                    .values(job_id=job.id, **values)
-                    .on_conflict_do_update(
-                        index_elements=[pull_claims.c.job_id],
-                        set_=values,
-                        where=(pull_claims.c.attempt != job.attempt)
-                        | (pull_claims.c.claimed_at != job.claimed_at),
-                    )
-                    .returning(pull_claims.c.job_id)
-                )
-                if (await conn.execute(claim)).first() is not None:
-                    out.append((job, token))
-        return out
+                for job in offers
+            ]
+            # One statement, so that the rows locked above are held for two round trips
+            # only (the owner's tick waits for them to mark its jobs awaiting). A fetch
+            # whose read raced another's commit (PostgreSQL does not re-check a row that
+            # was not itself changed) finds the claim taken here.
+            insert = self.dialect.insert(pull_claims).values(rows)
+            new = insert.excluded
+            claim = insert.on_conflict_do_update(
+                index_elements=[pull_claims.c.job_id],
+                set_={c.name: new[c.name] for c in pull_claims.c if c.name != "job_id"},
+                where=(pull_claims.c.attempt != new.attempt)
+                | (pull_claims.c.claimed_at != new.claimed_at),
+            ).returning(pull_claims.c.job_id)
+            claimed = {row.job_id for row in (await conn.execute(claim)).all()}
+        return [(job, tokens[job.id]) for job in offers if job.id in claimed]
 
     async def pull_claimed_job(self, job_id: int, token: str) -> Job:
         """The job a worker reports on, while ``token`` holds its claim in flight;

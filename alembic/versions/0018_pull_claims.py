@@ -4,8 +4,8 @@ Revision ID: 0018
 Revises: 0017
 Create Date: 2026-11-26
 
-Which pull worker took a job's claim (its attempt and claim time), and the digest of the attempt token its
-reports must carry. A new table: nothing else is rewritten.
+Which pull worker took a job's claim (its attempt and claim time), and the digest
+of the attempt token its reports must carry. A new table: nothing else is rewritten.
 """
 
 import sqlalchemy as sa

@@ -28,7 +28,6 @@ JOB_TYPES_WITH_RETRY = {
         "transport": {"python": {"handler": "tests.handlers:fail"}},
         "retry": {"strategy": "fixed", "delay": "1h", "max_attempts": 2},
     },
-    "pulled": {"transport": "pull", "retry": {"strategy": "fixed", "delay": "1h"}},
 }
 
 

@@ -3,11 +3,31 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
 
 import pytest
 
 from hipq.client import Client, Conflict, InvalidRequest
-from tests.test_cli import Server
+from tests.client.conftest import JOB_TYPES_WITH_RETRY
+from tests.e2e.conftest import write_config
+from tests.test_cli import Server, serving
+
+PULLED = {"pulled": {"transport": "pull", "retry": {"strategy": "fixed", "delay": "1h"}}}
+
+
+@pytest.fixture(scope="module")
+def server(engine_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    """This module's own server: a pull type makes responses matter, which the shared
+    server's tests assume they do not."""
+    tmp = tmp_path_factory.mktemp("pull")
+    config = write_config(
+        tmp / "hipq.yaml",
+        engine_url,
+        job_types={**JOB_TYPES_WITH_RETRY, **PULLED},
+        queues={"default": {"concurrency": 20, "batch_interval": "100ms"}},
+    )
+    with serving(config, tmp / "serve.log") as running:
+        yield running
 
 
 def test_fetch_and_report(server: Server) -> None:

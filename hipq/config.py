@@ -204,21 +204,36 @@ class KafkaTransport(_Strict):
     body: Any = None  # template of the JSON value, as for http; null sends the payload
 
 
+class PullTransport(_Strict):
+    """Run by workers that ask for the type's jobs (``POST /v1/workers/fetch``,
+    ``hipq worker``); nothing to configure yet."""
+
+
+_TRANSPORT_KINDS = ("python", "http", "kafka", "pull")
+
+
 class TransportConfig(_Strict):
     python: PythonTransport | None = None
     http: HttpTransport | None = None
     kafka: KafkaTransport | None = None
+    pull: PullTransport | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _shorthand(cls, value: Any) -> Any:
+        # `transport: pull` says all there is to say of a pull type.
+        return {"pull": {}} if value == "pull" else value
 
     @model_validator(mode="after")
     def _exactly_one(self) -> TransportConfig:
-        chosen = [n for n in ("python", "http", "kafka") if getattr(self, n) is not None]
+        chosen = [n for n in _TRANSPORT_KINDS if getattr(self, n) is not None]
         if len(chosen) != 1:
-            raise ValueError("name exactly one transport: python, http or kafka")
+            raise ValueError("name exactly one transport: python, http, kafka or pull")
         return self
 
     @property
     def kind(self) -> str:
-        return next(n for n in ("python", "http", "kafka") if getattr(self, n) is not None)
+        return next(n for n in _TRANSPORT_KINDS if getattr(self, n) is not None)
 
 
 class CallbackSignature(_Strict):

@@ -25,6 +25,9 @@ from hipq.templates import (
 
 # Roots known only once the job exists / is claimed: such keys are built at dispatch.
 _LATE_ROOTS = frozenset({"id", "attempt"})
+# A pull type's key is hipq's own, one per attempt: a worker's report travels the
+# inbox under it, so a report of an earlier attempt can never settle a later one.
+PULL_KEY = "hipq-pull:{id}:{attempt}"
 
 
 class JobTypeError(ValueError):
@@ -57,6 +60,16 @@ class JobTypeInfo:
         return self.config.transport.kind != "python"
 
     @property
+    def pull(self) -> bool:
+        """Run by workers that fetch its jobs (``hipq.pull``)."""
+        return self.config.transport.kind == "pull"
+
+    @property
+    def takes_heartbeats(self) -> bool:
+        """Its jobs' deadlines move with heartbeats (an external system's, a worker's)."""
+        return self.config.heartbeat_timeout is not None or self.pull
+
+    @property
     def accepts_late(self) -> bool:
         """``late_responses: accept``: a late success completes a failed job."""
         return self.config.late_responses == "accept"
@@ -78,7 +91,14 @@ class JobTypes(Mapping[str, JobTypeInfo]):
         out: dict[str, JobTypeInfo] = {}
         for name, jt in settings.job_types.items():
             template = None
-            if jt.correlation_key:
+            if jt.transport.kind == "pull":
+                if jt.correlation_key:
+                    raise JobTypeError(
+                        f"job_types.{name}.correlation_key",
+                        "a pull type's key is hipq's own (workers report by job id and token)",
+                    )
+                template = compile_template(PULL_KEY, JOB_ROOTS)
+            elif jt.correlation_key:
                 try:
                     template = compile_template(jt.correlation_key, JOB_ROOTS)
                 except TemplateError as exc:
@@ -125,6 +145,10 @@ class JobTypes(Mapping[str, JobTypeInfo]):
             for t in self._types.values()
             if t.key_at_dispatch and t.correlation is not None
         }
+
+    def pulled(self) -> list[str]:
+        """The types run by pull workers."""
+        return [t.name for t in self._types.values() if t.pull]
 
     def accepting_late(self) -> list[str]:
         return [t.name for t in self._types.values() if t.accepts_late]

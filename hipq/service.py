@@ -36,6 +36,7 @@ from hipq.process.queue_gauges import QueueGaugeReader
 from hipq.process.status_polls import status_polls_of
 from hipq.process.stopping import drain
 from hipq.process.wiring import Parts, ServiceError, build_parts, utcnow
+from hipq.pull.waiters import FetchWaiters
 from hipq.store import JobFilter, Store, migrations
 from hipq.store.process_guard import ProcessGuard
 from hipq.transports.base import Transport
@@ -202,6 +203,9 @@ class Service:
         self.waiters = JobWaiters(self.store)
         self.events.subscribe(self.waiters.on_event)
         self.wakeups.settled.extend((self.waiters.on_settled, self.notifier.on_settled))
+        # Pull workers' fetches that wait, woken by claims of their types (``hipq.pull``).
+        self.fetches = FetchWaiters()
+        self.wakeups.pulled.append(self.fetches.on_pulled)
         self.guard: ProcessGuard = self.store.process_guard(
             settings.database_url, self.wakeups.deliver
         )
@@ -286,6 +290,7 @@ class Service:
         return activities
 
     async def start(self) -> None:
+        self.fetches.reopen()
         for activity in self.activities:
             try:
                 await activity.start()
@@ -304,6 +309,7 @@ class Service:
         grace = self.settings.shutdown_grace if grace is None else grace
         self._drain_deadline = time.monotonic() + grace
         self.waiters.release_all()
+        self.fetches.release_all()
         self.registry.leave()  # the other processes take the queues as they are released
         for loop in self.loops.values():
             loop.request_drain()
@@ -315,6 +321,7 @@ class Service:
     async def stop(self) -> None:
         """Stop every activity in reverse order; after ``begin_stop``, first wait for the
         work in flight (handlers, sends) and let the loops record what it reported."""
+        self.fetches.release_all()  # a waiting fetch would hold up the server's shutdown
         if self._drain_deadline is not None:
             await self._drain(self._drain_deadline)
         # Every activity, also those a failed start left out: each stop is safe to repeat.

@@ -24,6 +24,7 @@ from hipq.api import (
     queues,
     responses,
     schedules,
+    workers,
 )
 from hipq.api.long_polls import LongPolls
 from hipq.api.models import ReadyOut
@@ -193,6 +194,7 @@ def create_app(
     app.include_router(callbacks.router)
     app.include_router(responses.router)
     app.include_router(schedules.router)
+    app.include_router(workers.router)
     dashboard.install(app, tokens)
 
     # Outermost of all (the dashboard's middleware included): see UnexpectedErrors.

@@ -91,6 +91,35 @@ class CallbackAccess(Requires):
         )
 
 
+class WorkerAccess(Requires):
+    """The pull workers' routes: a token with the workers scope, which its ``type=``
+    restriction may narrow to some job types (the route refuses others: 403)."""
+
+    def __init__(self) -> None:
+        super().__init__("workers")
+
+    def allows(self, principal: Principal, scope: Scope, settings: Settings) -> bool:
+        return principal.has("workers") and principal.queues is None
+
+    def describe(self) -> str:
+        return (
+            "**Scope:** `workers` (or `admin`); a token restricted with `type=` serves "
+            "those job types only."
+        )
+
+
+def check_worker_types(request: Request, types: Sequence[str], field: str) -> None:
+    """Refuse job types outside those the caller's worker token is restricted to."""
+    principal = principal_of(request)
+    if principal is None or principal.types is None:
+        return
+    for job_type in types:
+        if job_type not in principal.types:
+            raise Forbidden(
+                field, f"token {principal.name!r} may not work on jobs of type {job_type!r}"
+            )
+
+
 def signature_accepted(scope: Scope, settings: Settings) -> bool:
     """Whether the request's ``?type=`` names a job type that accepts a signature."""
     query = parse_qs(scope.get("query_string", b"").decode("latin-1"))

@@ -61,7 +61,8 @@ class CallbackAccepted(BaseModel):
 def _only_signed(job_types: JobTypes) -> bool:
     """Every job type that takes callbacks requires signatures: an unsigned callback
     could never settle anything, so it is refused instead of kept for the TTL."""
-    external = [t for t in job_types.values() if t.external]
+    # Pull types take their workers' reports through /v1/workers, never a callback.
+    external = [t for t in job_types.values() if t.external and not t.pull]
     return bool(external) and all(t.signed for t in external)
 
 

@@ -16,6 +16,7 @@ from hipq.ingest.response_intake import callback_key_problem
 from hipq.job_types import JobTypes
 from hipq.jobs import Job
 from hipq.outcomes import Failed, Outcome, response_outcome
+from hipq.pull.reports import worker_outcome
 from hipq.retry import AttemptError
 from hipq.store import QueueBatch
 from hipq.templates import TemplateError, job_context
@@ -65,7 +66,9 @@ class Correlation:
         for m in matches:
             if m.job_id in in_flight:
                 r = m.response
-                out[m.job_id] = (r.id, response_outcome(r.succeeded, r.reason, r.body))
+                # A pull worker's report says more than a success or failure.
+                outcome = worker_outcome(r) or response_outcome(r.succeeded, r.reason, r.body)
+                out[m.job_id] = (r.id, outcome)
         return out
 
     async def dispatch_keys(

@@ -26,7 +26,7 @@ from hipq.store.heartbeats import heartbeat_take
 class ExternalHeartbeats:
     def __init__(self, job_types: JobTypes) -> None:
         # Without a job type that takes heartbeats, a tick does no work for them.
-        self.active = any(t.config.heartbeat_timeout is not None for t in job_types.values())
+        self.active = any(t.takes_heartbeats for t in job_types.values())
 
     async def take(
         self,

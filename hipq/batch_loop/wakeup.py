@@ -11,7 +11,9 @@ to the other processes (see ``hipq.store.process_guard.PgListener``). A payload 
   for all three in the same step),
 - ``settled:<queue>``: jobs of the queue reached a terminal state (sent on PostgreSQL
   by the jobs table's trigger, alembic 0012; it wakes ``?wait=`` requests and the
-  notifier, not the loops).
+  notifier, not the loops),
+- ``pull:<type>``: jobs of a pull type were claimed (``hipq.pull``: it wakes the
+  workers' waiting fetches, not the loops).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ CHANNEL = "hipq_jobs"
 _ALL_QUEUES = "*"
 _CANCEL_PREFIX = "cancel:"
 _SETTLED_PREFIX = "settled:"
+_PULL_PREFIX = "pull:"
 
 
 class WakeKind(StrEnum):
@@ -33,6 +36,7 @@ class WakeKind(StrEnum):
     RESPONSES = "responses"
     CANCELS = "cancels"
     SETTLED = "settled"
+    PULL = "pull"
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,7 +61,13 @@ def settled_payload(queue: str) -> str:
     return _SETTLED_PREFIX + queue
 
 
+def pull_payload(job_type: str) -> str:
+    return _PULL_PREFIX + job_type
+
+
 def decode(payload: str) -> Wake:
+    if payload.startswith(_PULL_PREFIX):  # its "queue" is the job type
+        return Wake(WakeKind.PULL, payload.removeprefix(_PULL_PREFIX))
     if payload == _ALL_QUEUES:
         return Wake(WakeKind.RESPONSES)
     if payload.startswith(_SETTLED_PREFIX):
@@ -85,9 +95,15 @@ class Wakeups:
         self._loops = loops
         # Called with the queue of each ``settled:`` payload (waiting requests, the notifier).
         self.settled: list[Callable[[str], None]] = []
+        # Called with the job type of each ``pull:`` payload (the workers' fetches).
+        self.pulled: list[Callable[[str], None]] = []
 
     def deliver(self, payload: str) -> None:
         wake = decode(payload)
+        if wake.kind is WakeKind.PULL:
+            for listener in self.pulled:
+                listener(wake.queue or "")
+            return
         if wake.kind is WakeKind.SETTLED:
             for listener in self.settled:
                 listener(wake.queue or "")

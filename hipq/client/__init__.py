@@ -30,6 +30,7 @@ from hipq.client.models import (
     BulkFilter,
     BulkOperation,
     BulkParams,
+    FetchedJob,
     Fire,
     Fires,
     FireTimes,
@@ -48,6 +49,8 @@ from hipq.client.models import (
     ScheduleChanges,
     ScheduleFields,
     ScheduleRun,
+    WorkerBeat,
+    WorkerReport,
 )
 from hipq.client.sync import Client
 
@@ -78,6 +81,7 @@ __all__ = [
     "Client",
     "Conflict",
     "ConnectionFailed",
+    "FetchedJob",
     "Fire",
     "FireTimes",
     "Fires",
@@ -103,4 +107,6 @@ __all__ = [
     "ServerError",
     "Unauthorized",
     "WaitTimeout",
+    "WorkerBeat",
+    "WorkerReport",
 ]

@@ -355,6 +355,25 @@ def match_response(response_id: int, job_id: int, accept_unsigned: bool) -> Call
     return Call("POST", f"/v1/responses/{_segment(response_id)}/match", body=body)
 
 
+# -- pull workers ------------------------------------------------------------------------
+
+
+def fetch_jobs(types: Iterable[str], count: int, wait: float, worker: str | None) -> Call:
+    """Not sent again after a transport error: the jobs of a lost answer are taken,
+    and come back only after their timeout."""
+    body: dict[str, Any] = {"types": list(types), "count": count, "wait": wait}
+    if worker is not None:
+        body["worker"] = worker
+    return Call("POST", "/v1/workers/fetch", body=body, read_timeout=wait + 30)
+
+
+def worker_report(job_id: int, verb: str, token: str, fields: Mapping[str, Any]) -> Call:
+    """A report on a fetched job: sent again after a lost answer, a second report of
+    the same attempt changes nothing."""
+    body = {"token": token, **fields}
+    return Call("POST", f"/v1/workers/jobs/{_segment(job_id)}/{verb}", body=body, idempotent=True)
+
+
 def openapi() -> Call:
     return Call("GET", "/openapi.json", idempotent=True)
 

@@ -312,3 +312,35 @@ class ScheduleChanges(TypedDict, total=False):
     catch_up: Literal["none", "latest", "all"]
     backfill: float | str
     overlap: Literal["allow", "skip"]
+
+
+class FetchedJob(_Out):
+    """A job a pull worker took (``fetch_jobs``): report on it with its ``token``."""
+
+    id: int
+    type: str
+    queue: str
+    attempt: int
+    token: str
+    payload: dict[str, Any]
+    labels: dict[str, str]
+    priority: int
+    weight: int
+    critical: bool
+    timeout: float
+    heartbeat_timeout: float | None
+    deadline: datetime | None
+
+
+class WorkerReport(_Out):
+    """A pull worker's report, stored: its job settles at its queue loop's next tick."""
+
+    status: str = "accepted"
+    job_id: int
+    attempt: int
+
+
+class WorkerBeat(WorkerReport):
+    """A pull worker's heartbeat or checkpoint, stored, with the deadline it sets."""
+
+    deadline: datetime

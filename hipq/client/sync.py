@@ -24,6 +24,7 @@ from hipq.client.models import (
     BulkFilter,
     BulkOperation,
     BulkParams,
+    FetchedJob,
     Fires,
     FireTimes,
     Job,
@@ -40,6 +41,8 @@ from hipq.client.models import (
     ScheduleChanges,
     ScheduleFields,
     ScheduleRun,
+    WorkerBeat,
+    WorkerReport,
 )
 
 M = TypeVar("M", bound=BaseModel)
@@ -50,6 +53,7 @@ _REFS = TypeAdapter(list[JobRef], config=_LAZY)
 _QUEUES = TypeAdapter(list[Queue], config=_LAZY)
 _BULK = TypeAdapter(list[BulkOperation], config=_LAZY)
 _SCHEDULES = TypeAdapter(list[Schedule], config=_LAZY)
+_FETCHED = TypeAdapter(list[FetchedJob], config=_LAZY)
 
 
 class Client:
@@ -389,6 +393,72 @@ class Client:
         """Settle a running or awaiting job with this response (at its loop's next tick)."""
         call = calls.match_response(response_id, job_id, accept_unsigned)
         return self._model(call, Response)
+
+    # -- pull workers -------------------------------------------------------------------
+
+    def fetch_jobs(
+        self, types: Iterable[str], count: int = 1, *, wait: float = 0, worker: str | None = None
+    ) -> list[FetchedJob]:
+        """Take up to ``count`` claimed jobs of these pull types, waiting up to ``wait``
+        seconds (at most 60) for one when none can be taken now; ``worker`` names the
+        taker in the job's record (default: the token's name)."""
+        call = calls.fetch_jobs(types, count, wait, worker)
+        return _FETCHED.validate_python(self.send(call).json()["jobs"])
+
+    def report_complete(self, job_id: int, token: str, result: Any = None) -> WorkerReport:
+        """A fetched job succeeded with ``result``. A stale ``token`` (the job timed out,
+        was settled or fetched again) raises :class:`~hipq.client.Conflict`."""
+        call = calls.worker_report(job_id, "complete", token, {"result": result})
+        return self._model(call, WorkerReport)
+
+    def report_failure(
+        self,
+        job_id: int,
+        token: str,
+        error: str,
+        *,
+        retryable: bool = True,
+        traceback: str | None = None,
+    ) -> WorkerReport:
+        """A fetched job's attempt failed; its retry strategy decides unless not
+        ``retryable``."""
+        fields = {"error": error, "retryable": retryable, "traceback": traceback}
+        return self._model(calls.worker_report(job_id, "fail", token, fields), WorkerReport)
+
+    def report_snooze(
+        self, job_id: int, token: str, seconds: float, reason: str | None = None
+    ) -> WorkerReport:
+        """Run the fetched job again after ``seconds``, without spending an attempt."""
+        fields = {"seconds": seconds, "reason": reason}
+        return self._model(calls.worker_report(job_id, "snooze", token, fields), WorkerReport)
+
+    def report_heartbeat(
+        self,
+        job_id: int,
+        token: str,
+        progress: Any = None,
+        *,
+        extend_by: float | None = None,
+    ) -> WorkerBeat:
+        """Still working on the fetched job: its deadline moves (by ``extend_by``
+        seconds, default the type's heartbeat_timeout, else the job's timeout)."""
+        fields: dict[str, Any] = {"extend_by": extend_by}
+        if progress is not None:
+            fields["progress"] = progress
+        return self._model(calls.worker_report(job_id, "heartbeat", token, fields), WorkerBeat)
+
+    def report_checkpoint(
+        self,
+        job_id: int,
+        token: str,
+        payload: Mapping[str, Any],
+        *,
+        extend_by: float | None = None,
+    ) -> WorkerBeat:
+        """Keep ``payload`` as the fetched job's payload: a retry starts from it."""
+        fields = {"payload": dict(payload), "extend_by": extend_by}
+        call = calls.worker_report(job_id, "checkpoint", token, fields)
+        return self._model(call, WorkerBeat)
 
     # -- readiness ----------------------------------------------------------------------
 

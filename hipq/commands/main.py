@@ -15,6 +15,7 @@ import typer
 
 from hipq.commands import healthcheck as cli_healthcheck
 from hipq.commands import openapi as cli_openapi
+from hipq.commands import worker as cli_worker
 from hipq.commands.flags import flags_app
 from hipq.commands.jobs_bulk import add_verbs, bulk_app
 from hipq.commands.limits import limits_change
@@ -57,6 +58,7 @@ add_verbs(jobs_app)
 app.add_typer(responses_app, name="responses")
 app.add_typer(flags_app, name="flags")
 app.add_typer(cli_openapi.app, name="openapi")
+app.command(name="worker")(cli_worker.worker)
 
 
 @app.command()

@@ -212,7 +212,7 @@ class _Wiring:
         )
 
     def _transports(self) -> dict[str, Transport]:
-        by_kind: dict[str, list[str]] = {"python": [], "http": [], "kafka": []}
+        by_kind: dict[str, list[str]] = {"python": [], "http": [], "kafka": [], "pull": []}
         for name, jt in self.settings.job_types.items():
             by_kind[jt.transport.kind].append(name)
         handlers = {}
@@ -229,6 +229,11 @@ class _Wiring:
         out: dict[str, Transport] = {}
         python = PythonTransport(handlers, self.clock)
         out.update({name: python for name in handlers})
+        if by_kind["pull"]:
+            from hipq.pull.transport import PullTransport
+
+            pull = PullTransport(self.store.pull_announce)
+            out.update({name: pull for name in by_kind["pull"]})
         types = self.job_types
         try:
             if by_kind["http"]:

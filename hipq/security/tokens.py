@@ -1,7 +1,7 @@
 """API tokens: who may call hipq's API, with which scopes.
 
 A token is configured as one line, ``NAME SCOPES [queue=Q,...] [type=T,...] [LIMIT...]
-SECRET``: ``SCOPES`` is a comma-separated list of submit, read, operate, callbacks, admin;
+SECRET``: ``SCOPES`` is a comma-separated list of submit, read, operate, callbacks, workers, admin;
 each ``LIMIT`` bounds what the token's jobs may set (``notify=``, ``labels=``,
 ``priority=``, ``critical=``; see :class:`JobLimits`);
 ``SECRET`` is the token itself or its ``sha256:<hex>`` digest (what ``hipq tokens new``
@@ -26,7 +26,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-SCOPES = ("submit", "read", "operate", "callbacks", "admin")
+SCOPES = ("submit", "read", "operate", "callbacks", "workers", "admin")
 TOKEN_PREFIX = "hipq_"
 ENV_VAR = "HIPQ_TOKENS"
 _DIGEST_PREFIX = "sha256:"

@@ -196,6 +196,22 @@ job_heartbeats = Table(
     ),
 )
 
+# Which pull worker took a job's claim (``hipq.store.pull_claims``): one row per job, for
+# its latest fetched claim, told apart by attempt and claim time (a snooze gives the
+# attempt back, and the next claim makes the same attempt again). A job in flight of a
+# pull type is offered to workers while no row holds its current claim; the token's
+# digest proves a worker's reports.
+pull_claims = Table(
+    "hipq_pull_claims",
+    metadata,
+    Column("job_id", Id, ForeignKey("hipq_jobs.id", ondelete="CASCADE"), primary_key=True),
+    Column("attempt", Integer, nullable=False),
+    Column("claimed_at", UTCDateTime, nullable=False),
+    Column("token_digest", String(64), nullable=False),  # SHA-256, hex
+    Column("worker", String(200), nullable=False),
+    Column("fetched_at", UTCDateTime, nullable=False),
+)
+
 attempts = Table(
     "hipq_attempts",
     metadata,

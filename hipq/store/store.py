@@ -27,6 +27,7 @@ from hipq.store.operator_reads import OperatorReads
 from hipq.store.outbox import NotificationTable
 from hipq.store.process_guard import ProcessGuard
 from hipq.store.processes import ProcessTable
+from hipq.store.pull_claims import PullClaimTable
 from hipq.store.queues import QueueTable
 from hipq.store.schedules import ScheduleTable
 from hipq.store.schema import metadata
@@ -50,6 +51,7 @@ class Store(
     OperatorReads,
     NotificationTable,
     ProcessTable,
+    PullClaimTable,
 ):
     def __init__(self, engine: AsyncEngine, dialect: Dialect | None = None) -> None:
         super().__init__(engine, dialect or dialect_for(engine.url.render_as_string()))

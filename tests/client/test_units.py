@@ -10,7 +10,7 @@ import pytest
 from pydantic import BaseModel
 
 from hipq.api import models as api
-from hipq.api import schedules
+from hipq.api import schedules, workers
 from hipq.api.responses import ResponseListOut, ResponseOut
 from hipq.client import Client, NotJson, calls, models
 from hipq.client.calls import Backoff, Call, Waiter
@@ -34,6 +34,9 @@ from hipq.client.calls import Backoff, Call, Waiter
         (models.Fire, schedules.FireOut),
         (models.Fires, schedules.FiresOut),
         (models.ScheduleRun, schedules.RunOut),
+        (models.FetchedJob, workers.FetchedJob),
+        (models.WorkerReport, workers.ReportAccepted),
+        (models.WorkerBeat, workers.BeatAccepted),
     ],
 )
 def test_the_client_models_have_the_fields_the_api_answers(

@@ -1,0 +1,88 @@
+"""The workers scope: only its tokens fetch and report, and a token restricted to
+some job types serves only those (403 for the others)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from hipq.security.tokens import config_line, new_token
+from tests.api.conftest import Api, open_api
+
+PULL = {"pull_a": {"transport": "pull"}, "pull_b": {"transport": "pull"}}
+
+
+@pytest.fixture
+def secrets() -> dict[str, str]:
+    return {name: new_token() for name in ("worker", "worker_a", "submitter", "admin")}
+
+
+@pytest.fixture
+async def authed(database_url: str, tmp_path: Path, secrets: dict[str, str]) -> AsyncIterator[Api]:
+    lines = [
+        config_line("worker", ["workers"], secrets["worker"]),
+        config_line("worker-a", ["workers"], secrets["worker_a"], types=["pull_a"]),
+        config_line("submitter", ["submit"], secrets["submitter"]),
+        config_line("admin", ["admin"], secrets["admin"]),
+    ]
+    (tmp_path / "tokens").write_text("\n".join(lines) + "\n")
+    async with open_api(
+        database_url, auth={"tokens_file": str(tmp_path / "tokens")}, job_types=PULL
+    ) as opened:
+        yield opened
+
+
+def bearer(secret: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {secret}"}
+
+
+async def test_only_worker_tokens_fetch(authed: Api, secrets: dict[str, str]) -> None:
+    body = {"types": ["pull_a"]}
+    assert (await authed.client.post("/v1/workers/fetch", json=body)).status_code == 401
+    refused = await authed.client.post(
+        "/v1/workers/fetch", json=body, headers=bearer(secrets["submitter"])
+    )
+    assert refused.status_code == 403
+    assert refused.json()["error"] == "forbidden"
+    for who in ("worker", "worker_a", "admin"):
+        taken = await authed.client.post(
+            "/v1/workers/fetch", json=body, headers=bearer(secrets[who])
+        )
+        assert taken.status_code == 200, (who, taken.text)
+    # A worker token submits nothing.
+    submit = await authed.client.post(
+        "/v1/jobs", json={"type": "pull_a"}, headers=bearer(secrets["worker"])
+    )
+    assert submit.status_code == 403
+
+
+async def test_a_restricted_worker_serves_its_types_only(
+    authed: Api, secrets: dict[str, str]
+) -> None:
+    admin, worker_a = bearer(secrets["admin"]), bearer(secrets["worker_a"])
+    other = await authed.client.post(
+        "/v1/workers/fetch", json={"types": ["pull_a", "pull_b"]}, headers=worker_a
+    )
+    assert other.status_code == 403
+    assert other.json()["field"] == "types"
+    assert "pull_b" in other.json()["message"]
+    # A job of pull_b fetched by another worker: its token does not let worker-a report.
+    posted = await authed.client.post("/v1/jobs", json={"type": "pull_b"}, headers=admin)
+    await authed.tick()
+    fetched = await authed.client.post(
+        "/v1/workers/fetch", json={"types": ["pull_b"]}, headers=bearer(secrets["worker"])
+    )
+    [job] = fetched.json()["jobs"]
+    assert job["id"] == posted.json()["id"]
+    foreign = await authed.client.post(
+        f"/v1/workers/jobs/{job['id']}/complete", json={"token": job["token"]}, headers=worker_a
+    )
+    assert foreign.status_code == 403
+    mine = await authed.client.post(
+        f"/v1/workers/jobs/{job['id']}/complete",
+        json={"token": job["token"]},
+        headers=bearer(secrets["worker"]),
+    )
+    assert mine.status_code == 202

@@ -11,7 +11,11 @@ to the other processes (see ``hipq.store.process_guard.PgListener``). A payload 
   for all three in the same step),
 - ``settled:<queue>``: jobs of the queue reached a terminal state (sent on PostgreSQL
   by the jobs table's trigger, alembic 0012; it wakes ``?wait=`` requests and the
-  notifier, not the loops).
+  notifier, not the loops),
+- ``exec:<process>``: the owner of a queue handed jobs to that process to send
+  (``hipq.batch_loop.hand_off``); it wakes that process's executor,
+- ``reports:<queue>``: an executor reported on jobs of the queue; it wakes the
+  queue's owner to settle them.
 """
 
 from __future__ import annotations
@@ -26,6 +30,8 @@ CHANNEL = "hipq_jobs"
 _ALL_QUEUES = "*"
 _CANCEL_PREFIX = "cancel:"
 _SETTLED_PREFIX = "settled:"
+_EXEC_PREFIX = "exec:"
+_REPORTS_PREFIX = "reports:"
 
 
 class WakeKind(StrEnum):
@@ -33,12 +39,14 @@ class WakeKind(StrEnum):
     RESPONSES = "responses"
     CANCELS = "cancels"
     SETTLED = "settled"
+    HANDED = "handed"
+    REPORTS = "reports"
 
 
 @dataclass(frozen=True, slots=True)
 class Wake:
     kind: WakeKind
-    queue: str | None = None  # None: every queue
+    queue: str | None = None  # None: every queue; for HANDED, the process
 
 
 def jobs_payload(queue: str) -> str:
@@ -57,9 +65,21 @@ def settled_payload(queue: str) -> str:
     return _SETTLED_PREFIX + queue
 
 
+def handed_payload(process: str) -> str:
+    return _EXEC_PREFIX + process
+
+
+def reports_payload(queue: str) -> str:
+    return _REPORTS_PREFIX + queue
+
+
 def decode(payload: str) -> Wake:
     if payload == _ALL_QUEUES:
         return Wake(WakeKind.RESPONSES)
+    if payload.startswith(_EXEC_PREFIX):
+        return Wake(WakeKind.HANDED, payload.removeprefix(_EXEC_PREFIX))
+    if payload.startswith(_REPORTS_PREFIX):
+        return Wake(WakeKind.REPORTS, payload.removeprefix(_REPORTS_PREFIX))
     if payload.startswith(_SETTLED_PREFIX):
         return Wake(WakeKind.SETTLED, payload.removeprefix(_SETTLED_PREFIX))
     if payload.startswith(_CANCEL_PREFIX):
@@ -76,6 +96,8 @@ class Wakeable(Protocol):
 
     def hint_cancels(self) -> None: ...
 
+    def hint_reports(self) -> None: ...
+
 
 class Wakeups:
     """Delivers payloads, from this process's store or another process's NOTIFY,
@@ -85,11 +107,17 @@ class Wakeups:
         self._loops = loops
         # Called with the queue of each ``settled:`` payload (waiting requests, the notifier).
         self.settled: list[Callable[[str], None]] = []
+        # Called with the process of each ``exec:`` payload (this process's executor).
+        self.handed: list[Callable[[str], None]] = []
 
     def deliver(self, payload: str) -> None:
         wake = decode(payload)
         if wake.kind is WakeKind.SETTLED:
             for listener in self.settled:
+                listener(wake.queue or "")
+            return
+        if wake.kind is WakeKind.HANDED:
+            for listener in self.handed:
                 listener(wake.queue or "")
             return
         if wake.kind is WakeKind.RESPONSES:
@@ -101,6 +129,8 @@ class Wakeups:
             return
         if wake.kind is WakeKind.CANCELS:
             loop.hint_cancels()
+        elif wake.kind is WakeKind.REPORTS:
+            loop.hint_reports()
         else:
             loop.wake.set()
 

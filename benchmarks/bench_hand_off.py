@@ -12,8 +12,10 @@ others; the clock runs from the resume to the last job's ``finished_at``. Printe
 per run: jobs/s; each process's share of the sends (the job's ``executor``, or its
 queue's owner when it sent the job itself); CPU seconds per job of each process
 (/proc); database transactions per job (``pg_stat_database``) and write syscalls per
-job of the hipq processes (/proc/<pid>/io; each statement sent to PostgreSQL is one
-write, an HTTP request one more). For (b) the owner's CPU per job of its tick alone
+job, counted by a TCP relay between the hipq processes and PostgreSQL (a round trip:
+the client speaks after the server answered; NOTIFYs are not counted). The relay
+runs in this script's process, so the figures are comparable with each other, not
+with runs without it. For (b) the owner's CPU per job of its tick alone
 is derived: its CPU less its own sends at an executor's CPU per send.
 
 Prints figures, asserts nothing; every wait is bounded, all traffic on 127.0.0.1.
@@ -65,16 +67,50 @@ class Run:
     seconds: float
     sent: dict[int, int]  # pid -> jobs it sent
     cpu: dict[int, float]  # pid -> CPU seconds during the drain
-    writes: dict[int, int]  # pid -> write syscalls during the drain
+    round_trips: int
     transactions: int
     owners: dict[str, int] = field(default_factory=dict)  # queue -> owner pid
 
 
-def writes_of(pid: int) -> int:
-    for line in Path(f"/proc/{pid}/io").read_text().splitlines():
-        if line.startswith("syscw:"):
-            return int(line.split()[1])
-    return 0
+class Relay:
+    """A TCP relay to PostgreSQL that counts round trips: each time a client sends
+    after the server last sent to it (or first) is one."""
+
+    def __init__(self, host: str, port: int) -> None:
+        self.host, self.port = host, port
+        self.round_trips = 0
+        self.server: asyncio.Server | None = None
+
+    async def start(self) -> int:
+        self.server = await asyncio.start_server(self._connection, "127.0.0.1", 0)
+        return int(self.server.sockets[0].getsockname()[1])
+
+    async def stop(self) -> None:
+        if self.server is not None:
+            self.server.close()
+
+    async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            up_reader, up_writer = await asyncio.open_connection(self.host, self.port)
+        except OSError:
+            writer.close()
+            return
+        answered = [True]
+
+        async def pipe(src: asyncio.StreamReader, dst: asyncio.StreamWriter, up: bool) -> None:
+            try:
+                while data := await src.read(65536):
+                    if up and answered[0]:
+                        self.round_trips += 1
+                    answered[0] = not up
+                    dst.write(data)
+                    await dst.drain()
+            except (ConnectionError, asyncio.CancelledError):
+                pass
+            finally:
+                dst.close()
+
+        await asyncio.gather(pipe(reader, up_writer, True), pipe(up_reader, writer, False))
 
 
 def config(url: str, port: int, scenario: str, receiver: str) -> dict[str, Any]:
@@ -134,13 +170,23 @@ def pid_of(owner: str | None) -> int:
 async def one_run(
     scenario: str, n: int, jobs: int, opts: BenchOptions, workdir: Path, receiver_url: str
 ) -> Run:
+    from sqlalchemy.engine import make_url
+
     from hipq.jobs import NewJob
     from hipq.store import Store
 
     queues = NOOP_QUEUES if scenario == "noop" else ["hot"]
     async with fresh_database("postgres", opts, workdir, f"{scenario}-{n}") as url:
+        direct = make_url(url)
+        relay = Relay(direct.host or "127.0.0.1", direct.port or 5432)
+        relayed = direct.set(host="127.0.0.1", port=await relay.start())
+        relayed_url = relayed.render_as_string(hide_password=False)
         serves = [
-            ServeProcess(workdir, config(url, _free_port(), scenario, receiver_url), f"{scenario}{n}{i}")
+            ServeProcess(
+                workdir,
+                config(relayed_url, _free_port(), scenario, receiver_url),
+                f"{scenario}{n}{i}",
+            )
             for i in range(n)
         ]
         try:
@@ -155,8 +201,10 @@ async def one_run(
                 async def registered() -> bool:
                     listed = (await api.get("/v1/processes")).json()["processes"]
                     owners = {q["owner"] for q in (await api.get("/v1/queues")).json()["queues"]}
-                    return len(listed) == n and None not in owners and len(owners) == min(
-                        n, len(queues)
+                    return (
+                        len(listed) == n
+                        and None not in owners
+                        and len(owners) == min(n, len(queues))
                     )
 
                 await wait_until(registered, 60, f"{n} processes registered, queues spread")
@@ -191,7 +239,7 @@ async def one_run(
                     async with engine.connect() as conn:
                         xact_before = (await conn.execute(xact)).scalar_one()
                     cpu_before = {s.pid: cpu_seconds(s.pid) for s in serves}
-                    writes_before = {s.pid: writes_of(s.pid) for s in serves}
+                    trips_before = relay.round_trips
                     started = time.time()
                     for q in queues:
                         (await api.post(f"/v1/queues/{q}/resume")).raise_for_status()
@@ -204,7 +252,7 @@ async def one_run(
 
                     await wait_until(drained, 600, "every job done")
                     cpu = {s.pid: cpu_seconds(s.pid) - cpu_before[s.pid] for s in serves}
-                    writes = {s.pid: writes_of(s.pid) - writes_before[s.pid] for s in serves}
+                    round_trips = relay.round_trips - trips_before
                     await asyncio.sleep(1.5)  # backends report their statistics
                     async with engine.connect() as conn:
                         transactions = (await conn.execute(xact)).scalar_one() - xact_before
@@ -225,11 +273,12 @@ async def one_run(
         finally:
             for serve in serves:
                 serve.stop()
+            await relay.stop()
     sent = {s.pid: 0 for s in serves}
     for who, count in rows:
         sent[pid_of(who)] = sent.get(pid_of(who), 0) + count
     seconds = last.timestamp() - started
-    return Run(scenario, n, jobs, seconds, sent, cpu, writes, transactions, owners)
+    return Run(scenario, n, jobs, seconds, sent, cpu, round_trips, transactions, owners)
 
 
 def report(run: Run) -> None:
@@ -238,7 +287,7 @@ def report(run: Run) -> None:
         f"  {run.processes} process(es): {run.jobs / run.seconds:8.0f} jobs/s"
         f" ({run.jobs} in {run.seconds:.2f}s); hipq CPU {1e6 * total_cpu / run.jobs:.0f} µs/job;"
         f" {run.transactions / run.jobs:.2f} transactions/job;"
-        f" {sum(run.writes.values()) / run.jobs:.2f} writes/job"
+        f" {run.round_trips / run.jobs:.2f} round trips/job"
     )
     owned: dict[int, list[str]] = {}
     for q, pid in run.owners.items():
@@ -248,8 +297,7 @@ def report(run: Run) -> None:
         per_sent = f"{1e6 * run.cpu[pid] / sent:.0f} µs per job sent" if sent else "sent none"
         print(
             f"    pid {pid}: owns {len(owned.get(pid, []))} queue(s), sent {sent}"
-            f" ({100 * sent / run.jobs:.0f} %), CPU {run.cpu[pid]:.2f}s ({per_sent}),"
-            f" {run.writes[pid] / run.jobs:.2f} writes/job"
+            f" ({100 * sent / run.jobs:.0f} %), CPU {run.cpu[pid]:.2f}s ({per_sent})"
         )
     if run.scenario == "http" and run.processes > 1:
         owner = run.owners["hot"]
@@ -272,8 +320,10 @@ async def main() -> None:
     args = parser.parse_args()
     opts = BenchOptions(postgres_url=args.postgres_url)
     counts = [int(n) for n in args.processes.split(",")]
-    print(f"load average at start: {' '.join(f'{x:.2f}' for x in os.getloadavg())};"
-          f" {os.cpu_count()} cores")
+    print(
+        f"load average at start: {' '.join(f'{x:.2f}' for x in os.getloadavg())};"
+        f" {os.cpu_count()} cores"
+    )
     with tempfile.TemporaryDirectory(prefix="hipq-hand-off-") as tmp:
         async with receiver() as receiver_url:
             for scenario, jobs in (("noop", args.noop_jobs), ("http", args.http_jobs)):

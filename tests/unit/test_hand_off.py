@@ -76,4 +76,5 @@ def test_outcomes_survive_json() -> None:
         Cancelled(),
     ]
     for outcome in outcomes:
-        assert outcome_wire.decode(orjson.loads(orjson.dumps(outcome_wire.encode(outcome)))) == outcome
+        stored = orjson.loads(orjson.dumps(outcome_wire.encode(outcome)))
+        assert outcome_wire.decode(stored) == outcome

@@ -16,7 +16,9 @@ job, counted by a TCP relay between the hipq processes and PostgreSQL (a round t
 the client speaks after the server answered; NOTIFYs are not counted). The relay
 runs in this script's process, so the figures are comparable with each other, not
 with runs without it. For (b) the owner's CPU per job of its tick alone
-is derived: its CPU less its own sends at an executor's CPU per send.
+is measured a second way, (c): the same queue with 3 processes whose owner hands
+every job to the other two (``owner_sends_none.py``, a probe for this benchmark), so
+that its CPU per job is its tick's alone.
 
 Prints figures, asserts nothing; every wait is bounded, all traffic on 127.0.0.1.
 """
@@ -57,6 +59,11 @@ from tests.peers import serve_app
 
 LEASE_TTL = "3s"  # a beat every second: processes see each other quickly
 NOOP_QUEUES = [f"q{i}" for i in range(9)]
+TITLES = {
+    "noop": "(a) 9 queues of no-op jobs:",
+    "http": "(b) one queue of HTTP jobs:",
+    "probe": "(c) one queue of HTTP jobs, its owner handing every job to the 2 others:",
+}
 
 
 @dataclass
@@ -70,6 +77,30 @@ class Run:
     round_trips: int
     transactions: int
     owners: dict[str, int] = field(default_factory=dict)  # queue -> owner pid
+
+
+class ProbeServe(ServeProcess):
+    """``hipq serve`` through ``owner_sends_none.py``."""
+
+    def spawn(self) -> None:
+        import subprocess
+
+        from hipq.commands.bench import _clean_env
+
+        command = [sys.executable, str(Path(__file__).with_name("owner_sends_none.py"))]
+        command += ["serve", "--config", str(self.config_path)]
+        env = _clean_env()
+        root = str(Path(__file__).resolve().parent.parent)
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [root, env.get("PYTHONPATH")]))
+        with open(self.log_path, "wb") as log:
+            self.process = subprocess.Popen(
+                command,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=env,
+                cwd=self.config_path.parent,
+            )
 
 
 class Relay:
@@ -176,13 +207,14 @@ async def one_run(
     from hipq.store import Store
 
     queues = NOOP_QUEUES if scenario == "noop" else ["hot"]
+    kind = ProbeServe if scenario == "probe" else ServeProcess
     async with fresh_database("postgres", opts, workdir, f"{scenario}-{n}") as url:
         direct = make_url(url)
         relay = Relay(direct.host or "127.0.0.1", direct.port or 5432)
         relayed = direct.set(host="127.0.0.1", port=await relay.start())
         relayed_url = relayed.render_as_string(hide_password=False)
         serves = [
-            ServeProcess(
+            kind(
                 workdir,
                 config(relayed_url, _free_port(), scenario, receiver_url),
                 f"{scenario}{n}{i}",
@@ -299,15 +331,15 @@ def report(run: Run) -> None:
             f"    pid {pid}: owns {len(owned.get(pid, []))} queue(s), sent {sent}"
             f" ({100 * sent / run.jobs:.0f} %), CPU {run.cpu[pid]:.2f}s ({per_sent})"
         )
-    if run.scenario == "http" and run.processes > 1:
+    if run.scenario == "probe":
         owner = run.owners["hot"]
         executors = [p for p in run.cpu if p != owner and run.sent.get(p)]
         per_send = sum(run.cpu[p] for p in executors) / sum(run.sent[p] for p in executors)
-        tick = (run.cpu[owner] - run.sent.get(owner, 0) * per_send) / run.jobs
+        tick = run.cpu[owner] / run.jobs
         print(
-            f"    executor CPU per send {1e6 * per_send:.0f} µs; owner CPU per job for its"
-            f" tick alone ≈ {1e6 * tick:.0f} µs → one queue's ceiling ≈ {1 / tick:.0f} jobs/s"
-            f" with enough executors on their own cores"
+            f"    executor CPU per job sent {1e6 * per_send:.0f} µs; owner CPU per job (its"
+            f" tick alone) {1e6 * tick:.0f} µs → one queue's ceiling ≈ {1 / tick:.0f} jobs/s"
+            f" with K executors on K more cores, reached at K ≈ {per_send / tick:.1f}"
         )
 
 
@@ -326,10 +358,13 @@ async def main() -> None:
     )
     with tempfile.TemporaryDirectory(prefix="hipq-hand-off-") as tmp:
         async with receiver() as receiver_url:
-            for scenario, jobs in (("noop", args.noop_jobs), ("http", args.http_jobs)):
-                what = "9 queues of no-op jobs" if scenario == "noop" else "one queue of HTTP jobs"
-                print(f"({'a' if scenario == 'noop' else 'b'}) {what}:")
-                for n in counts:
+            for scenario, jobs in (
+                ("noop", args.noop_jobs),
+                ("http", args.http_jobs),
+                ("probe", args.http_jobs),
+            ):
+                print(TITLES[scenario])
+                for n in counts if scenario != "probe" else [3]:
                     report(await one_run(scenario, n, jobs, opts, Path(tmp), receiver_url))
     print(f"load average at end: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
 

@@ -212,11 +212,9 @@ class QueueLoop(Loop):
             self.outcome(job, outcome)
 
     async def _read_handed(self) -> None:
-        """Which running jobs another process was handed to send (read only where
-        other processes serve the queue: alone, nothing was handed)."""
-        self.hand_off.handed = {}
-        if self.hand_off.alone:
-            return
+        """Which running jobs another process was handed to send, and a look at the
+        reports at the next tick (one read each per takeover, not per job: a previous
+        owner may have handed jobs over even where this one is alone now)."""
         handed = await self.store.job_executors(self.name)
         # One handed to this very process is sent by its executor, which reports it
         # through the table as any other would.

@@ -357,6 +357,8 @@ class QueueLoop(Loop):
         # by the next owner as if cut off. The drain waits for them (``ticking``).
         self._dispatch(self.hand_off.own(claimed))
         if took_reports and self.hand_off.handed:
+            # A process that joined during the tick and was handed jobs by it is live.
+            alive |= frozenset(handed.values())
             self._resume(self.hand_off.orphans(self.in_flight, alive))
         return report
 

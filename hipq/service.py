@@ -179,6 +179,7 @@ class Service:
         self.job_writer = parts.job_writer
         self.scheduler = parts.scheduler
         self.registry = parts.registry
+        self.executor = parts.executor
         self.bulk = BulkRunner(
             self.store, self.clock, self.settings.server.bulk_step_size, run=self.run_loops
         )
@@ -271,6 +272,9 @@ class Service:
             # after them, deleting this process's row once their leases are released.
             self.registry,
             *(TransportActivity(t) for t in distinct.values()),
+            # After the transports it uses, before the registry deletes this process's
+            # row: at stop it stores the reports of its last sends first.
+            *([self.executor] if self.executor is not None else []),
             self.responses,
             self.job_writer,
             self.upkeep,
@@ -313,6 +317,8 @@ class Service:
         self.registry.leave()  # the other processes take the queues as they are released
         for loop in self.loops.values():
             loop.request_drain()
+        if self.executor is not None:
+            self.executor.request_drain()
 
     def stop_now(self) -> None:
         """End a drain under way at once (a second signal): what still runs is cut off."""
@@ -338,6 +344,8 @@ class Service:
 
         def in_flight() -> int:
             unrecorded = sum(1 for lp in loops if lp.settling or lp.ticking)
+            if self.executor is not None and self.executor.settling:
+                unrecorded += 1
             return sum(t.busy for t in transports) + unrecorded
 
         await drain(in_flight, deadline, lambda: self._hurry)

@@ -29,6 +29,7 @@ from hipq.batch_loop.admission import Admission
 from hipq.batch_loop.chain import GuardedChain
 from hipq.batch_loop.correlation import Correlation, Event, Matches, matched_event
 from hipq.batch_loop.external_heartbeats import ExternalHeartbeats
+from hipq.batch_loop.hand_off import HandOff
 from hipq.batch_loop.limits import LiveLimits
 from hipq.batch_loop.recovery import Drain, reconcile, reread_owned
 from hipq.batch_loop.reports import Reports, apply_reports, write_reports
@@ -37,14 +38,13 @@ from hipq.events import Events
 from hipq.job_types import JobTypes
 from hipq.jobs import Job
 from hipq.lifecycle import State
-from hipq.outcomes import Failed, Outcome, Settlement, Succeeded
+from hipq.outcomes import Outcome, Settlement, Succeeded
 from hipq.plugins import RetryStrategies
 from hipq.process.activity import Loop
-from hipq.retry import AttemptError
 from hipq.store import LeaseLost, Store
 from hipq.store.requests import Requests, requests_pending
 from hipq.throttling import Stage, feed_back
-from hipq.transports.base import Transport
+from hipq.transports.base import Transport, dispatch
 
 log = logging.getLogger("hipq.batch_loop.loop")
 
@@ -124,6 +124,9 @@ class QueueLoop(Loop):
         self.assigned = True
         self.hand_back_grace = hand_back_grace
         self._handing_back_since: float | None = None
+        # Who sends the claimed jobs when other live processes serve the queue too
+        # (``hipq.batch_loop.hand_off``); alone, the loop sends them all itself.
+        self.hand_off = HandOff(owner)
 
     @property
     def chain(self) -> GuardedChain:
@@ -157,10 +160,23 @@ class QueueLoop(Loop):
         self._check_responses = True
         self.wake.set()
 
+    def hint_reports(self) -> None:
+        """An executor stored reports of this queue's jobs."""
+        self.hand_off.unread = True
+        self.wake.set()
+
+    def serve_with(self, executors: Sequence[str], live: Sequence[str]) -> None:
+        """The registry's latest beat: the live processes that serve this queue (they
+        may be handed its claimed jobs) and every live process."""
+        if self.hand_off.serve_with(executors, live):
+            self.wake.set()  # a sender left: its jobs are sent again after its reports
+
     def _recheck_due(self) -> bool:
         if time.monotonic() - self._last_recheck >= RECHECK_SECONDS:
             self._last_recheck = time.monotonic()
             self._check_cancels = self._check_responses = True
+            # A NOTIFY lost while a LISTEN connection reconnected.
+            self.hand_off.unread = self.hand_off.unread or bool(self.hand_off.handed)
         return self._check_cancels or self._check_responses
 
     # -- ownership ------------------------------------------------------------------
@@ -175,16 +191,35 @@ class QueueLoop(Loop):
         self._reports = Reports()
         await self._pick_up_limits(self.clock(), resume=False)
         await self.admission.resume(self.store, self.clock())
+        # Jobs a previous owner handed over stay with their executors; those of an
+        # executor that is gone are sent again once the first tick has read the
+        # reports (a "sent" one stored before it died is not sent twice).
+        await self._read_handed()
         # After a crash, `running` jobs may or may not have sent their request: send again
         # (at-least-once). `awaiting` jobs keep waiting for their response until the deadline.
         # Each job type chooses: again at once, or after its retry strategy's delay.
-        running = [j for j in self.in_flight.values() if j.state == State.RUNNING]
+        running = self.hand_off.own(j for j in self.in_flight.values() if j.state == State.RUNNING)
+        self.events.emit("lease_acquired", queue=self.name, token=token, resumed=len(running))
+        self._resume(running)
+        return True
+
+    def _resume(self, running: list[Job]) -> None:
+        """Send again jobs found ``running`` that nobody sends any more: at once, or as
+        an interrupted attempt, as their job type chooses (``crash_recovery``)."""
         resumed, interrupted = crash_recovery.resumed(running, self.job_types)
-        self.events.emit("lease_acquired", queue=self.name, token=token, resumed=len(resumed))
         self._dispatch(resumed)
         for job, outcome in interrupted:
             self.outcome(job, outcome)
-        return True
+
+    async def _read_handed(self) -> None:
+        """Which running jobs another process was handed to send, and a look at the
+        reports at the next tick (one read each per takeover, not per job: a previous
+        owner may have handed jobs over even where this one is alone now)."""
+        handed = await self.store.job_executors(self.name)
+        # One handed to this very process is sent by its executor, which reports it
+        # through the table as any other would.
+        self.hand_off.handed = {i: who for i, who in handed.items() if i in self.in_flight}
+        self.hand_off.unread = True
 
     def assign(self, assigned: bool) -> None:
         """This process's share now includes the queue (take its lease when free) or
@@ -202,13 +237,15 @@ class QueueLoop(Loop):
         if self.token is None or self.assigned:
             return False
         since = self._handing_back_since or time.monotonic()
-        running = any(j.state == State.RUNNING for j in self.in_flight.values())
+        own = self.hand_off.own(self.in_flight.values())
+        running = any(j.state == State.RUNNING for j in own)
         if (running or self.settling) and time.monotonic() - since < self.hand_back_grace:
             return False
         token = self.token
         for job in self.in_flight.values():
             self._transport_of(job).abandon(job.id)
         self.in_flight, self._reports = {}, Reports()
+        self.hand_off.handed = {}
         await self.store.lease_release(self.name, self.owner, token)
         self.token = None
         self.events.emit("lease_handed_back", queue=self.name, token=token)
@@ -219,6 +256,7 @@ class QueueLoop(Loop):
         for job_id in list(self.in_flight):
             self._transport_of(self.in_flight[job_id]).abandon(job_id)
         self.token, self.in_flight, self._reports = None, {}, Reports()
+        self.hand_off.handed = {}
 
     async def release(self) -> None:
         if self.token is not None:
@@ -247,6 +285,11 @@ class QueueLoop(Loop):
         # Events of what the tick writes: emitted once its transaction has committed.
         committed: list[Event] = []
         self._recheck_due()
+        # The live processes as known before this tick reads executors' reports: a job
+        # handed to one no longer among them, still running after them, is sent again.
+        alive, took_reports = self.hand_off.live, self.hand_off.unread
+        self.hand_off.unread = False  # a hint during the tick is for the next one
+        handed: dict[int, str] = {}
         try:
             async with self.store.queue_batch(
                 self.name,
@@ -266,6 +309,9 @@ class QueueLoop(Loop):
                 if self._check_responses:
                     self._check_responses = False
                     matched = await self.correlation.match(batch, self.in_flight, committed)
+                if took_reports:
+                    rows = await batch.report_take()
+                    self.hand_off.take(rows, reports, self.in_flight, self.stages, self.clock)
                 settled, used = await write_reports(
                     batch, reports, self.in_flight, cancels, matched, self.retry, now
                 )
@@ -279,6 +325,9 @@ class QueueLoop(Loop):
                     claimed = await self.correlation.dispatch_keys(
                         batch, admitted.claimed, self.outcome
                     )
+                    handed = self.hand_off.choose(self._to_send(claimed), self.in_flight)
+                    if handed:
+                        await batch.job_hand_off(handed)
                     report.admitted, report.held = len(claimed), admitted.held
                     report.deferred, report.loaded = admitted.deferred, admitted.loaded
                     report.full = admitted.full
@@ -296,15 +345,21 @@ class QueueLoop(Loop):
             self._reports, fresh = reports, self._reports
             self._reports.merge_back(fresh)
             self._check_cancels = self._check_responses = True  # look again next tick
+            self.hand_off.unread = self.hand_off.unread or took_reports
             raise
         for name, fields in committed:
             self.events.emit(name, **fields)
+        self.hand_off.handed.update(handed)
         self._apply(reports, settled, claimed)
         report.settled = len(settled)
         # Also when a drain was asked for while this tick ran: the jobs are claimed, and
         # left undispatched they stayed `running` after a graceful stop, to be run again
         # by the next owner as if cut off. The drain waits for them (``ticking``).
-        self._dispatch(claimed)
+        self._dispatch(self.hand_off.own(claimed))
+        if took_reports and self.hand_off.handed:
+            # A process that joined during the tick and was handed jobs by it is live.
+            alive |= frozenset(handed.values())
+            self._resume(self.hand_off.orphans(self.in_flight, alive))
         return report
 
     async def _pick_up_limits(self, now: datetime, *, resume: bool) -> None:
@@ -347,6 +402,7 @@ class QueueLoop(Loop):
         sent, ended = apply_reports(self.in_flight, reports, settled, claimed)
         if sent:
             self.events.emit("jobs_sent", queue=self.name, count=sent)
+        self.hand_off.forget(j.id for j in ended)
         for job in ended:
             self._transport_of(job).abandon(job.id)
         for s in settled:
@@ -361,16 +417,13 @@ class QueueLoop(Loop):
     def _transport_of(self, job: Job) -> Transport:
         return self.transports.get(job.type) or _UNKNOWN_TYPE
 
+    def _to_send(self, jobs: list[Job]) -> list[Job]:
+        """Of jobs just claimed, those to send: not one that failed at claim (its key)."""
+        return [j for j in jobs if (j.id, j.attempt) not in self._reports.outcomes]
+
     def _dispatch(self, jobs: list[Job]) -> None:
-        for job in jobs:
-            if (job.id, job.attempt) in self._reports.outcomes:
-                continue  # it failed at claim (its key): nothing to send
-            transport = self.transports.get(job.type)
-            if transport is None:
-                error = AttemptError(f"unknown job type {job.type!r}", retryable=False)
-                self.outcome(job, Failed(error))
-                continue
-            transport.dispatch(job, self)
+        for job in self._to_send(jobs):
+            dispatch(self.transports, job, self)
 
     # -- the service around ticks ---------------------------------------------------
 
@@ -443,7 +496,9 @@ class QueueLoop(Loop):
             self.in_flight = now.in_flight
             for job in now.forgotten:
                 self._transport_of(job).abandon(job.id)
-            self._dispatch(now.to_dispatch)
+            # A commit whose reply was lost may have handed jobs over too.
+            await self._read_handed()
+            self._dispatch(self.hand_off.own(now.to_dispatch))
 
     async def rest(self, seconds: float) -> None:
         await super().rest(seconds)

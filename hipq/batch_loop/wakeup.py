@@ -14,6 +14,10 @@ to the other processes (see ``hipq.store.process_guard.PgListener``). A payload 
   notifier, not the loops),
 - ``pull:<type>``: jobs of a pull type were claimed (``hipq.pull``: it wakes the
   workers' waiting fetches, not the loops).
+- ``exec:<process>``: the owner of a queue handed jobs to that process to send
+  (``hipq.batch_loop.hand_off``); it wakes that process's executor,
+- ``reports:<queue>``: an executor reported on jobs of the queue; it wakes the
+  queue's owner to settle them.
 """
 
 from __future__ import annotations
@@ -29,6 +33,8 @@ _ALL_QUEUES = "*"
 _CANCEL_PREFIX = "cancel:"
 _SETTLED_PREFIX = "settled:"
 _PULL_PREFIX = "pull:"
+_EXEC_PREFIX = "exec:"
+_REPORTS_PREFIX = "reports:"
 
 
 class WakeKind(StrEnum):
@@ -37,12 +43,14 @@ class WakeKind(StrEnum):
     CANCELS = "cancels"
     SETTLED = "settled"
     PULL = "pull"
+    HANDED = "handed"
+    REPORTS = "reports"
 
 
 @dataclass(frozen=True, slots=True)
 class Wake:
     kind: WakeKind
-    queue: str | None = None  # None: every queue
+    queue: str | None = None  # None: every queue; for HANDED, the process
 
 
 def jobs_payload(queue: str) -> str:
@@ -63,6 +71,12 @@ def settled_payload(queue: str) -> str:
 
 def pull_payload(job_type: str) -> str:
     return _PULL_PREFIX + job_type
+def handed_payload(process: str) -> str:
+    return _EXEC_PREFIX + process
+
+
+def reports_payload(queue: str) -> str:
+    return _REPORTS_PREFIX + queue
 
 
 def decode(payload: str) -> Wake:
@@ -70,6 +84,10 @@ def decode(payload: str) -> Wake:
         return Wake(WakeKind.PULL, payload.removeprefix(_PULL_PREFIX))
     if payload == _ALL_QUEUES:
         return Wake(WakeKind.RESPONSES)
+    if payload.startswith(_EXEC_PREFIX):
+        return Wake(WakeKind.HANDED, payload.removeprefix(_EXEC_PREFIX))
+    if payload.startswith(_REPORTS_PREFIX):
+        return Wake(WakeKind.REPORTS, payload.removeprefix(_REPORTS_PREFIX))
     if payload.startswith(_SETTLED_PREFIX):
         return Wake(WakeKind.SETTLED, payload.removeprefix(_SETTLED_PREFIX))
     if payload.startswith(_CANCEL_PREFIX):
@@ -86,6 +104,8 @@ class Wakeable(Protocol):
 
     def hint_cancels(self) -> None: ...
 
+    def hint_reports(self) -> None: ...
+
 
 class Wakeups:
     """Delivers payloads, from this process's store or another process's NOTIFY,
@@ -97,6 +117,8 @@ class Wakeups:
         self.settled: list[Callable[[str], None]] = []
         # Called with the job type of each ``pull:`` payload (the workers' fetches).
         self.pulled: list[Callable[[str], None]] = []
+        # Called with the process of each ``exec:`` payload (this process's executor).
+        self.handed: list[Callable[[str], None]] = []
 
     def deliver(self, payload: str) -> None:
         wake = decode(payload)
@@ -108,6 +130,10 @@ class Wakeups:
             for listener in self.settled:
                 listener(wake.queue or "")
             return
+        if wake.kind is WakeKind.HANDED:
+            for listener in self.handed:
+                listener(wake.queue or "")
+            return
         if wake.kind is WakeKind.RESPONSES:
             for each in self._loops.values():
                 each.hint_responses()
@@ -117,6 +143,8 @@ class Wakeups:
             return
         if wake.kind is WakeKind.CANCELS:
             loop.hint_cancels()
+        elif wake.kind is WakeKind.REPORTS:
+            loop.hint_reports()
         else:
             loop.wake.set()
 

@@ -4,8 +4,10 @@ Every ``lease_ttl / 3`` the process writes its heartbeat (which also forgets the
 processes silent for ``lease_ttl``), computes the fair share of the queues
 (``hipq.process.queue_share``) from what the beat read, and tells each of its queue
 loops whether the queue is its to run: a loop takes the lease of a queue assigned to
-it and hands back one that is not (``QueueLoop.assign``). At stop the row is
-deleted, after the loops released their leases.
+it and hands back one that is not (``QueueLoop.assign``), and which live processes
+serve it, to which its owner may hand claimed jobs to send (``QueueLoop.serve_with``).
+At stop the row is deleted, after the loops released their leases and the executor
+reported what it sent.
 """
 
 from __future__ import annotations
@@ -67,8 +69,10 @@ class ProcessRegistry:
             log.info("share of the queues: %s", ", ".join(sorted(mine)) or "none")
         self.share = mine
         if self.steers_loops:
+            live = list(serves)
             for name, loop in self.loops.items():
                 loop.assign(name in mine)
+                loop.serve_with([p for p, queues in serves.items() if name in queues], live)
         return mine
 
     def leave(self) -> None:

@@ -28,6 +28,7 @@ from hipq.job_types import JobTypeError, JobTypes
 from hipq.observability import tracing
 from hipq.observability.lifecycle_log import LifecycleLog
 from hipq.plugins import RetryStrategies
+from hipq.process.executor import Executor
 from hipq.process.registry import ProcessRegistry
 from hipq.process.upkeep import Upkeep
 from hipq.schedules import ScheduleError, Scheduler
@@ -73,6 +74,7 @@ class Parts:
     consumer: ResponseConsumer | None
     registry: ProcessRegistry
     scheduler: Scheduler | None = None
+    executor: Executor | None = None  # PostgreSQL: sends jobs other owners hand over
 
 
 def build_parts(
@@ -125,6 +127,9 @@ class _Wiring:
         self.wakeups = Wakeups(self.loops)
         self.store.listeners.append(self.wakeups.deliver)
         self.wake_all = self.wakeups.all
+        executor = self._executor()
+        if executor is not None:
+            self.wakeups.handed.append(executor.handed_to)
         return Parts(
             settings=settings,
             clock=self.clock,
@@ -145,6 +150,17 @@ class _Wiring:
             consumer=self._consumer(),
             registry=self._registry(),
             scheduler=self._scheduler(),
+            executor=executor,
+        )
+
+    def _executor(self) -> Executor | None:
+        """Where other processes share the database (PostgreSQL), this one sends the
+        jobs their queues' owners hand to it; on SQLite it is alone."""
+        if self.store.dialect.name != "postgresql":
+            return None
+        poll = min((q.batch_interval for q in self.settings.queues.values()), default=1.0)
+        return Executor(
+            self.store, self.owner, self.transports, self.clock, poll, run=self.run_loops
         )
 
     def _registry(self) -> ProcessRegistry:

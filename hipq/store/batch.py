@@ -11,18 +11,20 @@ from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import bindparam, exists, false, select, true, update
+from sqlalchemy import bindparam, delete, exists, false, select, true, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from hipq.batch_loop.wakeup import handed_payload
 from hipq.jobs import Job
 from hipq.lifecycle import State, check_transition
 from hipq.outcomes import Settlement
 from hipq.store import state_guards as guards
 from hipq.store.dialects import Dialect
+from hipq.store.hand_off import REPORT_COLUMNS, Report
 from hipq.store.labels import label_value
 from hipq.store.records import LeaseLost, Match, Response
-from hipq.store.schema import jobs, queues, responses
-from hipq.store.state_guards import IN_FLIGHT_SQL, OPEN_SQL, PENDING_SQL
+from hipq.store.schema import jobs, queues, reports, responses
+from hipq.store.state_guards import IN_FLIGHT_SQL, OPEN_SQL, PENDING_SQL, RUNNING_SQL
 from hipq.store.statements import claimed_by
 from hipq.store.tick import DueScanOf, Fence, Tick
 
@@ -150,6 +152,30 @@ class QueueBatch:
             await self._tick.claim(ids, now, deadlines[timeout])
         mirrors = {t: claimed_by(now, d) for t, d in deadlines.items()}
         return [mirrors[j.timeout_seconds](j) for j in admitted]
+
+    async def job_hand_off(self, handed: dict[int, str]) -> None:
+        """Hand claimed jobs (job id -> process) to the processes that are to send them,
+        one statement per process, and wake them once this commits."""
+        by_executor: dict[str, list[int]] = defaultdict(list)
+        for job_id, executor in handed.items():
+            by_executor[executor].append(job_id)
+        for executor, ids in by_executor.items():
+            await self._execute(
+                update(jobs)
+                .where(self.dialect.id_in(jobs.c.id, ids), jobs.c.state == RUNNING_SQL)
+                .values(executor=executor)
+            )
+        await self.dialect.notify(self._conn, {handed_payload(e) for e in by_executor})
+
+    async def report_take(self) -> list[Report]:
+        """The reports executors stored for this queue, deleted as they are read: they
+        become state in this transaction, or stay if it rolls back."""
+        rows = await self._execute(
+            delete(reports)
+            .where(reports.c.queue == self.queue)
+            .returning(*(reports.c[name] for name in REPORT_COLUMNS), reports.c.id)
+        )
+        return [Report.of_row(r) for r in sorted(rows.all(), key=lambda r: r.id)]
 
     async def job_defer(self, deferred: dict[int, datetime], reason: str, now: datetime) -> None:
         if not deferred:

@@ -116,6 +116,9 @@ jobs = Table(
     # The notification targets its outcome goes to (a JSON list of names from the
     # config's notifications.targets); NULL: none. See hipq.outbox.
     Column("notify", Json, nullable=True),
+    # The process that sends the job's running attempt when its queue's owner handed
+    # it over (``hipq.batch_loop.hand_off``); NULL: the owner sends it itself. The claim clears it.
+    Column("executor", String(200), nullable=True),
     # The loop's due-jobs scan, one index per queue order, over scheduled jobs only.
     Index(
         "ix_hipq_jobs_due_time",
@@ -267,6 +270,22 @@ processes = Table(
     Column("started_at", UTCDateTime, nullable=False),
     Column("heartbeat_at", UTCDateTime, nullable=False),
     Column("queues", Json, nullable=False),  # the queue names it may serve
+)
+
+# What an executor's transports reported of jobs handed to it (``hipq.batch_loop.hand_off``),
+# waiting for the queue's owner to settle them at its tick, which deletes them.
+reports = Table(
+    "hipq_reports",
+    metadata,
+    Column("id", Id, primary_key=True, autoincrement=True),
+    Column("queue", String(200), nullable=False),
+    Column("job_id", BigInteger, nullable=False),
+    Column("attempt", Integer, nullable=False),
+    Column("kind", String(16), nullable=False),  # sent | outcome | heartbeat | checkpoint
+    # The outcome (``hipq.batch_loop.outcome_wire``) or the checkpoint's payload; NULL otherwise.
+    Column("body", Json, nullable=True),
+    Column("deadline", UTCDateTime, nullable=True),  # a heartbeat's new deadline
+    Index("ix_hipq_reports_queue", "queue", "id"),
 )
 
 idempotency_keys = Table(

@@ -106,6 +106,7 @@ GUARDS = (
 
 # State sets of the store's reads, as constants for the same partial indexes.
 SCHEDULED_SQL = const(State.SCHEDULED.value)
+RUNNING_SQL = const(State.RUNNING.value)
 IN_FLIGHT_VALUES = sorted(s.value for s in IN_FLIGHT)
 OPEN_VALUES = sorted(s.value for s in OPEN)
 IN_FLIGHT_SQL = [const(v) for v in IN_FLIGHT_VALUES]

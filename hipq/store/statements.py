@@ -130,6 +130,9 @@ CLAIM_SETS: dict[str, Any] = {
     "deadline": DEADLINE,
     "waiting_reason": None,
     "updated_at": NOW,
+    # A new attempt is the owner's to send until it hands it over (``hipq.batch_loop.hand_off``):
+    # an executor of an earlier attempt must not take this one.
+    "executor": None,
 }
 CLAIM_INCREMENTS = ("attempt",)  # each + 1
 
@@ -162,6 +165,7 @@ def claimed_by(now: datetime, deadline: datetime) -> Callable[[Job], Job]:
     sets = [
         (_FIELD_AT[name], value if value is None or isinstance(value, State) else instants[value])
         for name, value in CLAIM_SETS.items()
+        if name in _FIELD_AT  # columns ``Job`` does not carry (``rows.NOT_ON_JOB``)
     ]
     increments = [_FIELD_AT[name] for name in CLAIM_INCREMENTS]
 

@@ -1,7 +1,8 @@
 """The one storage seam of hipq: noun-first methods over SQLAlchemy Core.
 
 ``Store`` is the sum of one part per table (``jobs``, ``inbox``, ``queues``,
-``heartbeats``, ``processes``), all sharing one engine and one ``Dialect`` chosen from the URL;
+``heartbeats``, ``processes``, ``hand_off``), all sharing one engine and one ``Dialect``
+chosen from the URL;
 the queue loop's writes go through ``queue_batch`` (``hipq.store.batch``). Callers outside
 ``hipq.store`` use only these methods, never the engine or the tables.
 """
@@ -18,6 +19,7 @@ from hipq.jobs import Attempt, Job
 from hipq.store import migrations
 from hipq.store.bulk import BulkTable
 from hipq.store.dialects import Dialect, create_engine, dialect_for
+from hipq.store.hand_off import HandOffTable
 from hipq.store.heartbeats import Heartbeat, HeartbeatTable, read_heartbeat
 from hipq.store.inbox import InboxTable
 from hipq.store.job_types_mirror import JobTypesMirror
@@ -52,6 +54,7 @@ class Store(
     NotificationTable,
     ProcessTable,
     PullClaimTable,
+    HandOffTable,
 ):
     def __init__(self, engine: AsyncEngine, dialect: Dialect | None = None) -> None:
         super().__init__(engine, dialect or dialect_for(engine.url.render_as_string()))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Coroutine
+from collections.abc import Awaitable, Coroutine, Mapping
 from datetime import datetime
 from typing import Any, Protocol
 
@@ -47,6 +47,17 @@ class Transport(Protocol):
 
     def abandon(self, job_id: int) -> None:
         """The loop settled the job (timeout, cancel): stop working on it if still busy."""
+
+
+def dispatch(transports: Mapping[str, Transport], job: Job, reporter: Reporter) -> None:
+    """Hand ``job`` to its type's transport; a type no transport sends fails the
+    attempt (not retryable)."""
+    transport = transports.get(job.type)
+    if transport is None:
+        error = AttemptError(f"unknown job type {job.type!r}", retryable=False)
+        reporter.outcome(job, Failed(error))
+        return
+    transport.dispatch(job, reporter)
 
 
 class JobTasks:

@@ -87,6 +87,11 @@ class QueueConfig(_Strict):
     # then `order` decides; a backlog of one value delays another's first job by one
     # turn, not by the backlog. None: the queue order alone.
     round_robin_label: str | None = Field(None, min_length=1, max_length=200)
+    # With other live processes serving the queue, its owner sends claimed jobs itself
+    # while it has fewer than this many of them running, and hands the rest to the least
+    # loaded process: a hand-off costs round trips and CPU, worth paying only when the
+    # owner's own sends fall behind. 0 hands every job to the least loaded process.
+    hand_off_above: int = Field(32, ge=0)
     # Aging (priority_time order only): a due job's effective priority improves by one
     # for every `aging` it has waited, so low priorities are not starved forever.
     aging: Seconds | None = Field(None, gt=0)

@@ -31,6 +31,9 @@ log = logging.getLogger("hipq.batch_loop.hand_off")
 @dataclass(slots=True)
 class HandOff:
     me: str
+    # The owner keeps sending while it has fewer than this many of the queue's jobs
+    # running (``QueueConfig.hand_off_above``).
+    keep_below: int = 0
     # The live processes that may serve the queue, this one included (the registry's
     # last beat); only these are handed new jobs.
     executors: tuple[str, ...] = ()
@@ -56,7 +59,8 @@ class HandOff:
 
     def choose(self, claimed: Sequence[Job], in_flight: Mapping[int, Job]) -> dict[int, str]:
         """Who sends each claimed job, job id -> process, for those not sent by the
-        owner: the process with the fewest of the queue's jobs running, in turn."""
+        owner: the owner itself while it has fewer than ``keep_below`` running, then
+        the process with the fewest of the queue's jobs running, in turn."""
         if self.alone or not claimed:
             return {}
         load = dict.fromkeys(self.executors, 0)
@@ -67,6 +71,9 @@ class HandOff:
                     load[who] += 1
         out: dict[int, str] = {}
         for job in claimed:
+            if load.get(self.me, self.keep_below) < self.keep_below:
+                load[self.me] += 1
+                continue
             who = min(load, key=lambda e: (load[e], e))
             load[who] += 1
             if who != self.me:

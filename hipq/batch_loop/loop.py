@@ -126,7 +126,7 @@ class QueueLoop(Loop):
         self._handing_back_since: float | None = None
         # Who sends the claimed jobs when other live processes serve the queue too
         # (``hipq.batch_loop.hand_off``); alone, the loop sends them all itself.
-        self.hand_off = HandOff(owner)
+        self.hand_off = HandOff(owner, keep_below=config.hand_off_above)
 
     @property
     def chain(self) -> GuardedChain:
@@ -373,6 +373,7 @@ class QueueLoop(Loop):
             return
         self.admission.chain.close()
         self.config, self.stages = changed
+        self.hand_off.keep_below = self.config.hand_off_above
         self.admission = Admission(self.name, self.config, self.stages, self.events)
         if resume:
             await self.admission.resume(self.store, now)

@@ -57,7 +57,12 @@ def hot_config(tmp_path: Path, url: str, receiver: str) -> Path:
         }
     }
     queues = {
-        "hot": {"concurrency": CONCURRENCY, "batch_interval": "100ms", "throttlers": throttlers}
+        "hot": {
+            "concurrency": CONCURRENCY,
+            "batch_interval": "100ms",
+            "hand_off_above": 0,
+            "throttlers": throttlers,
+        }
     }
     return write_config(
         tmp_path / "hot.yaml",
@@ -171,7 +176,7 @@ def test_a_hot_queue_is_sent_by_every_process_within_its_limits(
 def test_a_sigkill_of_a_process_sending_handed_jobs_loses_none(
     database: str, servers: Servers, tmp_path: Path
 ) -> None:
-    queues = {"hot": {"concurrency": 30, "batch_interval": "100ms"}}
+    queues = {"hot": {"concurrency": 30, "batch_interval": "100ms", "hand_off_above": 0}}
     job_types = {
         "record": {
             "queue": "hot",

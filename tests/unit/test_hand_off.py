@@ -35,6 +35,16 @@ def test_claimed_jobs_go_to_the_least_loaded_in_turn_the_owner_included() -> Non
     assert counts == {"b": 3, "c": 3} and len(chosen) == 6
 
 
+def test_the_owner_keeps_its_sends_until_it_has_keep_below_running() -> None:
+    hand = HandOff("a", keep_below=4)
+    hand.serve_with(["a", "b"], ["a", "b"])
+    running = {1: numbered_job(1), 2: numbered_job(2)}  # the owner sends 2 already
+    # 2 more stay with the owner (4 running), the next go to the least loaded in turn:
+    # b until it has 4 too, then a and b alternate.
+    chosen = hand.choose([numbered_job(i) for i in range(10, 20)], running)
+    assert chosen == {12: "b", 13: "b", 14: "b", 15: "b", 17: "b", 19: "b"}
+
+
 def test_jobs_of_an_executor_gone_are_the_owner_s_to_send_once_read() -> None:
     hand = HandOff("a")
     hand.serve_with(["a", "b"], ["a", "b"])

@@ -21,6 +21,7 @@ from hipq.api.errors import InvalidParameter
 from hipq.api.json_body import JSONBodyRoute
 from hipq.api.models import ErrorOut, JobOut
 from hipq.schedules import ScheduleError, Scheduler, build_schedule
+from hipq.schedules.definition import Overlap
 from hipq.schedules.scheduler import schedule_fields, to_row
 from hipq.service import Service
 from hipq.storable_text import storable
@@ -65,8 +66,12 @@ class ScheduleIn(_In):
         "none", description="what becomes of fire times missed while no hipq ran"
     )
     backfill: float | str = Field("1d", description="how far back missed fire times count")
-    overlap: Literal["allow", "skip"] = Field(
-        "allow", description="skip: no job while the schedule's previous job is open"
+    overlap: Overlap = Field(
+        "allow",
+        description="while the schedule's previous job is open (scheduled, running or "
+        "awaiting): allow makes the job anyway, skip makes none, buffer_one holds one "
+        "job back until the previous ends (later fire times skipped), cancel_other "
+        "cancels the previous job and makes this one once it has ended",
     )
     paused: bool = Field(False, description="makes no job while paused")
 
@@ -81,7 +86,7 @@ class SchedulePatch(_In):
     backfill: float | str | None = Field(
         None, description="replaces how far back missed fire times count"
     )
-    overlap: Literal["allow", "skip"] | None = Field(
+    overlap: Overlap | None = Field(
         None, description="replaces what a fire time does while the previous job is open"
     )
 
@@ -94,7 +99,7 @@ class ScheduleOut(BaseModel):
     job: dict[str, Any] = Field(description="the job made at each fire time")
     catch_up: str = Field(description="none, latest or all: missed fire times")
     backfill_seconds: float = Field(description="how far back missed fire times count")
-    overlap: str = Field(description="allow, or skip while the previous job is open")
+    overlap: str = Field(description="allow, skip, buffer_one or cancel_other")
     paused: bool = Field(description="makes no job while paused")
     next_fire_time: datetime | None = Field(description="null while paused")
     checked_until: datetime = Field(description="fire times up to here are decided")
@@ -113,7 +118,10 @@ class FireTimesOut(BaseModel):
 
 class FireOut(BaseModel):
     fire_time: datetime = Field(description="the fire time decided")
-    outcome: str = Field(description="created, run_now, skipped (overlap), invalid, conflict")
+    outcome: str = Field(
+        description="created, run_now, skipped or buffered (overlap; buffered: waits "
+        "for the previous job to end), invalid, conflict"
+    )
     job_id: int | None = Field(description="the job it made, if any")
 
 

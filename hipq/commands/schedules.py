@@ -59,7 +59,7 @@ def schedules_add(
     job_key: Annotated[str | None, typer.Option(help="e.g. '{schedule}-{fire.date}'")] = None,
     catch_up: Annotated[str, typer.Option(help="none, latest or all")] = "none",
     backfill: Annotated[str, typer.Option(help="how far back missed fire times count")] = "1d",
-    overlap: Annotated[str, typer.Option(help="allow or skip")] = "allow",
+    overlap: Annotated[str, typer.Option(help="allow, skip, buffer_one or cancel_other")] = "allow",
     url: UrlOpt = None,
     config: ConfigOpt = None,
 ) -> None:
@@ -88,7 +88,9 @@ def schedules_change(
     job: Annotated[str | None, typer.Option(help="the whole job template, JSON")] = None,
     catch_up: Annotated[str | None, typer.Option(help="none, latest or all")] = None,
     backfill: Annotated[str | None, typer.Option()] = None,
-    overlap: Annotated[str | None, typer.Option(help="allow or skip")] = None,
+    overlap: Annotated[
+        str | None, typer.Option(help="allow, skip, buffer_one or cancel_other")
+    ] = None,
     url: UrlOpt = None,
     config: ConfigOpt = None,
 ) -> None:

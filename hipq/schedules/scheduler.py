@@ -103,11 +103,13 @@ class Scheduler(Loop):
         self.new_job(schedule, fire, now)
         return schedule
 
-    def new_job(self, schedule: Schedule, fire: datetime, now: datetime) -> NewJob:
+    def new_job(
+        self, schedule: Schedule, fire: datetime, now: datetime, backfilled: bool = False
+    ) -> NewJob:
         """The fire time's job, checked and resolved exactly as ``POST /v1/jobs`` does
         (the API's model for the shape, then the intake for defaults and rules)."""
         try:
-            job = JobIn.model_validate(job_fields(schedule, fire))
+            job = JobIn.model_validate(job_fields(schedule, fire, backfilled))
             return self.intake.resolve(job.fields_set(), now)
         except ValidationError as exc:
             err = exc.errors()[0]
@@ -130,9 +132,13 @@ class Scheduler(Loop):
         now = self.clock()
         done: list[FireResult] = []
         for row in await self.store.schedule_list():
-            if row.paused or row.checked_until >= now:
+            if row.paused:
                 continue
             try:
+                if row.overlap in ("buffer_one", "cancel_other"):
+                    done.extend(await self._release(row, now))
+                if row.checked_until >= now:
+                    continue
                 done.extend(await self._decide(row, now))
             except ScheduleError as exc:  # e.g. its job type left the config
                 log.error("schedule %s cannot fire: %s", row.name, exc)
@@ -150,6 +156,26 @@ class Scheduler(Loop):
         self._emit(name, results)
         return results[0]
 
+    async def _release(self, row: ScheduleRow, now: datetime) -> list[FireResult]:
+        """The buffered fire time's job, once the schedule's previous job has ended."""
+        buffered = await self.store.schedule_buffered(row.name)
+        if buffered is None:
+            return []
+        at, decided_at = buffered
+        schedule = build_schedule(row.name, schedule_fields(row), now, "api")
+        late = self._late(at, decided_at)  # a missed fire time stays marked as one
+        result = await self.store.schedule_release(
+            row.name, at, self.new_job(schedule, at, now, late), now
+        )
+        if result is None:
+            return []
+        self._emit(row.name, [result])
+        return [result]
+
+    def _late(self, at: datetime, decided_at: datetime) -> bool:
+        """Whether fire time ``at`` was missed when decided: its job is backfilled."""
+        return (decided_at - at).total_seconds() > self.on_time
+
     async def _decide(self, row: ScheduleRow, now: datetime) -> list[FireResult]:
         schedule = build_schedule(row.name, schedule_fields(row), now, "api")
         # Up to MAX_FIRES_PER_TICK fire times are searched: not on the event loop.
@@ -159,7 +185,7 @@ class Scheduler(Loop):
         fires = []
         for at in decided.fires:
             try:
-                fires.append(Fire(at, self.new_job(schedule, at, now)))
+                fires.append(Fire(at, self.new_job(schedule, at, now, self._late(at, now))))
             except ScheduleError as exc:
                 log.error("schedule %s at %s: %s", row.name, at.isoformat(), exc)
                 self.events.emit("schedule_failed", schedule=row.name, error=str(exc))
@@ -210,6 +236,10 @@ class Scheduler(Loop):
                 )
             elif result.outcome == "skipped":
                 self.events.emit("schedule_skipped", schedule=name, fire_time=result.at.isoformat())
+            elif result.outcome == "buffered":
+                self.events.emit(
+                    "schedule_buffered", schedule=name, fire_time=result.at.isoformat()
+                )
         if late:
             self.events.emit(
                 "schedule_backfilled",

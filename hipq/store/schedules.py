@@ -4,6 +4,10 @@ A fire time's job is inserted in the same transaction as its row in
 ``hipq_schedule_fires``, whose primary key (schedule, fire_time) is the claim: of
 any number of processes deciding the same fire time, one inserts the row and its
 job, the others insert nothing.
+
+Overlap ``buffer_one`` and ``cancel_other`` hold a fire time back as a row of outcome
+``buffered`` without a job (one at most per schedule); ``schedule_release`` inserts
+its job once the schedule's previous job has ended, again under the schedule's lock.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from hipq.batch_loop.wakeup import jobs_payload
 from hipq.jobs import Job, NewJob
+from hipq.lifecycle import OPEN
 from hipq.store.records import Conflict, NotFound
 from hipq.store.schema import jobs, schedule_fires, schedules
 from hipq.store.state_guards import OPEN_SQL
@@ -57,7 +62,9 @@ class Fire:
 @dataclass(frozen=True, slots=True)
 class FireResult:
     at: datetime
-    outcome: str  # created | run_now | skipped | invalid | taken (another process had it)
+    # created | run_now | skipped | buffered | invalid | conflict | taken (another
+    # process had it)
+    outcome: str
     job: Job | None = None
 
 
@@ -71,6 +78,10 @@ class ScheduleTable(Transactions):
         async def _insert(
             self, conn: AsyncConnection, new_jobs: Sequence[NewJob], now: datetime
         ) -> list[Job]: ...
+
+        async def _cancel(  # from OperatorTable: the one cancel of a job
+            self, conn: AsyncConnection, job_id: int, now: datetime, reason: str | None
+        ) -> Job: ...
 
     async def schedule_list(self) -> list[ScheduleRow]:
         async with self._read() as conn:
@@ -170,8 +181,8 @@ class ScheduleTable(Transactions):
         """Decide ``fires`` and move the schedule's ``checked_until`` to ``until``, in
         one transaction; None (nothing done) when another process moved it first.
 
-        ``expected_until`` None (run now) checks nothing and moves nothing. With
-        overlap ``skip`` a fire time is skipped while the schedule's last job is open.
+        ``expected_until`` None (run now) checks nothing and moves nothing. While the
+        schedule's last job is open a fire time follows the schedule's ``overlap``.
         """
         async with self._write() as conn:
             row = await self._locked(conn, name, writable=False)
@@ -204,9 +215,8 @@ class ScheduleTable(Transactions):
         self, conn: AsyncConnection, row: ScheduleRow, fire: Fire, now: datetime
     ) -> FireResult:
         outcome = fire.outcome
-        if fire.job is not None and fire.outcome != "run_now" and row.overlap == "skip":
-            if await self._last_job_open(conn, row.name):
-                outcome = "skipped"
+        if fire.job is not None and fire.outcome != "run_now" and row.overlap != "allow":
+            outcome = await self._overlap(conn, row, now)
         claim = (
             self.dialect.insert(schedule_fires)
             .values(schedule=row.name, fire_time=fire.at, outcome=outcome, created_at=now)
@@ -215,17 +225,77 @@ class ScheduleTable(Transactions):
         )
         if (await conn.execute(claim)).first() is None:
             return FireResult(fire.at, "taken")
-        if fire.job is None or outcome == "skipped":
+        if fire.job is None or outcome in ("skipped", "buffered"):
             return FireResult(fire.at, outcome)
+        return await self._insert_fire_job(conn, row.name, fire.at, fire.job, outcome, now)
+
+    async def _overlap(self, conn: AsyncConnection, row: ScheduleRow, now: datetime) -> str:
+        """What a fire time of ``row`` becomes under its overlap policy: created,
+        skipped or buffered. At most one fire time waits buffered: under buffer_one a
+        later one is skipped, under cancel_other it takes the waiting one's place."""
+        buffered = await self._buffered_at(conn, row.name)
+        open_job = await self._last_open_job(conn, row.name)
+        if row.overlap == "skip":
+            return "skipped" if open_job is not None else "created"
+        if row.overlap == "buffer_one":
+            if buffered is not None:
+                return "skipped"
+            return "buffered" if open_job is not None else "created"
+        # cancel_other
+        if buffered is not None:  # the previous job is being cancelled already
+            await self._set_fire(conn, row.name, buffered, None, "skipped")
+            return "buffered"
+        if open_job is None:
+            return "created"
+        reason = f"cancelled by schedule {row.name!r} (overlap cancel_other)"
+        cancelled = await self._cancel(conn, open_job, now, reason)
+        # A job in flight ends at its loop's next tick: this fire time waits for that.
+        return "buffered" if cancelled.state in OPEN else "created"
+
+    async def schedule_buffered(self, name: str) -> tuple[datetime, datetime] | None:
+        """The fire time waiting for the schedule's previous job to end, if any, and
+        when it was decided (whether it was on time then)."""
+        query = select(schedule_fires.c.fire_time, schedule_fires.c.created_at).where(
+            schedule_fires.c.schedule == name, schedule_fires.c.outcome == "buffered"
+        )
+        async with self._read() as conn:
+            found = (await conn.execute(query.limit(1))).first()
+        return None if found is None else (found.fire_time, found.created_at)
+
+    async def schedule_release(
+        self, name: str, at: datetime, job: NewJob, now: datetime
+    ) -> FireResult | None:
+        """Insert the job of the buffered fire time ``at`` if the schedule's previous
+        job has ended; None when it has not, or another process released it first."""
+        async with self._write() as conn:
+            row = await self._locked(conn, name, writable=False)
+            if row.paused or await self._buffered_at(conn, name) != at:
+                return None
+            if await self._last_open_job(conn, name) is not None:
+                return None
+            result = await self._insert_fire_job(conn, name, at, job, "created", now)
+            if result.job is not None:
+                await self._notify(conn, {jobs_payload(result.job.queue)})
+            return result
+
+    async def _insert_fire_job(
+        self,
+        conn: AsyncConnection,
+        name: str,
+        at: datetime,
+        new: NewJob,
+        outcome: str,
+        now: datetime,
+    ) -> FireResult:
         try:
             async with conn.begin_nested():
-                job = (await self._insert(conn, [fire.job], now))[0]
+                job = (await self._insert(conn, [new], now))[0]
         except (IntegrityError, Conflict):
             # A correlation_key or job_key an open job holds: recorded, not retried.
-            await self._set_fire(conn, row.name, fire.at, None, "conflict")
-            return FireResult(fire.at, "conflict")
-        await self._set_fire(conn, row.name, fire.at, job.id, outcome)
-        return FireResult(fire.at, outcome, job)
+            await self._set_fire(conn, name, at, None, "conflict")
+            return FireResult(at, "conflict")
+        await self._set_fire(conn, name, at, job.id, outcome)
+        return FireResult(at, outcome, job)
 
     async def _set_fire(
         self, conn: AsyncConnection, name: str, at: datetime, job_id: int | None, outcome: str
@@ -236,7 +306,8 @@ class ScheduleTable(Transactions):
             .values(job_id=job_id, outcome=outcome)
         )
 
-    async def _last_job_open(self, conn: AsyncConnection, name: str) -> bool:
+    async def _last_open_job(self, conn: AsyncConnection, name: str) -> int | None:
+        """The schedule's latest job if it is open (scheduled, running or awaiting)."""
         last = (
             select(schedule_fires.c.job_id)
             .where(schedule_fires.c.schedule == name, schedule_fires.c.job_id.is_not(None))
@@ -245,7 +316,13 @@ class ScheduleTable(Transactions):
             .scalar_subquery()
         )
         query = select(jobs.c.id).where(jobs.c.id == last, jobs.c.state.in_(OPEN_SQL))
-        return (await conn.execute(query)).first() is not None
+        return (await conn.execute(query)).scalar()
+
+    async def _buffered_at(self, conn: AsyncConnection, name: str) -> datetime | None:
+        query = select(schedule_fires.c.fire_time).where(
+            schedule_fires.c.schedule == name, schedule_fires.c.outcome == "buffered"
+        )
+        return (await conn.execute(query.limit(1))).scalar()
 
     async def _locked(self, conn: AsyncConnection, name: str, writable: bool) -> ScheduleRow:
         query = self.dialect.for_update(select(schedules).where(schedules.c.name == name))

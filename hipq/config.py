@@ -423,6 +423,8 @@ class ScheduleConfig(_Strict):
     backfill: Seconds = Field(86400.0, ge=0, le=367 * 86400)
     # While the previous job is open: allow, skip, buffer_one (one waits), cancel_other.
     overlap: Literal["allow", "skip", "buffer_one", "cancel_other"] = "allow"
+    # Pause the schedule when the job of its latest fire time fails for good.
+    pause_on_failure: bool = False
 
     @field_validator("cron", "timezone")
     @classmethod

@@ -74,6 +74,11 @@ class ScheduleIn(_In):
         "cancels the previous job and makes this one once it has ended",
     )
     paused: bool = Field(False, description="makes no job while paused")
+    pause_on_failure: bool = Field(
+        False,
+        description="pause the schedule when the job of its latest fire time fails for "
+        "good (retries spent); paused_reason says which job, resuming clears it",
+    )
 
 
 class SchedulePatch(_In):
@@ -89,6 +94,9 @@ class SchedulePatch(_In):
     overlap: Overlap | None = Field(
         None, description="replaces what a fire time does while the previous job is open"
     )
+    pause_on_failure: bool | None = Field(
+        None, description="replaces whether a job failed for good pauses the schedule"
+    )
 
 
 class ScheduleOut(BaseModel):
@@ -101,6 +109,11 @@ class ScheduleOut(BaseModel):
     backfill_seconds: float = Field(description="how far back missed fire times count")
     overlap: str = Field(description="allow, skip, buffer_one or cancel_other")
     paused: bool = Field(description="makes no job while paused")
+    pause_on_failure: bool = Field(description="a job failed for good pauses the schedule")
+    paused_reason: str | None = Field(
+        description="why the scheduler paused it (pause_on_failure): the failed job and "
+        "its error; null when an operator paused it or it is not paused"
+    )
     next_fire_time: datetime | None = Field(description="null while paused")
     checked_until: datetime = Field(description="fire times up to here are decided")
     created_at: datetime = Field(description="when it was created")
@@ -168,6 +181,8 @@ def _out(scheduler: Scheduler, row: ScheduleRow) -> ScheduleOut:
         backfill_seconds=row.backfill_seconds,
         overlap=row.overlap,
         paused=row.paused,
+        pause_on_failure=row.pause_on_failure,
+        paused_reason=row.paused_reason,
         next_fire_time=None if row.paused else schedule.cron.next_after(after),
         checked_until=row.checked_until,
         created_at=row.created_at,

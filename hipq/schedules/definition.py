@@ -46,6 +46,7 @@ class Schedule:
     backfill_seconds: float = 86400.0
     overlap: Overlap = "allow"
     paused: bool = False
+    pause_on_failure: bool = False
     source: Literal["config", "api"] = "api"
     checked_until: datetime | None = None
 
@@ -104,6 +105,7 @@ def build_schedule(
         backfill_seconds=backfill,
         overlap=cast(Overlap, overlap),
         paused=bool(fields.get("paused", False)),
+        pause_on_failure=bool(fields.get("pause_on_failure", False)),
         source=source,
     )
 

@@ -50,6 +50,7 @@ def schedule_fields(row: ScheduleRow) -> dict[str, Any]:
         "backfill": row.backfill_seconds,
         "overlap": row.overlap,
         "paused": row.paused,
+        "pause_on_failure": row.pause_on_failure,
     }
 
 
@@ -64,6 +65,7 @@ def to_row(schedule: Schedule, now: datetime, checked_until: datetime | None = N
         backfill_seconds=schedule.backfill_seconds,
         overlap=schedule.overlap,
         paused=schedule.paused,
+        pause_on_failure=schedule.pause_on_failure,
         checked_until=checked_until or now,
         created_at=now,
         updated_at=now,
@@ -134,6 +136,8 @@ class Scheduler(Loop):
         for row in await self.store.schedule_list():
             if row.paused:
                 continue
+            if row.pause_on_failure and await self._paused_on_failure(row, now):
+                continue
             try:
                 if row.overlap in ("buffer_one", "cancel_other"):
                     done.extend(await self._release(row, now))
@@ -155,6 +159,15 @@ class Scheduler(Loop):
         assert results is not None
         self._emit(name, results)
         return results[0]
+
+    async def _paused_on_failure(self, row: ScheduleRow, now: datetime) -> bool:
+        """Pause ``row`` if its latest job failed for good; whether it did."""
+        paused = await self.store.schedule_pause_on_failure(row.name, now)
+        if paused is None:
+            return False
+        log.warning("schedule %s paused: %s", row.name, paused.paused_reason)
+        self.events.emit("schedule_paused", schedule=row.name, reason=paused.paused_reason)
+        return True
 
     async def _release(self, row: ScheduleRow, now: datetime) -> list[FireResult]:
         """The buffered fire time's job, once the schedule's previous job has ended."""

@@ -23,13 +23,23 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from hipq.batch_loop.wakeup import jobs_payload
 from hipq.jobs import Job, NewJob
-from hipq.lifecycle import OPEN
+from hipq.lifecycle import OPEN, State
 from hipq.store.records import Conflict, NotFound
 from hipq.store.schema import jobs, schedule_fires, schedules
-from hipq.store.state_guards import OPEN_SQL
+from hipq.store.state_guards import OPEN_SQL, const
 from hipq.store.transactions import Transactions
 
-_DEFINITION = ("cron", "timezone", "job", "catch_up", "backfill_seconds", "overlap")
+_DEFINITION = (
+    "cron",
+    "timezone",
+    "job",
+    "catch_up",
+    "backfill_seconds",
+    "overlap",
+    "pause_on_failure",
+)
+# A paused_reason is at most this long (a job's last_error can be long).
+MAX_REASON = 1000
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,6 +58,8 @@ class ScheduleRow:
     checked_until: datetime
     created_at: datetime
     updated_at: datetime
+    pause_on_failure: bool = False
+    paused_reason: str | None = None  # set when the scheduler paused it (pause_on_failure)
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,10 +139,12 @@ class ScheduleTable(Transactions):
 
     async def schedule_set_paused(self, name: str, paused: bool, now: datetime) -> ScheduleRow:
         """Pause or resume. Resuming decides from ``now`` on: what fell due while
-        paused is not caught up (pausing means "do not run")."""
+        paused is not caught up (pausing means "do not run"), and clears the reason
+        of a pause by ``pause_on_failure`` (the failure is then seen: a failed job
+        that ended before ``updated_at`` pauses nothing again)."""
         async with self._write() as conn:
             old = await self._locked(conn, name, writable=False)
-            values: dict[str, Any] = {"paused": paused, "updated_at": now}
+            values: dict[str, Any] = {"paused": paused, "updated_at": now, "paused_reason": None}
             if old.paused and not paused:
                 values["checked_until"] = max(old.checked_until, now)
             await conn.execute(update(schedules).where(schedules.c.name == name).values(**values))
@@ -252,6 +266,35 @@ class ScheduleTable(Transactions):
         # A job in flight ends at its loop's next tick: this fire time waits for that.
         return "buffered" if cancelled.state in OPEN else "created"
 
+    async def schedule_pause_on_failure(self, name: str, now: datetime) -> ScheduleRow | None:
+        """Pause the schedule if the job of its latest fire time failed for good after
+        the schedule was last resumed or changed; the paused row, or None."""
+        async with self._read() as conn:
+            if await self._failed_job(conn, name) is None:
+                return None  # the usual answer: a read, no write
+        async with self._write() as conn:
+            row = await self._locked(conn, name, writable=False)
+            failed = await self._failed_job(conn, name)
+            if row.paused or failed is None:
+                return None  # another process paused it, or an operator resumed it
+            job_id, error = failed
+            reason = f"job {job_id} failed: {error or 'no error given'}"[:MAX_REASON]
+            values: dict[str, Any] = {"paused": True, "paused_reason": reason, "updated_at": now}
+            await conn.execute(update(schedules).where(schedules.c.name == name).values(**values))
+            return replace(row, **values)
+
+    async def _failed_job(self, conn: AsyncConnection, name: str) -> tuple[int, str | None] | None:
+        """The schedule's latest job if it failed after the schedule's ``updated_at``."""
+        last = _last_job_id(name)
+        since = select(schedules.c.updated_at).where(schedules.c.name == name).scalar_subquery()
+        query = select(jobs.c.id, jobs.c.last_error).where(
+            jobs.c.id == last,
+            jobs.c.state == const(State.FAILED.value),
+            jobs.c.finished_at > since,
+        )
+        found = (await conn.execute(query)).first()
+        return None if found is None else (found.id, found.last_error)
+
     async def schedule_buffered(self, name: str) -> tuple[datetime, datetime] | None:
         """The fire time waiting for the schedule's previous job to end, if any, and
         when it was decided (whether it was on time then)."""
@@ -308,13 +351,7 @@ class ScheduleTable(Transactions):
 
     async def _last_open_job(self, conn: AsyncConnection, name: str) -> int | None:
         """The schedule's latest job if it is open (scheduled, running or awaiting)."""
-        last = (
-            select(schedule_fires.c.job_id)
-            .where(schedule_fires.c.schedule == name, schedule_fires.c.job_id.is_not(None))
-            .order_by(schedule_fires.c.fire_time.desc())
-            .limit(1)
-            .scalar_subquery()
-        )
+        last = _last_job_id(name)
         query = select(jobs.c.id).where(jobs.c.id == last, jobs.c.state.in_(OPEN_SQL))
         return (await conn.execute(query)).scalar()
 
@@ -341,3 +378,14 @@ class ScheduleTable(Transactions):
 
 def _values(schedule: ScheduleRow) -> dict[str, Any]:
     return {c: getattr(schedule, c) for c in ScheduleRow.__dataclass_fields__}
+
+
+def _last_job_id(name: str) -> Any:
+    """The id of the job of the schedule's latest fire time that made one (a subquery)."""
+    return (
+        select(schedule_fires.c.job_id)
+        .where(schedule_fires.c.schedule == name, schedule_fires.c.job_id.is_not(None))
+        .order_by(schedule_fires.c.fire_time.desc())
+        .limit(1)
+        .scalar_subquery()
+    )

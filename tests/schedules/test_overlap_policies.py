@@ -127,3 +127,44 @@ async def test_bad_overlap_and_a_backfilled_label_in_the_template_are_422(
         await api.client.patch("/v1/schedules/hourly", json={"overlap": "cancel_other"})
         shown = await api.client.get("/v1/schedules/hourly")
         assert shown.json()["overlap"] == "cancel_other"
+
+
+async def test_pause_on_failure_pauses_with_the_failed_job_and_resume_clears_it(
+    database_url: str,
+) -> None:
+    clock = FakeClock(START)
+    async with open_api(database_url, clock=clock) as api:
+        created = await _create(api, pause_on_failure=True, job={"type": "permanent"})
+        assert (created["pause_on_failure"], created["paused_reason"]) == (True, None)
+        await _at(api, clock, 1)  # 10:00: a job, which fails for good
+        await api.tick()
+        failed = (await _jobs(api, "hourly"))[0]
+        assert failed["state"] == "failed"
+        await _at(api, clock, 2)  # the scheduler sees the failure: paused, no 11:00 job
+        shown = (await api.client.get("/v1/schedules/hourly")).json()
+        assert shown["paused"] is True and shown["next_fire_time"] is None
+        assert shown["paused_reason"].startswith(f"job {failed['id']} failed: ")
+        assert len(await _jobs(api, "hourly")) == 1
+        page = await api.client.get("/dashboard/schedules")
+        assert f"job {failed['id']} failed" in page.text
+        resumed = await api.client.post("/v1/schedules/hourly/resume")
+        assert (resumed.json()["paused"], resumed.json()["paused_reason"]) == (False, None)
+        await _at(api, clock, 3)  # 12:00: fires again; the old failure pauses nothing
+        assert len(await _jobs(api, "hourly")) == 2
+        assert (await api.client.get("/v1/schedules/hourly")).json()["paused"] is False
+
+
+async def test_pause_on_failure_ignores_a_job_that_completes(
+    database_url: str,
+) -> None:
+    clock = FakeClock(START)
+    async with open_api(database_url, clock=clock) as api:
+        await _create(api, pause_on_failure=True)
+        await _at(api, clock, 1)
+        await api.tick()  # the ok job completes
+        await _at(api, clock, 2)
+        shown = (await api.client.get("/v1/schedules/hourly")).json()
+        assert shown["paused"] is False
+        assert len(await _jobs(api, "hourly")) == 2
+        bad = await api.client.patch("/v1/schedules/hourly", json={"pause_on_failure": "maybe"})
+        assert bad.status_code == 422 and "pause_on_failure" in bad.text

@@ -48,9 +48,13 @@ def test_add_list_next_pause_run_change_delete(servers: Servers, tmp_path: Path)
     run = _hipq(url, "run", "nightly")
     assert run.returncode == 0, run.stderr
     assert json.loads(run.stdout)["job"]["labels"]["schedule"] == "nightly"
-    changed = _hipq(url, "change", "nightly", "--cron", "30 3 * * *", "--overlap", "buffer_one")
+    changed = _hipq(
+        url, "change", "nightly", "--cron", "30 3 * * *", "--overlap", "buffer_one",
+        "--pause-on-failure",
+    )  # fmt: skip
     assert changed.returncode == 0 and json.loads(changed.stdout)["cron"] == "30 3 * * *"
     assert json.loads(changed.stdout)["overlap"] == "buffer_one"
+    assert json.loads(changed.stdout)["pause_on_failure"] is True
     assert _hipq(url, "delete", "nightly").returncode == 0
     assert "nightly" not in _hipq(url, "list").stdout
 

@@ -3,8 +3,11 @@ PostgreSQL: the scheduler driven tick by tick on a FakeClock."""
 
 from __future__ import annotations
 
+import asyncio
 from datetime import timedelta
 from typing import Any
+
+import pytest
 
 from tests.api.conftest import Api, open_api
 from tests.schedules.test_schedules_api import START, _create, _jobs
@@ -168,3 +171,26 @@ async def test_pause_on_failure_ignores_a_job_that_completes(
         assert len(await _jobs(api, "hourly")) == 2
         bad = await api.client.patch("/v1/schedules/hourly", json={"pause_on_failure": "maybe"})
         assert bad.status_code == 422 and "pause_on_failure" in bad.text
+
+
+async def test_two_schedulers_cancel_once_and_release_once(database_url: str) -> None:
+    if database_url.startswith("sqlite"):
+        pytest.skip("one hipq process per SQLite file: several share PostgreSQL only")
+    clock = FakeClock(START)
+    async with open_api(database_url, clock=clock) as one:
+        await _create(one, overlap="cancel_other", job={"type": "hang"})
+        await _at(one, clock, 1)
+        await one.tick()  # the 10:00 job runs
+        clock.now = START + timedelta(hours=2, minutes=-30)
+        async with open_api(database_url, clock=clock) as two:
+            a, b = one.service.scheduler, two.service.scheduler
+            assert a is not None and b is not None
+            await asyncio.gather(a.run_once(), b.run_once(), a.run_once(), b.run_once())
+            assert await _fires(one) == [("10", "created"), ("11", "buffered")]
+            await one.tick()  # the loop cancels the running job
+            await asyncio.gather(a.run_once(), b.run_once(), a.run_once(), b.run_once())
+            jobs = await _jobs(one, "hourly")
+    assert [(j["run_at"][11:13], j["state"]) for j in jobs] == [
+        ("10", "cancelled"),
+        ("11", "scheduled"),
+    ]

@@ -25,7 +25,7 @@ from hipq.process.activity import Loop
 from hipq.schedules.cron import ScheduleError
 from hipq.schedules.definition import Schedule, build_schedule, check_name, job_fields, plan
 from hipq.store import Store
-from hipq.store.schedules import Fire, FireResult, ScheduleRow
+from hipq.store.schedules import BUFFERING, Fire, FireResult, ScheduleRow, Waiting
 
 # Fire times decided per transaction, and the pause between two of them. A backfill
 # of thousands (catch_up: all after a long gap) is many short transactions, between
@@ -133,14 +133,18 @@ class Scheduler(Loop):
         """Decide the due fire times of every schedule that is not paused."""
         now = self.clock()
         done: list[FireResult] = []
-        for row in await self.store.schedule_list():
+        rows = await self.store.schedule_list()
+        waiting = Waiting(set(), {})
+        if any(r.pause_on_failure or r.overlap in BUFFERING for r in rows):
+            waiting = await self.store.schedule_waiting()
+        for row in rows:
             if row.paused:
                 continue
-            if row.pause_on_failure and await self._paused_on_failure(row, now):
+            if row.name in waiting.failed and await self._paused_on_failure(row, now):
                 continue
             try:
-                if row.overlap in ("buffer_one", "cancel_other"):
-                    done.extend(await self._release(row, now))
+                if row.name in waiting.buffered:
+                    done.extend(await self._release(row, waiting.buffered[row.name], now))
                 if row.checked_until >= now:
                     continue
                 done.extend(await self._decide(row, now))
@@ -169,11 +173,10 @@ class Scheduler(Loop):
         self.events.emit("schedule_paused", schedule=row.name, reason=paused.paused_reason)
         return True
 
-    async def _release(self, row: ScheduleRow, now: datetime) -> list[FireResult]:
+    async def _release(
+        self, row: ScheduleRow, buffered: tuple[datetime, datetime], now: datetime
+    ) -> list[FireResult]:
         """The buffered fire time's job, once the schedule's previous job has ended."""
-        buffered = await self.store.schedule_buffered(row.name)
-        if buffered is None:
-            return []
         at, decided_at = buffered
         schedule = build_schedule(row.name, schedule_fields(row), now, "api")
         late = self._late(at, decided_at)  # a missed fire time stays marked as one

@@ -62,6 +62,18 @@ class ScheduleRow:
     paused_reason: str | None = None  # set when the scheduler paused it (pause_on_failure)
 
 
+# The overlap policies that hold a fire time back until the previous job has ended.
+BUFFERING = ("buffer_one", "cancel_other")
+
+
+@dataclass(frozen=True, slots=True)
+class Waiting:
+    """What the scheduler looks at before deciding fire times, for all schedules."""
+
+    failed: set[str]  # to pause (pause_on_failure)
+    buffered: dict[str, tuple[datetime, datetime]]  # name: (fire time, decided at)
+
+
 @dataclass(frozen=True, slots=True)
 class Fire:
     """One fire time to decide: its job, or why it has none (``skip`` is overlap's)."""
@@ -266,12 +278,33 @@ class ScheduleTable(Transactions):
         # A job in flight ends at its loop's next tick: this fire time waits for that.
         return "buffered" if cancelled.state in OPEN else "created"
 
+    async def schedule_waiting(self) -> Waiting:
+        """In two statements for all schedules (not two per schedule at every tick):
+        those that ``pause_on_failure`` should pause, and the buffered fire times whose
+        previous job has ended (a release is a write: only when it can happen)."""
+        still_open = (
+            select(jobs.c.id)
+            .where(jobs.c.id == _last_job_id(schedules.c.name), jobs.c.state.in_(OPEN_SQL))
+            .exists()
+        )
+        buffered = select(
+            schedule_fires.c.schedule, schedule_fires.c.fire_time, schedule_fires.c.created_at
+        ).where(
+            schedule_fires.c.schedule == schedules.c.name,
+            schedules.c.overlap.in_(BUFFERING),
+            schedule_fires.c.outcome == "buffered",
+            ~still_open,
+        )
+        async with self._read() as conn:
+            failed = {r.name for r in await conn.execute(_failures())}
+            waiting = {
+                r.schedule: (r.fire_time, r.created_at) for r in await conn.execute(buffered)
+            }
+        return Waiting(failed, waiting)
+
     async def schedule_pause_on_failure(self, name: str, now: datetime) -> ScheduleRow | None:
         """Pause the schedule if the job of its latest fire time failed for good after
         the schedule was last resumed or changed; the paused row, or None."""
-        async with self._read() as conn:
-            if await self._failed_job(conn, name) is None:
-                return None  # the usual answer: a read, no write
         async with self._write() as conn:
             row = await self._locked(conn, name, writable=False)
             failed = await self._failed_job(conn, name)
@@ -284,26 +317,8 @@ class ScheduleTable(Transactions):
             return replace(row, **values)
 
     async def _failed_job(self, conn: AsyncConnection, name: str) -> tuple[int, str | None] | None:
-        """The schedule's latest job if it failed after the schedule's ``updated_at``."""
-        last = _last_job_id(name)
-        since = select(schedules.c.updated_at).where(schedules.c.name == name).scalar_subquery()
-        query = select(jobs.c.id, jobs.c.last_error).where(
-            jobs.c.id == last,
-            jobs.c.state == const(State.FAILED.value),
-            jobs.c.finished_at > since,
-        )
-        found = (await conn.execute(query)).first()
+        found = (await conn.execute(_failures().where(schedules.c.name == name))).first()
         return None if found is None else (found.id, found.last_error)
-
-    async def schedule_buffered(self, name: str) -> tuple[datetime, datetime] | None:
-        """The fire time waiting for the schedule's previous job to end, if any, and
-        when it was decided (whether it was on time then)."""
-        query = select(schedule_fires.c.fire_time, schedule_fires.c.created_at).where(
-            schedule_fires.c.schedule == name, schedule_fires.c.outcome == "buffered"
-        )
-        async with self._read() as conn:
-            found = (await conn.execute(query.limit(1))).first()
-        return None if found is None else (found.fire_time, found.created_at)
 
     async def schedule_release(
         self, name: str, at: datetime, job: NewJob, now: datetime
@@ -380,7 +395,22 @@ def _values(schedule: ScheduleRow) -> dict[str, Any]:
     return {c: getattr(schedule, c) for c in ScheduleRow.__dataclass_fields__}
 
 
-def _last_job_id(name: str) -> Any:
+def _failures() -> Any:
+    """Schedules with pause_on_failure, not paused, whose latest job failed after the
+    schedule's ``updated_at`` (its last resume or change): name, job id, error."""
+    return (
+        select(schedules.c.name, jobs.c.id, jobs.c.last_error)
+        .select_from(schedules.join(jobs, jobs.c.id == _last_job_id(schedules.c.name)))
+        .where(
+            schedules.c.pause_on_failure.is_(True),
+            schedules.c.paused.is_(False),
+            jobs.c.state == const(State.FAILED.value),
+            jobs.c.finished_at > schedules.c.updated_at,
+        )
+    )
+
+
+def _last_job_id(name: Any) -> Any:
     """The id of the job of the schedule's latest fire time that made one (a subquery)."""
     return (
         select(schedule_fires.c.job_id)

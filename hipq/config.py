@@ -446,8 +446,10 @@ class ScheduleConfig(_Strict):
     # newest), all (one job each), within `backfill` before now.
     catch_up: Literal["none", "latest", "all"] = "none"
     backfill: Seconds = Field(86400.0, ge=0, le=367 * 86400)
-    # skip: no job for a fire time while the schedule's previous job is still open.
-    overlap: Literal["allow", "skip"] = "allow"
+    # While the previous job is open: allow, skip, buffer_one (one waits), cancel_other.
+    overlap: Literal["allow", "skip", "buffer_one", "cancel_other"] = "allow"
+    # Pause the schedule when the job of its latest fire time fails for good.
+    pause_on_failure: bool = False
 
     @field_validator("cron", "timezone")
     @classmethod

@@ -21,6 +21,7 @@ from hipq.api.errors import InvalidParameter
 from hipq.api.json_body import JSONBodyRoute
 from hipq.api.models import ErrorOut, JobOut
 from hipq.schedules import ScheduleError, Scheduler, build_schedule
+from hipq.schedules.definition import Overlap
 from hipq.schedules.scheduler import schedule_fields, to_row
 from hipq.service import Service
 from hipq.storable_text import storable
@@ -65,10 +66,19 @@ class ScheduleIn(_In):
         "none", description="what becomes of fire times missed while no hipq ran"
     )
     backfill: float | str = Field("1d", description="how far back missed fire times count")
-    overlap: Literal["allow", "skip"] = Field(
-        "allow", description="skip: no job while the schedule's previous job is open"
+    overlap: Overlap = Field(
+        "allow",
+        description="while the schedule's previous job is open (scheduled, running or "
+        "awaiting): allow makes the job anyway, skip makes none, buffer_one holds one "
+        "job back until the previous ends (later fire times skipped), cancel_other "
+        "cancels the previous job and makes this one once it has ended",
     )
     paused: bool = Field(False, description="makes no job while paused")
+    pause_on_failure: bool = Field(
+        False,
+        description="pause the schedule when the job of its latest fire time fails for "
+        "good (retries spent); paused_reason says which job, resuming clears it",
+    )
 
 
 class SchedulePatch(_In):
@@ -81,8 +91,11 @@ class SchedulePatch(_In):
     backfill: float | str | None = Field(
         None, description="replaces how far back missed fire times count"
     )
-    overlap: Literal["allow", "skip"] | None = Field(
+    overlap: Overlap | None = Field(
         None, description="replaces what a fire time does while the previous job is open"
+    )
+    pause_on_failure: bool | None = Field(
+        None, description="replaces whether a job failed for good pauses the schedule"
     )
 
 
@@ -94,8 +107,13 @@ class ScheduleOut(BaseModel):
     job: dict[str, Any] = Field(description="the job made at each fire time")
     catch_up: str = Field(description="none, latest or all: missed fire times")
     backfill_seconds: float = Field(description="how far back missed fire times count")
-    overlap: str = Field(description="allow, or skip while the previous job is open")
+    overlap: str = Field(description="allow, skip, buffer_one or cancel_other")
     paused: bool = Field(description="makes no job while paused")
+    pause_on_failure: bool = Field(description="a job failed for good pauses the schedule")
+    paused_reason: str | None = Field(
+        description="why the scheduler paused it (pause_on_failure): the failed job and "
+        "its error; null when an operator paused it or it is not paused"
+    )
     next_fire_time: datetime | None = Field(description="null while paused")
     checked_until: datetime = Field(description="fire times up to here are decided")
     created_at: datetime = Field(description="when it was created")
@@ -113,7 +131,10 @@ class FireTimesOut(BaseModel):
 
 class FireOut(BaseModel):
     fire_time: datetime = Field(description="the fire time decided")
-    outcome: str = Field(description="created, run_now, skipped (overlap), invalid, conflict")
+    outcome: str = Field(
+        description="created, run_now, skipped or buffered (overlap; buffered: waits "
+        "for the previous job to end), invalid, conflict"
+    )
     job_id: int | None = Field(description="the job it made, if any")
 
 
@@ -160,6 +181,8 @@ def _out(scheduler: Scheduler, row: ScheduleRow) -> ScheduleOut:
         backfill_seconds=row.backfill_seconds,
         overlap=row.overlap,
         paused=row.paused,
+        pause_on_failure=row.pause_on_failure,
+        paused_reason=row.paused_reason,
         next_fire_time=None if row.paused else schedule.cron.next_after(after),
         checked_until=row.checked_until,
         created_at=row.created_at,

@@ -187,6 +187,8 @@ class Schedule(_Out):
     overlap: str
     paused: bool
     next_fire_time: datetime | None
+    pause_on_failure: bool = False
+    paused_reason: str | None = None  # why the scheduler paused it (pause_on_failure)
     checked_until: datetime
     created_at: datetime
     updated_at: datetime
@@ -301,8 +303,9 @@ class ScheduleFields(TypedDict, total=False):
     timezone: str
     catch_up: Literal["none", "latest", "all"]
     backfill: float | str
-    overlap: Literal["allow", "skip"]
+    overlap: Literal["allow", "skip", "buffer_one", "cancel_other"]
     paused: bool
+    pause_on_failure: bool
 
 
 class ScheduleChanges(TypedDict, total=False):
@@ -311,7 +314,8 @@ class ScheduleChanges(TypedDict, total=False):
     job: Mapping[str, Any]
     catch_up: Literal["none", "latest", "all"]
     backfill: float | str
-    overlap: Literal["allow", "skip"]
+    overlap: Literal["allow", "skip", "buffer_one", "cancel_other"]
+    pause_on_failure: bool
 
 
 class FetchedJob(_Out):

@@ -37,6 +37,8 @@ def schedules_list(
     typer.echo(f"{'NAME':<24} {'SOURCE':<7} {'CRON':<16} {'TIMEZONE':<18} NEXT")
     for s in found:
         nxt = "paused" if s.paused else s.model_dump(mode="json")["next_fire_time"]
+        if s.paused_reason:  # paused by pause_on_failure: say which job failed
+            nxt = f"paused ({s.paused_reason.splitlines()[0][:120]})"
         typer.echo(f"{s.name:<24} {s.source:<7} {s.cron:<16} {s.timezone:<18} {nxt}")
 
 
@@ -63,7 +65,10 @@ def schedules_add(
     ] = None,
     catch_up: Annotated[str, typer.Option(help="none, latest or all")] = "none",
     backfill: Annotated[str, typer.Option(help="how far back missed fire times count")] = "1d",
-    overlap: Annotated[str, typer.Option(help="allow or skip")] = "allow",
+    overlap: Annotated[str, typer.Option(help="allow, skip, buffer_one or cancel_other")] = "allow",
+    pause_on_failure: Annotated[
+        bool, typer.Option(help="pause when the latest fire time's job fails for good")
+    ] = False,
     url: UrlOpt = None,
     config: ConfigOpt = None,
 ) -> None:
@@ -84,6 +89,7 @@ def schedules_add(
         "catch_up": catch_up,
         "backfill": backfill,
         "overlap": overlap,
+        "pause_on_failure": pause_on_failure,
     }
     with api(url, config) as client:
         print_body(client.create_schedule(name, cron, job, **fields))
@@ -97,7 +103,16 @@ def schedules_change(
     job: Annotated[str | None, typer.Option(help="the whole job template, JSON")] = None,
     catch_up: Annotated[str | None, typer.Option(help="none, latest or all")] = None,
     backfill: Annotated[str | None, typer.Option()] = None,
-    overlap: Annotated[str | None, typer.Option(help="allow or skip")] = None,
+    overlap: Annotated[
+        str | None, typer.Option(help="allow, skip, buffer_one or cancel_other")
+    ] = None,
+    pause_on_failure: Annotated[
+        bool | None,
+        typer.Option(
+            "--pause-on-failure/--no-pause-on-failure",
+            help="pause when the latest fire time's job fails for good",
+        ),
+    ] = None,
     url: UrlOpt = None,
     config: ConfigOpt = None,
 ) -> None:
@@ -110,6 +125,7 @@ def schedules_change(
             "catch_up": catch_up,
             "backfill": backfill,
             "overlap": overlap,
+            "pause_on_failure": pause_on_failure,
         }.items()
         if v is not None
     }

@@ -16,16 +16,19 @@ from hipq.schedules.cron import Cron, ScheduleError
 from hipq.templates import TemplateError, compile_template
 
 CatchUp = Literal["none", "latest", "all"]
-Overlap = Literal["allow", "skip"]
+Overlap = Literal["allow", "skip", "buffer_one", "cancel_other"]
 CATCH_UPS: tuple[str, ...] = ("none", "latest", "all")
-OVERLAPS: tuple[str, ...] = ("allow", "skip")
+# What a fire time does while the schedule's previous job is open (scheduled, running
+# or awaiting): make its job anyway, make none, hold one job back until the previous
+# one ends, or cancel the previous one and run this one once it has ended.
+OVERLAPS: tuple[str, ...] = ("allow", "skip", "buffer_one", "cancel_other")
 # The job template's fields: those of POST /v1/jobs except run_at (the fire time).
 TEMPLATE_FIELDS = frozenset(
     "type payload queue priority weight labels windows timeout retry critical "
     "correlation_key job_key job_key_mode unique_for".split()
 )
 # Labels hipq sets on every job a schedule makes (a template cannot set them).
-SCHEDULE_LABEL, FIRE_TIME_LABEL = "schedule", "fire_time"
+SCHEDULE_LABEL, FIRE_TIME_LABEL, BACKFILLED_LABEL = "schedule", "fire_time", "backfilled"
 # Placeholders a template's strings may use: {fire.time}, {fire.local}, {fire.date}, ...
 TEMPLATE_ROOTS = frozenset({"fire", "schedule"})
 # A schedule never looks further back than this (a year and a day).
@@ -43,6 +46,7 @@ class Schedule:
     backfill_seconds: float = 86400.0
     overlap: Overlap = "allow"
     paused: bool = False
+    pause_on_failure: bool = False
     source: Literal["config", "api"] = "api"
     checked_until: datetime | None = None
 
@@ -89,7 +93,7 @@ def build_schedule(
     if unknown:
         raise ScheduleError(f"job.{unknown[0]}", "unknown field of a job template")
     labels = job.get("labels") or {}
-    for taken in (SCHEDULE_LABEL, FIRE_TIME_LABEL):
+    for taken in (SCHEDULE_LABEL, FIRE_TIME_LABEL, BACKFILLED_LABEL):
         if taken in labels:
             raise ScheduleError(f"job.labels.{taken}", "is set by hipq on a schedule's jobs")
     _check_placeholders(job)
@@ -101,6 +105,7 @@ def build_schedule(
         backfill_seconds=backfill,
         overlap=cast(Overlap, overlap),
         paused=bool(fields.get("paused", False)),
+        pause_on_failure=bool(fields.get("pause_on_failure", False)),
         source=source,
     )
 
@@ -120,15 +125,17 @@ def fire_context(name: str, fire: datetime, timezone: str) -> dict[str, Any]:
     }
 
 
-def job_fields(schedule: Schedule, fire: datetime) -> dict[str, Any]:
+def job_fields(schedule: Schedule, fire: datetime, backfilled: bool = False) -> dict[str, Any]:
     """The job for ``fire`` as API fields: placeholders rendered, ``run_at`` the fire
-    time, and the labels ``schedule`` and ``fire_time`` that record where it came from."""
+    time, and the labels ``schedule`` and ``fire_time`` that record where it came from
+    (and ``backfilled: "true"`` on a job that catch-up made for a missed fire time)."""
     context = fire_context(schedule.name, fire, schedule.timezone)
     fields = _render(schedule.job, context, "job")
     fields["labels"] = {
         **(fields.get("labels") or {}),
         SCHEDULE_LABEL: schedule.name,
         FIRE_TIME_LABEL: context["fire"]["time"],
+        **({BACKFILLED_LABEL: "true"} if backfilled else {}),
     }
     fields["run_at"] = fire
     return fields

@@ -25,7 +25,7 @@ from hipq.process.activity import Loop
 from hipq.schedules.cron import ScheduleError
 from hipq.schedules.definition import Schedule, build_schedule, check_name, job_fields, plan
 from hipq.store import Store
-from hipq.store.schedules import Fire, FireResult, ScheduleRow
+from hipq.store.schedules import BUFFERING, Fire, FireResult, ScheduleRow, Waiting
 
 # Fire times decided per transaction, and the pause between two of them. A backfill
 # of thousands (catch_up: all after a long gap) is many short transactions, between
@@ -50,6 +50,7 @@ def schedule_fields(row: ScheduleRow) -> dict[str, Any]:
         "backfill": row.backfill_seconds,
         "overlap": row.overlap,
         "paused": row.paused,
+        "pause_on_failure": row.pause_on_failure,
     }
 
 
@@ -64,6 +65,7 @@ def to_row(schedule: Schedule, now: datetime, checked_until: datetime | None = N
         backfill_seconds=schedule.backfill_seconds,
         overlap=schedule.overlap,
         paused=schedule.paused,
+        pause_on_failure=schedule.pause_on_failure,
         checked_until=checked_until or now,
         created_at=now,
         updated_at=now,
@@ -103,11 +105,13 @@ class Scheduler(Loop):
         self.new_job(schedule, fire, now)
         return schedule
 
-    def new_job(self, schedule: Schedule, fire: datetime, now: datetime) -> NewJob:
+    def new_job(
+        self, schedule: Schedule, fire: datetime, now: datetime, backfilled: bool = False
+    ) -> NewJob:
         """The fire time's job, checked and resolved exactly as ``POST /v1/jobs`` does
         (the API's model for the shape, then the intake for defaults and rules)."""
         try:
-            job = JobIn.model_validate(job_fields(schedule, fire))
+            job = JobIn.model_validate(job_fields(schedule, fire, backfilled))
             return self.intake.resolve(job.fields_set(), now)
         except ValidationError as exc:
             err = exc.errors()[0]
@@ -129,10 +133,20 @@ class Scheduler(Loop):
         """Decide the due fire times of every schedule that is not paused."""
         now = self.clock()
         done: list[FireResult] = []
-        for row in await self.store.schedule_list():
-            if row.paused or row.checked_until >= now:
+        rows = await self.store.schedule_list()
+        waiting = Waiting(set(), {})
+        if any(r.pause_on_failure or r.overlap in BUFFERING for r in rows):
+            waiting = await self.store.schedule_waiting()
+        for row in rows:
+            if row.paused:
+                continue
+            if row.name in waiting.failed and await self._paused_on_failure(row, now):
                 continue
             try:
+                if row.name in waiting.buffered:
+                    done.extend(await self._release(row, waiting.buffered[row.name], now))
+                if row.checked_until >= now:
+                    continue
                 done.extend(await self._decide(row, now))
             except ScheduleError as exc:  # e.g. its job type left the config
                 log.error("schedule %s cannot fire: %s", row.name, exc)
@@ -150,6 +164,34 @@ class Scheduler(Loop):
         self._emit(name, results)
         return results[0]
 
+    async def _paused_on_failure(self, row: ScheduleRow, now: datetime) -> bool:
+        """Pause ``row`` if its latest job failed for good; whether it did."""
+        paused = await self.store.schedule_pause_on_failure(row.name, now)
+        if paused is None:
+            return False
+        log.warning("schedule %s paused: %s", row.name, paused.paused_reason)
+        self.events.emit("schedule_paused", schedule=row.name, reason=paused.paused_reason)
+        return True
+
+    async def _release(
+        self, row: ScheduleRow, buffered: tuple[datetime, datetime], now: datetime
+    ) -> list[FireResult]:
+        """The buffered fire time's job, once the schedule's previous job has ended."""
+        at, decided_at = buffered
+        schedule = build_schedule(row.name, schedule_fields(row), now, "api")
+        late = self._late(at, decided_at)  # a missed fire time stays marked as one
+        result = await self.store.schedule_release(
+            row.name, at, self.new_job(schedule, at, now, late), now
+        )
+        if result is None:
+            return []
+        self._emit(row.name, [result])
+        return [result]
+
+    def _late(self, at: datetime, decided_at: datetime) -> bool:
+        """Whether fire time ``at`` was missed when decided: its job is backfilled."""
+        return (decided_at - at).total_seconds() > self.on_time
+
     async def _decide(self, row: ScheduleRow, now: datetime) -> list[FireResult]:
         schedule = build_schedule(row.name, schedule_fields(row), now, "api")
         # Up to MAX_FIRES_PER_TICK fire times are searched: not on the event loop.
@@ -159,7 +201,7 @@ class Scheduler(Loop):
         fires = []
         for at in decided.fires:
             try:
-                fires.append(Fire(at, self.new_job(schedule, at, now)))
+                fires.append(Fire(at, self.new_job(schedule, at, now, self._late(at, now))))
             except ScheduleError as exc:
                 log.error("schedule %s at %s: %s", row.name, at.isoformat(), exc)
                 self.events.emit("schedule_failed", schedule=row.name, error=str(exc))
@@ -210,6 +252,10 @@ class Scheduler(Loop):
                 )
             elif result.outcome == "skipped":
                 self.events.emit("schedule_skipped", schedule=name, fire_time=result.at.isoformat())
+            elif result.outcome == "buffered":
+                self.events.emit(
+                    "schedule_buffered", schedule=name, fire_time=result.at.isoformat()
+                )
         if late:
             self.events.emit(
                 "schedule_backfilled",

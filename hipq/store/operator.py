@@ -31,17 +31,21 @@ class OperatorTable(Transactions):
     async def job_cancel(self, job_id: int, now: datetime, reason: str | None = None) -> Job:
         """Cancel a scheduled job now; ask the loop to cancel one in flight."""
         async with self._write() as conn:
-            job = await self._job_locked(conn, job_id)
-            if job.state in guards.CANCEL.sources:
-                values = _ended(State.CANCELLED, now, last_error=reason)
-                return await self._job_update_guarded(conn, job_id, guards.CANCEL, values)
-            if job.state in IN_FLIGHT:
-                return await self._job_request(
-                    conn, job, OperatorRequest("cancel", reason=reason), now
-                )
-            raise Conflict(
-                f"job {job_id} is {job.state}; only open jobs can be cancelled", field="state"
-            )
+            return await self._cancel(conn, job_id, now, reason)
+
+    async def _cancel(
+        self, conn: AsyncConnection, job_id: int, now: datetime, reason: str | None
+    ) -> Job:
+        """``job_cancel`` inside the caller's transaction (a schedule's cancel_other)."""
+        job = await self._job_locked(conn, job_id)
+        if job.state in guards.CANCEL.sources:
+            values = _ended(State.CANCELLED, now, last_error=reason)
+            return await self._job_update_guarded(conn, job_id, guards.CANCEL, values)
+        if job.state in IN_FLIGHT:
+            return await self._job_request(conn, job, OperatorRequest("cancel", reason=reason), now)
+        raise Conflict(
+            f"job {job_id} is {job.state}; only open jobs can be cancelled", field="state"
+        )
 
     async def job_complete(self, job_id: int, now: datetime, result: Any = None) -> Job:
         """Complete an open job with ``result`` (one in flight: at its loop's next tick)."""

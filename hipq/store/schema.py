@@ -411,8 +411,11 @@ schedules = Table(
     Column("job", Json, nullable=False),  # the job template, API field names
     Column("catch_up", String(16), nullable=False),  # none | latest | all
     Column("backfill_seconds", Float, nullable=False),
-    Column("overlap", String(16), nullable=False),  # allow | skip
+    Column("overlap", String(16), nullable=False),  # allow | skip | buffer_one | cancel_other
     Column("paused", Boolean, nullable=False),
+    # Paused by the scheduler when the job of its latest fire time fails for good.
+    Column("pause_on_failure", Boolean, nullable=False),
+    Column("paused_reason", Text, nullable=True),  # why the scheduler paused it
     # Fire times up to this instant have been decided (made a job, skipped or dropped).
     Column("checked_until", UTCDateTime, nullable=False),
     Column("created_at", UTCDateTime, nullable=False),

@@ -251,6 +251,14 @@ def test_schedules(server: Server) -> None:
         assert hipq.pause_schedule("client-nightly").next_fire_time is None
         assert not hipq.resume_schedule("client-nightly").paused
         assert hipq.change_schedule("client-nightly", cron="30 3 * * *").cron == "30 3 * * *"
+        changed = hipq.change_schedule(
+            "client-nightly", overlap="buffer_one", pause_on_failure=True
+        )
+        assert (changed.overlap, changed.pause_on_failure, changed.paused_reason) == (
+            "buffer_one",
+            True,
+            None,
+        )
         assert "client-nightly" in [s.name for s in hipq.list_schedules()]
         hipq.delete_schedule("client-nightly")
         with pytest.raises(NotFound):
@@ -258,3 +266,6 @@ def test_schedules(server: Server) -> None:
         with pytest.raises(InvalidRequest) as bad:
             hipq.create_schedule("client-bad", "every night", {"type": "ok"})
         assert bad.value.field == "cron"
+        with pytest.raises(InvalidRequest) as bad:
+            hipq.create_schedule("client-bad", "0 2 * * *", {"type": "ok"}, overlap="queue")  # type: ignore[typeddict-item]
+        assert bad.value.field == "overlap"

@@ -257,6 +257,7 @@ def test_a_schedule_is_created_and_edited(dashboard: Dashboard, page: Any) -> No
     form.get_by_label("time zone").fill("Europe/Berlin")
     form.get_by_label("job type").select_option("flaky")
     form.get_by_label("payload (JSON)").fill('{"report": "daily"}')
+    form.get_by_label("while the previous job is open").select_option("queue one behind it")
     form.get_by_role("button", name="Create").click()
     expect(page.locator("#flash")).to_have_text("Schedule created")
     row = page.locator('tr[data-schedule="nightly"]')
@@ -267,6 +268,8 @@ def test_a_schedule_is_created_and_edited(dashboard: Dashboard, page: Any) -> No
         "Europe/Berlin",
         {"type": "flaky", "payload": {"report": "daily"}},
     )
+    assert created["overlap"] == "buffer_one"
+    expect(row).to_contain_text("overlap: buffer_one")
 
     row.get_by_text("Edit").click()
     row.get_by_label("cron").fill("30 5 * * 1-5")
@@ -274,11 +277,13 @@ def test_a_schedule_is_created_and_edited(dashboard: Dashboard, page: Any) -> No
     row.get_by_role("button", name="Save").click()
     expect(page.locator("#flash")).to_contain_text("job: not JSON")
     row.get_by_label("job (JSON)").fill('{"type": "flaky", "priority": 5}')
+    row.get_by_label("while the previous job is open").select_option("cancel it")
     row.get_by_role("button", name="Save").click()
     expect(page.locator("#flash")).to_have_text("Schedule nightly changed")
     expect(row).to_contain_text("30 5 * * 1-5")
     changed = dashboard.server.get("/v1/schedules/nightly")
     assert (changed["cron"], changed["job"]) == ("30 5 * * 1-5", {"type": "flaky", "priority": 5})
+    assert changed["overlap"] == "cancel_other"
     # A schedule of the config file is edited there.
     config_row = page.locator('tr[data-schedule="yearly-report"]')
     expect(config_row).to_contain_text("edit it in the config file")

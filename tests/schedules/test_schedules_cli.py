@@ -48,8 +48,13 @@ def test_add_list_next_pause_run_change_delete(servers: Servers, tmp_path: Path)
     run = _hipq(url, "run", "nightly")
     assert run.returncode == 0, run.stderr
     assert json.loads(run.stdout)["job"]["labels"]["schedule"] == "nightly"
-    changed = _hipq(url, "change", "nightly", "--cron", "30 3 * * *")
+    changed = _hipq(
+        url, "change", "nightly", "--cron", "30 3 * * *", "--overlap", "buffer_one",
+        "--pause-on-failure",
+    )  # fmt: skip
     assert changed.returncode == 0 and json.loads(changed.stdout)["cron"] == "30 3 * * *"
+    assert json.loads(changed.stdout)["overlap"] == "buffer_one"
+    assert json.loads(changed.stdout)["pause_on_failure"] is True
     assert _hipq(url, "delete", "nightly").returncode == 0
     assert "nightly" not in _hipq(url, "list").stdout
 
@@ -60,6 +65,7 @@ def test_add_list_next_pause_run_change_delete(servers: Servers, tmp_path: Path)
         (["add", "x", "0 0 30 2 *", "--type", "record"], "cron: '0 0 30 2 *' never fires"),
         (["add", "x", "0 2 * * *", "--type", "nope"], "job.type: unknown job type"),
         (["add", "x", "0 2 * * *", "--type", "record", "--timezone", "Nowhere/X"], "timezone"),
+        (["add", "x", "0 2 * * *", "--type", "record", "--overlap", "queue"], "overlap"),
         (["show", "missing"], "schedule 'missing' does not exist"),
         (["change", "missing"], "nothing to change"),
     ],

@@ -32,6 +32,8 @@ def _settings(tmp_path: Path, schedule: dict[str, Any]) -> Any:
         ({"job": {"type": "nope"}}, "schedules.nightly.job.type: unknown job type 'nope'"),
         ({"catch_up": "sometimes"}, "schedules.nightly.catch_up: Input should be"),
         ({"backfill": "2y"}, "schedules.nightly.backfill"),
+        ({"overlap": "queue"}, "schedules.nightly.overlap: Input should be"),
+        ({"pause_on_failure": "often"}, "schedules.nightly.pause_on_failure:"),
     ],
 )
 def test_config_errors_are_one_line_naming_the_key(

@@ -210,11 +210,13 @@ async def test_every_schedule_field_round_trips(store: Store) -> None:
         job={"type": "ok", "payload": {"n": 1}, "labels": {"region": "east"}},
         catch_up="all",
         backfill_seconds=3600.5,
-        overlap="skip",
+        overlap="cancel_other",
         paused=True,
         checked_until=T0,
         created_at=T0 - timedelta(days=1),
         updated_at=T0 + timedelta(seconds=1),
+        pause_on_failure=True,
+        paused_reason="job 7 failed: HTTP 503",
     )
     assert all(not _unset(getattr(schedule, name)) for name in _names(ScheduleRow)), schedule
     assert await store.schedule_create(schedule) == schedule

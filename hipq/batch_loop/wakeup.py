@@ -71,6 +71,8 @@ def settled_payload(queue: str) -> str:
 
 def pull_payload(job_type: str) -> str:
     return _PULL_PREFIX + job_type
+
+
 def handed_payload(process: str) -> str:
     return _EXEC_PREFIX + process
 

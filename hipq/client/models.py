@@ -186,9 +186,9 @@ class Schedule(_Out):
     backfill_seconds: float
     overlap: str
     paused: bool
+    pause_on_failure: bool
+    paused_reason: str | None  # why the scheduler paused it (pause_on_failure)
     next_fire_time: datetime | None
-    pause_on_failure: bool = False
-    paused_reason: str | None = None  # why the scheduler paused it (pause_on_failure)
     checked_until: datetime
     created_at: datetime
     updated_at: datetime

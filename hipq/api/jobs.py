@@ -205,7 +205,7 @@ async def create_jobs(
     # The JobBatchOut body, written by orjson: a JobRef model per job cost about a tenth of
     # the whole request.
     refs = [
-        {"id": j.id, "state": j.state.value, "queue": j.queue, "run_at": j.run_at}
+        {"id": j.id, "state": j.state.value, "queue": j.queue, "run_at": j.own_run_at}
         for j in result.jobs
     ]
     return json_answer(

@@ -7,6 +7,7 @@ changed by its queue's loop inside ``QueueBatch``.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
@@ -16,11 +17,13 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from hipq.batch_loop.operator_requests import key_taken_over
 from hipq.batch_loop.wakeup import jobs_payload
+from hipq.dependencies import DependencyError, in_request
 from hipq.jobs import Attempt, Job, NewJob
 from hipq.lifecycle import TERMINAL, State, check_transition
 from hipq.store import state_guards as guards
+from hipq.store.dependencies import park, prerequisites
 from hipq.store.labels import label_value
-from hipq.store.records import Conflict, InsertResult, JobFilter, NotFound
+from hipq.store.records import BadReference, Conflict, InsertResult, JobFilter, NotFound
 from hipq.store.rows import NEW_JOB_COLUMNS, conflict_from, job_from_new, new_row, row_to_job
 from hipq.store.schema import OPEN_JOB_KEY_WHERE, attempts, idempotency_keys, jobs, notifications
 from hipq.store.state_guards import OPEN_SQL, const
@@ -195,6 +198,8 @@ class JobTable(Transactions):
     async def _insert(
         self, conn: AsyncConnection, new_jobs: Sequence[NewJob], now: datetime
     ) -> list[Job]:
+        if any(j.after for j in new_jobs):
+            return await self._insert_after(conn, new_jobs, now)
         out: list[Job | None] = [None] * len(new_jobs)
         plain = [(i, new_row(j, now)) for i, j in enumerate(new_jobs) if not j.job_key]
         if plain:
@@ -205,6 +210,39 @@ class JobTable(Transactions):
             if job.job_key:
                 out[i] = await self._insert_keyed(conn, job, now)
         return [j for j in out if j is not None]
+
+    async def _insert_after(
+        self, conn: AsyncConnection, new_jobs: Sequence[NewJob], now: datetime
+    ) -> list[Job]:
+        """A request whose jobs run after others: one by one, each after the jobs of
+        the request it names (hipq.dependencies), then read back as stored."""
+        try:
+            order, inner = in_request(new_jobs)
+        except DependencyError as exc:
+            raise BadReference(exc.message, exc.field) from None
+        made: dict[int, Job] = {}
+        for i in order:
+            job = new_jobs[i]
+            outer = {k: ref for k, ref in enumerate(job.after or ()) if k not in inner[i]}
+            found = await prerequisites(conn, self.dialect, outer, i, len(new_jobs))
+            for k, j in inner[i].items():
+                found[k] = (made[j].id, made[j].state.value)
+            after = list(dict.fromkeys(found[k] for k in sorted(found)))
+            ids: list[int | str] = [a for a, _ in after]
+            after_failed = job.after_failed or "cancel"
+            resolved = replace(job, after=ids or None, after_failed=after_failed)
+            made[i] = await self._insert_plain_or_keyed(conn, resolved, now)
+            await park(conn, self.dialect, made[i], after, after_failed, now)
+        return await self._jobs_by_ids(conn, [made[i].id for i in range(len(new_jobs))])
+
+    async def _insert_plain_or_keyed(
+        self, conn: AsyncConnection, job: NewJob, now: datetime
+    ) -> Job:
+        if job.job_key:
+            return await self._insert_keyed(conn, job, now)
+        row = new_row(job, now)
+        (job_id,) = await self.dialect.job_insert_rows(conn, [row])
+        return job_from_new(job_id, row)
 
     async def _insert_keyed(self, conn: AsyncConnection, job: NewJob, now: datetime) -> Job:
         """job_key de-duplication, with graphile-worker's three modes.
@@ -381,7 +419,8 @@ class JobTable(Transactions):
 
 
 def _has_job_key(new_jobs: Sequence[NewJob]) -> bool:
-    return any(j.job_key for j in new_jobs)
+    """A job_key or an ``after``: both look up other jobs, and may be refused alone."""
+    return any(j.job_key or j.after for j in new_jobs)
 
 
 async def read_job(conn: AsyncConnection, job_id: int) -> Job:

@@ -116,6 +116,14 @@ jobs = Table(
     # The notification targets its outcome goes to (a JSON list of names from the
     # config's notifications.targets); NULL: none. See hipq.outbox.
     Column("notify", Json, nullable=True),
+    # The jobs it runs after (their ids; NULL: none), what a failed one does to it
+    # (cancel | run), how many have not finished yet (0 or NULL: none), and its own
+    # run_at while it waits (run_at is parked at AFTER_PARKED meanwhile). A trigger
+    # (alembic 0018) counts down and releases or cancels; see hipq.dependencies.
+    Column("after", Json, nullable=True),
+    Column("after_failed", String(8), nullable=True),
+    Column("waiting_for", Integer, nullable=True),
+    Column("after_run_at", UTCDateTime, nullable=True),
     # The loop's due-jobs scan, one index per queue order, over scheduled jobs only.
     Index(
         "ix_hipq_jobs_due_time",
@@ -163,6 +171,17 @@ jobs = Table(
         postgresql_where=text("cancel_requested"),
         sqlite_where=text("cancel_requested"),
     ),
+)
+
+# One row per job and a job it runs after; ``outcome``: the prerequisite's terminal
+# state once it reached one (it then counted, once).
+job_dependencies = Table(
+    "hipq_job_dependencies",
+    metadata,
+    Column("job_id", Id, ForeignKey("hipq_jobs.id", ondelete="CASCADE"), primary_key=True),
+    Column("after_id", BigInteger, primary_key=True),
+    Column("outcome", String(16), nullable=True),
+    Index("ix_hipq_job_dependencies_after", "after_id", "job_id"),
 )
 
 # The last heartbeat of an external job's attempt (POST /v1/callbacks/{key}/heartbeat):

@@ -73,6 +73,9 @@ class Job(_Out):
     cancel_requested: bool
     flags: list[str] | None = None
     notify: list[str] | None = None  # the notification targets told of its outcome
+    after: list[int] | None = None  # the ids of the jobs it runs after
+    after_failed: str | None = None  # cancel | run: what a failed one does to it
+    waiting_for: int | None = None  # how many of those have not finished yet
     attempts: list[Attempt] | None = None
     heartbeat: Heartbeat | None = None
 
@@ -234,6 +237,9 @@ class JobFields(TypedDict, total=False):
     critical: bool
     flags: Sequence[str]
     notify: Sequence[str]  # names of notifications.targets; [] tells no one
+    # Jobs it runs after: ids, or job keys (a job of the same add_jobs call first).
+    after: Sequence[int | str]
+    after_failed: Literal["cancel", "run"]  # if one of them fails: default cancel
 
 
 class NewJob(JobFields, total=False):

@@ -288,6 +288,14 @@ def jobs_add(
     notify_none: Annotated[
         bool, typer.Option("--notify-none", help="tell no target, not even the type's")
     ] = False,
+    after: Annotated[
+        list[str] | None,
+        typer.Option(metavar="ID|KEY", help="a job it runs after (an id or a job key), repeatable"),
+    ] = None,
+    after_failed: Annotated[
+        str | None,
+        typer.Option(metavar="cancel|run", help="if a job it runs after fails (default cancel)"),
+    ] = None,
     idempotency_key: Annotated[
         str | None,
         typer.Option(metavar="KEY", help="the same key again returns the same job"),
@@ -312,6 +320,8 @@ def jobs_add(
         "flags": flag or None,
         "notify": [] if notify_none else notify or None,
         "critical": True if critical else None,
+        "after": [int(a) if a.isdigit() else a for a in after] if after else None,
+        "after_failed": after_failed,
     }
     body = parse_json(payload, "--payload")
     chosen = {k: v for k, v in fields.items() if v is not None}

@@ -160,6 +160,7 @@ async def job_page(request: Request, job_id: str) -> HTMLResponse:
         job=job,
         waiting_reason=display.waiting(job, paused),
         attempts=attempts,
+        dependents=await store.job_dependents(job.id),
         responses=found,
         open=job.state in (State.SCHEDULED, State.RUNNING, State.AWAITING),
         retryable=job.state in (State.FAILED, State.CANCELLED),

@@ -25,7 +25,14 @@ from hipq.store.dependencies import park, prerequisites
 from hipq.store.labels import label_value
 from hipq.store.records import BadReference, Conflict, InsertResult, JobFilter, NotFound
 from hipq.store.rows import NEW_JOB_COLUMNS, conflict_from, job_from_new, new_row, row_to_job
-from hipq.store.schema import OPEN_JOB_KEY_WHERE, attempts, idempotency_keys, jobs, notifications
+from hipq.store.schema import (
+    OPEN_JOB_KEY_WHERE,
+    attempts,
+    idempotency_keys,
+    job_dependencies,
+    jobs,
+    notifications,
+)
 from hipq.store.state_guards import OPEN_SQL, const
 from hipq.store.transactions import Transactions
 
@@ -310,6 +317,17 @@ class JobTable(Transactions):
                 finished.extend(row_to_job(r) for r in (await conn.execute(query)).all())
         return finished
 
+    async def job_dependents(self, job_id: int, limit: int = 100) -> list[int]:
+        """The ids of the jobs that run after ``job_id`` (the first ``limit``)."""
+        query = (
+            select(job_dependencies.c.job_id)
+            .where(job_dependencies.c.after_id == job_id)
+            .order_by(job_dependencies.c.job_id)
+            .limit(limit)
+        )
+        async with self._read() as conn:
+            return list((await conn.execute(query)).scalars())
+
     async def job_attempts(self, job_id: int) -> list[Attempt]:
         async with self._read() as conn:
             return await read_attempts(conn, job_id)
@@ -355,12 +373,12 @@ class JobTable(Transactions):
                     f"job {job_id} is {job.state}; only scheduled jobs can be changed",
                     field="state",
                 )
-            job = await self._job_update_guarded(
-                conn,
-                job_id,
-                guards.UPDATE_PENDING,
-                {**changes, "updated_at": now, "waiting_reason": None},
-            )
+            changes = {**changes, "updated_at": now, "waiting_reason": None}
+            if job.waiting_for:  # it waits for jobs: its own run_at changes, not the parked one
+                changes["waiting_reason"] = job.waiting_reason
+                if "run_at" in changes:
+                    changes["after_run_at"] = changes.pop("run_at")
+            job = await self._job_update_guarded(conn, job_id, guards.UPDATE_PENDING, changes)
             await self._notify(conn, {jobs_payload(job.queue)})
             return job
 

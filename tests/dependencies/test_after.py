@@ -101,3 +101,26 @@ async def test_refusals_name_the_field(api: Api) -> None:
         "/v1/jobs", json={"type": "ok", "after": [1], "after_failed": "maybe"}
     )
     assert answer.status_code == 422 and answer.json()["field"] == "after_failed"
+
+
+async def test_a_waiting_job_keeps_waiting_when_its_run_at_is_changed(api: Api) -> None:
+    first = await api.post_job(type="ok", run_in="1h")
+    waiting = await api.post_job(type="ok", after=[first["id"]])
+    answer = await api.client.patch(
+        f"/v1/jobs/{waiting['id']}", json={"run_at": "2031-01-01T00:00:00Z"}
+    )
+    assert answer.status_code == 200, answer.text
+    changed = answer.json()
+    assert changed["run_at"].startswith("2031-01-01") and changed["waiting_for"] == 1
+    assert changed["waiting_reason"].startswith("waiting for jobs")
+
+
+async def test_the_dashboard_links_a_job_and_those_it_runs_after(api: Api) -> None:
+    first = await api.post_job(type="ok", run_in="1h")
+    waiting = await api.post_job(type="ok", after=[first["id"]], after_failed="run")
+    page = (await api.client.get(f"/dashboard/jobs/{waiting['id']}")).text
+    assert f'<a href="/dashboard/jobs/{first["id"]}">{first["id"]}</a>' in page
+    assert "1 unfinished; if one fails: run" in page
+    assert "waiting for jobs" in page
+    page = (await api.client.get(f"/dashboard/jobs/{first['id']}")).text
+    assert f'id="dependents"><a href="/dashboard/jobs/{waiting["id"]}">' in page

@@ -55,6 +55,7 @@ class Job(NamedTuple):
     after_failed: str | None = None
     waiting_for: int | None = None
     after_run_at: datetime | None = None
+    batch_id: int | None = None  # the batch it belongs to (hipq.batches)
 
     @property
     def own_run_at(self) -> datetime:
@@ -97,6 +98,7 @@ class NewJob:
     # resolved to ids by the store (hipq.dependencies); "cancel" or "run" if one fails.
     after: list[int | str] | None = None
     after_failed: str | None = None
+    batch_id: int | None = None  # set by the store for a batch's jobs
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,4 +1,4 @@
-"""jobs that wait for jobs
+"""jobs that wait for jobs, and batches with a completion
 
 Revision ID: 0018_job_dependencies
 Revises: 0017
@@ -19,6 +19,12 @@ its own dependents in turn. The dependency row keeps the prerequisite's outcome,
 so that a prerequisite retried and finished again counts once. On PostgreSQL the
 trigger sends the released job's queue on the wake-up channel; SQLite's one process
 finds it at its next tick.
+
+A batch (hipq_batches) counts its jobs' outcomes: a second trigger moves a job's
+count from its old state to its new one (a retried job counts once), and when none
+is pending it marks the batch finished, once, and writes the counts into the
+payload of the batch's completion job, which is a job that runs after every job of
+the batch (``after_failed = 'run'``) and so is released by the first trigger.
 """
 
 import sqlalchemy as sa
@@ -100,12 +106,84 @@ EXECUTE FUNCTION hipq_job_dependents()
 """
 
 
+BATCH_WHEN = "NEW.batch_id IS NOT NULL AND NEW.state IS NOT OLD.state"
+
+
+def _batch_counts(flag: str) -> str:
+    """The UPDATE of NEW's batch's counts; ``flag``: SQL of a condition as 0 or 1."""
+    moved = ",\n    ".join(
+        "{0} = {0} + {1} - {2}".format(
+            s, flag.format(f"NEW.state = '{s}'"), flag.format(f"OLD.state = '{s}'")
+        )
+        for s in ("completed", "failed", "cancelled")
+    )
+    return f"UPDATE hipq_batches SET\n    {moved}\n  WHERE id = NEW.batch_id"
+
+
+BATCH_FINISHED = """UPDATE hipq_batches SET finished_at = NEW.updated_at
+  WHERE id = NEW.batch_id AND finished_at IS NULL AND completed + failed + cancelled >= total"""
+
+
+def _completion_payload(merged: str) -> str:
+    """The counts into the waiting completion job's payload once none is pending."""
+    return f"""UPDATE hipq_jobs SET payload = {merged}
+  WHERE state = 'scheduled' AND id = (SELECT completion_job_id FROM hipq_batches b
+    WHERE b.id = NEW.batch_id AND b.completed + b.failed + b.cancelled >= b.total)"""
+
+
+def _counts(build: str) -> str:
+    fields = ", ".join(f"'{n}', b.{n}" for n in ("id", "total", "completed", "failed", "cancelled"))
+    return f"(SELECT {build}({fields}) FROM hipq_batches b WHERE b.id = NEW.batch_id)"
+
+
+SQLITE_BATCH_TRIGGER = f"""
+CREATE TRIGGER hipq_jobs_batch_counts AFTER UPDATE OF state ON hipq_jobs FOR EACH ROW
+WHEN {BATCH_WHEN}
+BEGIN
+  {_batch_counts("({0})")};
+  {BATCH_FINISHED};
+  {_completion_payload(f"json_set(payload, '$.batch', json({_counts('json_object')}))")};
+END
+"""
+
+PG_BATCH_FUNCTION = f"""
+CREATE FUNCTION hipq_job_batch_counts() RETURNS trigger LANGUAGE plpgsql AS $fn$
+BEGIN
+  {_batch_counts("({0})::int")};
+  {BATCH_FINISHED};
+  {_completion_payload(f"payload || jsonb_build_object('batch', {_counts('jsonb_build_object')})")};
+  RETURN NULL;
+END
+$fn$
+"""
+
+PG_BATCH_TRIGGER = f"""
+CREATE TRIGGER hipq_jobs_batch_counts AFTER UPDATE OF state ON hipq_jobs FOR EACH ROW
+WHEN ({BATCH_WHEN.replace("IS NOT OLD", "IS DISTINCT FROM OLD")})
+EXECUTE FUNCTION hipq_job_batch_counts()
+"""
+
+
 def upgrade() -> None:
     with op.batch_alter_table("hipq_jobs") as batch:
         batch.add_column(sa.Column("after", JSON, nullable=True))
         batch.add_column(sa.Column("after_failed", sa.String(8), nullable=True))
         batch.add_column(sa.Column("waiting_for", sa.Integer(), nullable=True))
         batch.add_column(sa.Column("after_run_at", UTCDateTime, nullable=True))
+        batch.add_column(sa.Column("batch_id", sa.BigInteger(), nullable=True))
+    op.create_table(
+        "hipq_batches",
+        sa.Column("id", ID, primary_key=True, autoincrement=True),
+        sa.Column("total", sa.Integer(), nullable=False),
+        sa.Column("completed", sa.Integer(), nullable=False),
+        sa.Column("failed", sa.Integer(), nullable=False),
+        sa.Column("cancelled", sa.Integer(), nullable=False),
+        sa.Column("on_complete", sa.String(200), nullable=True),
+        sa.Column("completion_job_id", sa.BigInteger(), nullable=True),
+        sa.Column("notify", JSON, nullable=True),
+        sa.Column("created_at", UTCDateTime, nullable=False),
+        sa.Column("finished_at", UTCDateTime, nullable=True),
+    )
     op.create_table(
         "hipq_job_dependencies",
         sa.Column(
@@ -118,20 +196,25 @@ def upgrade() -> None:
         "ix_hipq_job_dependencies_after", "hipq_job_dependencies", ["after_id", "job_id"]
     )
     if op.get_bind().dialect.name == "postgresql":
-        op.execute(sa.text(PG_FUNCTION))
-        op.execute(sa.text(PG_TRIGGER))
+        for statement in (PG_FUNCTION, PG_TRIGGER, PG_BATCH_FUNCTION, PG_BATCH_TRIGGER):
+            op.execute(sa.text(statement))
     else:
         op.execute(sa.text(SQLITE_TRIGGER))
+        op.execute(sa.text(SQLITE_BATCH_TRIGGER))
 
 
 def downgrade() -> None:
     if op.get_bind().dialect.name == "postgresql":
-        op.execute(sa.text("DROP TRIGGER IF EXISTS hipq_jobs_dependents ON hipq_jobs"))
+        for name in ("dependents", "batch_counts"):
+            op.execute(sa.text(f"DROP TRIGGER IF EXISTS hipq_jobs_{name} ON hipq_jobs"))
         op.execute(sa.text("DROP FUNCTION IF EXISTS hipq_job_dependents()"))
+        op.execute(sa.text("DROP FUNCTION IF EXISTS hipq_job_batch_counts()"))
     else:
         op.execute(sa.text("DROP TRIGGER IF EXISTS hipq_jobs_dependents"))
+        op.execute(sa.text("DROP TRIGGER IF EXISTS hipq_jobs_batch_counts"))
+    op.drop_table("hipq_batches")
     op.drop_index("ix_hipq_job_dependencies_after", "hipq_job_dependencies")
     op.drop_table("hipq_job_dependencies")
     with op.batch_alter_table("hipq_jobs") as batch:
-        for name in ("after_run_at", "waiting_for", "after_failed", "after"):
+        for name in ("batch_id", "after_run_at", "waiting_for", "after_failed", "after"):
             batch.drop_column(name)

@@ -186,9 +186,34 @@ class JobIn(_In):
         return data
 
 
+class CompletionIn(_In):
+    type: str = Field(min_length=1, max_length=200, description="a job type from the config")
+    payload: dict[str, Any] = Field(
+        default_factory=dict, description="its payload; the counts are added under 'batch'"
+    )
+    queue: str | None = Field(None, max_length=200, description="default: the job type's queue")
+
+
+class BatchIn(_In):
+    on_complete: CompletionIn | None = Field(
+        None,
+        description="a job that runs once every job of the batch finished (completed, "
+        "failed or cancelled), with the counts in its payload under 'batch'",
+    )
+    notify: list[TargetName] | None = Field(
+        None,
+        max_length=20,
+        description="notification targets told of the completion job's outcome (needs "
+        "on_complete); default: its job type's notify",
+    )
+
+
 class JobBatchIn(_In):
     jobs: list[JobIn] = Field(
         min_length=1, description="stored all or none; at most server.max_batch_jobs"
+    )
+    batch: BatchIn | None = Field(
+        None, description="make the jobs a batch: its counts at GET /v1/batches/{id}"
     )
 
 
@@ -321,6 +346,7 @@ class JobOut(BaseModel):
     waiting_for: int | None = Field(
         None, description="how many of the jobs it runs after have not finished yet"
     )
+    batch_id: int | None = Field(None, description="the batch it belongs to")
     attempts: list[AttemptOut] | None = Field(
         None, description="its attempts (when one job is read; null in lists)"
     )
@@ -374,6 +400,7 @@ def job_body(
         "after": job.after,
         "after_failed": job.after_failed,
         "waiting_for": job.waiting_for,
+        "batch_id": job.batch_id,
         "attempts": None if attempts is None else [_attempt_body(a) for a in attempts],
         "heartbeat": None if heartbeat is None else _heartbeat_body(heartbeat),
     }
@@ -407,7 +434,22 @@ class JobRef(BaseModel):
     run_at: datetime = Field(description="not before this instant")
 
 
+class BatchOut(BaseModel):
+    id: int = Field(description="the batch's id")
+    total: int = Field(description="its jobs")
+    pending: int = Field(description="its jobs not finished yet")
+    completed: int = Field(description="its completed jobs")
+    failed: int = Field(description="its failed jobs")
+    cancelled: int = Field(description="its cancelled jobs")
+    on_complete: str | None = Field(description="the type of its completion job")
+    completion_job_id: int | None = Field(description="its completion job")
+    notify: list[str] | None = Field(description="targets told of the completion job's outcome")
+    created_at: datetime = Field(description="when it was made")
+    finished_at: datetime | None = Field(description="when its last job finished")
+
+
 class JobBatchOut(BaseModel):
+    batch_id: int | None = Field(None, description="the batch made of them (with batch)")
     count: int = Field(description="jobs created (or replayed)")
     jobs: list[JobRef] = Field(description="one per job of the request, in its order")
 

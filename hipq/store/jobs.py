@@ -17,10 +17,12 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from hipq.batch_loop.operator_requests import key_taken_over
 from hipq.batch_loop.wakeup import jobs_payload
+from hipq.batches import NewBatch
 from hipq.dependencies import DependencyError, in_request
 from hipq.jobs import Attempt, Job, NewJob
 from hipq.lifecycle import TERMINAL, State, check_transition
 from hipq.store import state_guards as guards
+from hipq.store.batches import batch_create, batch_set_completion
 from hipq.store.dependencies import park, prerequisites
 from hipq.store.labels import label_value
 from hipq.store.records import BadReference, Conflict, InsertResult, JobFilter, NotFound
@@ -54,15 +56,17 @@ class JobTable(Transactions):
         new_jobs: Sequence[NewJob],
         now: datetime,
         idempotency: tuple[str, str] | None = None,
+        batch: NewBatch | None = None,
     ) -> InsertResult:
         """Insert all of ``new_jobs`` in one transaction, or none of them.
 
         ``idempotency`` is (key, request hash): a repeated key returns the jobs of
-        the first request instead of inserting again.
+        the first request instead of inserting again. ``batch``: make them a batch
+        (hipq.batches), with its completion job.
         """
         try:
             async with self._write() as conn:
-                result = await self._insert_request(conn, new_jobs, now, idempotency)
+                result = await self._insert_request(conn, new_jobs, now, idempotency, batch)
                 if not result.replayed:
                     await self._notify(conn, {jobs_payload(j.queue) for j in new_jobs})
                 return result
@@ -151,6 +155,7 @@ class JobTable(Transactions):
         new_jobs: Sequence[NewJob],
         now: datetime,
         idempotency: tuple[str, str] | None,
+        batch: NewBatch | None = None,
     ) -> InsertResult:
         """One request's jobs, inside the caller's transaction (``job_insert_many``'s body)."""
         if idempotency:
@@ -165,7 +170,10 @@ class JobTable(Transactions):
                         field="Idempotency-Key",
                     )
                 return InsertResult(found, replayed=True)
-        result = await self._insert(conn, new_jobs, now)
+        if batch is None:
+            result = await self._insert(conn, new_jobs, now)
+        else:
+            result = await self._insert_batch(conn, new_jobs, batch, now)
         if idempotency:
             await conn.execute(
                 update(idempotency_keys)
@@ -241,6 +249,18 @@ class JobTable(Transactions):
             made[i] = await self._insert_plain_or_keyed(conn, resolved, now)
             await park(conn, self.dialect, made[i], after, after_failed, now)
         return await self._jobs_by_ids(conn, [made[i].id for i in range(len(new_jobs))])
+
+    async def _insert_batch(
+        self, conn: AsyncConnection, new_jobs: Sequence[NewJob], batch: NewBatch, now: datetime
+    ) -> list[Job]:
+        """A request's jobs as a batch, and its completion job after all of them."""
+        batch_id = await batch_create(conn, batch, len(new_jobs), now)
+        made = await self._insert(conn, [replace(j, batch_id=batch_id) for j in new_jobs], now)
+        if batch.completion is not None:
+            completion = replace(batch.completion, after=[j.id for j in made], after_failed="run")
+            (job,) = await self._insert_after(conn, [completion], now)
+            await batch_set_completion(conn, batch_id, job.id)
+        return made
 
     async def _insert_plain_or_keyed(
         self, conn: AsyncConnection, job: NewJob, now: datetime

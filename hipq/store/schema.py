@@ -124,6 +124,8 @@ jobs = Table(
     Column("after_failed", String(8), nullable=True),
     Column("waiting_for", Integer, nullable=True),
     Column("after_run_at", UTCDateTime, nullable=True),
+    # The batch it belongs to (hipq_batches), whose counts a trigger keeps.
+    Column("batch_id", BigInteger, nullable=True),
     # The loop's due-jobs scan, one index per queue order, over scheduled jobs only.
     Index(
         "ix_hipq_jobs_due_time",
@@ -182,6 +184,24 @@ job_dependencies = Table(
     Column("after_id", BigInteger, primary_key=True),
     Column("outcome", String(16), nullable=True),
     Index("ix_hipq_job_dependencies_after", "after_id", "job_id"),
+)
+
+# A batch of jobs (hipq.batches): its counts, kept by a trigger on hipq_jobs as its
+# jobs change state (alembic 0018); finished once none is pending, which puts the
+# counts into the payload of its completion job (a job after all of them).
+batches = Table(
+    "hipq_batches",
+    metadata,
+    Column("id", Id, primary_key=True, autoincrement=True),
+    Column("total", Integer, nullable=False),
+    Column("completed", Integer, nullable=False),
+    Column("failed", Integer, nullable=False),
+    Column("cancelled", Integer, nullable=False),
+    Column("on_complete", String(200), nullable=True),  # the completion job's type
+    Column("completion_job_id", BigInteger, nullable=True),
+    Column("notify", Json, nullable=True),
+    Column("created_at", UTCDateTime, nullable=False),
+    Column("finished_at", UTCDateTime, nullable=True),
 )
 
 # The last heartbeat of an external job's attempt (POST /v1/callbacks/{key}/heartbeat):

@@ -24,7 +24,9 @@ from hipq.client.errors import (
 )
 from hipq.client.models import (
     TERMINAL_STATES,
+    AddedBatch,
     Attempt,
+    Batch,
     BulkCount,
     BulkFilter,
     BulkOperation,
@@ -52,10 +54,12 @@ from hipq.client.sync import Client
 
 __all__ = [
     "TERMINAL_STATES",
+    "AddedBatch",
     "ApiError",
     "AsyncClient",
     "Attempt",
     "Backoff",
+    "Batch",
     "BulkCount",
     "BulkFilter",
     "BulkOperation",

@@ -15,6 +15,7 @@ import typer
 
 from hipq.commands import healthcheck as cli_healthcheck
 from hipq.commands import openapi as cli_openapi
+from hipq.commands.batches import batches_app
 from hipq.commands.flags import flags_app
 from hipq.commands.jobs_bulk import add_verbs, bulk_app
 from hipq.commands.limits import limits_change
@@ -45,6 +46,7 @@ jobs_app = typer.Typer(
     help="Add, inspect, cancel and retry jobs (through the REST API).", no_args_is_help=True
 )
 app.add_typer(jobs_app, name="jobs")
+app.add_typer(batches_app, name="batches")
 app.add_typer(tokens_app, name="tokens")
 app.add_typer(cli_healthcheck.app, name="healthcheck")
 jobs_app.add_typer(bulk_app, name="bulk")

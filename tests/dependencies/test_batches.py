@@ -3,10 +3,13 @@ reads, the completion job that runs once with them, and the refusals."""
 
 from __future__ import annotations
 
-from tests.api.conftest import Api
+from typing import Any
+
+from tests.api.conftest import Api, open_api
+from tests.notifications.conftest import Receiver, notify_settings
 
 
-async def batch(api: Api, batch_id: int) -> dict:
+async def batch(api: Api, batch_id: int) -> dict[str, Any]:
     answer = await api.client.get(f"/v1/batches/{batch_id}")
     assert answer.status_code == 200, answer.text
     return answer.json()
@@ -74,3 +77,36 @@ async def test_a_batch_without_completion_and_the_refusals(api: Api) -> None:
     bad = {"jobs": [{"type": "ok"}], "batch": {"notify": ["x"]}}
     answer = await api.client.post("/v1/jobs/batch", json=bad)
     assert answer.status_code == 422 and answer.json()["field"] == "batch.notify"
+
+
+async def test_the_job_page_shows_its_batch(api: Api) -> None:
+    body = {
+        "jobs": [{"type": "ok", "run_in": "1h"}, {"type": "ok", "run_in": "1h"}],
+        "batch": {"on_complete": {"type": "ok"}},
+    }
+    answer = await api.client.post("/v1/jobs/batch", json=body)
+    batch_id, first = answer.json()["batch_id"], answer.json()["jobs"][0]["id"]
+    completion = (await batch(api, batch_id))["completion_job_id"]
+    page = (await api.client.get(f"/dashboard/jobs/{first}")).text
+    assert f"{batch_id}: 2 pending, 0 completed, 0 failed, 0 cancelled of 2" in page
+    assert f'<a href="/dashboard/jobs/{completion}">{completion}</a> (ok)' in page
+
+
+async def test_the_batch_notify_targets_hear_of_its_completion_once(database_url: str) -> None:
+    receiver = Receiver()
+    async with receiver.up(), open_api(database_url, **notify_settings(receiver)) as api:
+        body = {
+            "jobs": [{"type": "ok", "notify": []}, {"type": "permanent", "notify": []}],
+            "batch": {"on_complete": {"type": "ok", "payload": {"r": 1}}, "notify": ["hook"]},
+        }
+        answer = await api.client.post("/v1/jobs/batch", json=body)
+        assert answer.status_code == 201, answer.text
+        completion = (await batch(api, answer.json()["batch_id"]))["completion_job_id"]
+        await api.tick()
+        await api.tick()
+        await api.service.notifier.run_once()
+        [told] = receiver.accepted()
+        assert told["body"]["type"] == "job.completed"
+        assert told["body"]["data"]["job_id"] == completion
+        counts = told["body"]["data"]["result"]["echo"]["batch"]
+        assert (counts["completed"], counts["failed"]) == (1, 1)

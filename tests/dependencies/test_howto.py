@@ -1,5 +1,5 @@
-"""docs/dependencies.md's worked example, run as it is written against a fresh
-`hipq serve`: it prints what the page says it prints."""
+"""The worked examples of docs/dependencies.md and docs/batches.md, run as they are
+written against a fresh `hipq serve`: each prints what its page says it prints."""
 
 from __future__ import annotations
 
@@ -16,13 +16,14 @@ from tests.test_cli import REPO, _env, serving
 pytestmark = pytest.mark.e2e
 
 
-def _blocks(kind: str) -> list[str]:
-    text = (REPO / "docs" / "dependencies.md").read_text()
+def _blocks(page: str, kind: str) -> list[str]:
+    text = (REPO / "docs" / page).read_text()
     return [part.split("```", 1)[0] for part in text.split(f"```{kind}\n")[1:]]
 
 
-def test_the_worked_example_prints_what_the_page_says(tmp_path: Path) -> None:
-    example, printed = _blocks("python")[0], _blocks("text")[0]
+@pytest.mark.parametrize("page", ["dependencies.md", "batches.md"])
+def test_the_worked_example_prints_what_the_page_says(page: str, tmp_path: Path) -> None:
+    example, printed = _blocks(page, "python")[0], _blocks(page, "text")[0]
     config = client_config(tmp_path / "hipq.yaml", f"sqlite+aiosqlite:///{tmp_path / 'deps.db'}")
     with serving(config, tmp_path / "serve.log") as server:
         ran = subprocess.run(

@@ -16,7 +16,9 @@ completed prerequisite (or any, with ``after_failed = 'run'``) counts down
 ``waiting_for`` and at zero makes the job due (run_at back to its own, or now); a
 failed or cancelled one cancels the job (``after_failed = 'cancel'``), which cancels
 its own dependents in turn. The dependency row keeps the prerequisite's outcome,
-so that a prerequisite retried and finished again counts once. On PostgreSQL the
+so that a prerequisite retried and finished again counts once. The trigger fires only for a
+job marked ``has_dependents`` (set when a job names it), so that the many jobs no
+job waits for pay nothing at settle. On PostgreSQL the
 trigger sends the released job's queue on the wake-up channel; SQLite's one process
 finds it at its next tick.
 
@@ -74,7 +76,7 @@ MARK = """UPDATE hipq_job_dependencies SET outcome = NEW.state
 
 SQLITE_TRIGGER = f"""
 CREATE TRIGGER hipq_jobs_dependents AFTER UPDATE OF state ON hipq_jobs FOR EACH ROW
-WHEN NEW.state IN {TERMINAL} AND NEW.state IS NOT OLD.state
+WHEN NEW.has_dependents AND NEW.state IN {TERMINAL} AND NEW.state IS NOT OLD.state
 BEGIN
   {_count_down("max({0}, {1})")};
   {CANCEL};
@@ -101,7 +103,7 @@ $fn$
 
 PG_TRIGGER = f"""
 CREATE TRIGGER hipq_jobs_dependents AFTER UPDATE OF state ON hipq_jobs FOR EACH ROW
-WHEN (NEW.state IN {TERMINAL} AND OLD.state IS DISTINCT FROM NEW.state)
+WHEN (NEW.has_dependents AND NEW.state IN {TERMINAL} AND OLD.state IS DISTINCT FROM NEW.state)
 EXECUTE FUNCTION hipq_job_dependents()
 """
 
@@ -171,6 +173,7 @@ def upgrade() -> None:
         batch.add_column(sa.Column("waiting_for", sa.Integer(), nullable=True))
         batch.add_column(sa.Column("after_run_at", UTCDateTime, nullable=True))
         batch.add_column(sa.Column("batch_id", sa.BigInteger(), nullable=True))
+        batch.add_column(sa.Column("has_dependents", sa.Boolean(), nullable=True))
     op.create_table(
         "hipq_batches",
         sa.Column("id", ID, primary_key=True, autoincrement=True),
@@ -216,5 +219,12 @@ def downgrade() -> None:
     op.drop_index("ix_hipq_job_dependencies_after", "hipq_job_dependencies")
     op.drop_table("hipq_job_dependencies")
     with op.batch_alter_table("hipq_jobs") as batch:
-        for name in ("batch_id", "after_run_at", "waiting_for", "after_failed", "after"):
+        for name in (
+            "has_dependents",
+            "batch_id",
+            "after_run_at",
+            "waiting_for",
+            "after_failed",
+            "after",
+        ):
             batch.drop_column(name)

@@ -75,6 +75,10 @@ async def park(
     ]
     await conn.execute(dialect.insert(job_dependencies).values(rows).on_conflict_do_nothing())
     unfinished = [i for i, state in after if state not in TERMINAL]
+    if unfinished:  # their settle's trigger looks for this job (alembic 0018)
+        await conn.execute(
+            update(jobs).where(jobs.c.id.in_(unfinished)).values(has_dependents=True)
+        )
     failed = [(i, s) for i, s in after if s in (State.FAILED, State.CANCELLED)]
     changes: dict[str, Any] = {}
     if failed and after_failed == "cancel":

@@ -124,6 +124,8 @@ jobs = Table(
     Column("after_failed", String(8), nullable=True),
     Column("waiting_for", Integer, nullable=True),
     Column("after_run_at", UTCDateTime, nullable=True),
+    # Some job runs after it: only then does the trigger look for its dependents.
+    Column("has_dependents", Boolean, nullable=True),
     # The batch it belongs to (hipq_batches), whose counts a trigger keeps.
     Column("batch_id", BigInteger, nullable=True),
     # The loop's due-jobs scan, one index per queue order, over scheduled jobs only.

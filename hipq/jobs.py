@@ -49,6 +49,18 @@ class Job(NamedTuple):
     trace_context: str | None = None  # the enqueue's traceparent (hipq.observability.tracing)
     flags: list[str] | None = None  # a queue may forbid some (hipq.forbidden_flags)
     notify: list[str] | None = None  # notification targets of its outcome (hipq.outbox)
+    # The jobs it runs after (hipq.dependencies): their ids, what a failed one does
+    # to it, how many are unfinished, and its own run_at while it waits.
+    after: list[int] | None = None
+    after_failed: str | None = None
+    waiting_for: int | None = None
+    after_run_at: datetime | None = None
+    batch_id: int | None = None  # the batch it belongs to (hipq.batches)
+
+    @property
+    def own_run_at(self) -> datetime:
+        """Its run_at as given: while it waits for jobs the stored one is parked."""
+        return self.after_run_at if self.waiting_for and self.after_run_at else self.run_at
 
     def defensive_copy(self) -> Job:
         """A deep copy that a plugin may inspect or mutate without touching the loop's view."""
@@ -85,6 +97,11 @@ class NewJob:
     trace_context: str | None = None  # the enqueue's traceparent (hipq.observability.tracing)
     flags: list[str] | None = None
     notify: list[str] | None = None  # notification targets of its outcome (hipq.outbox)
+    # Jobs it runs after, as the client named them: ids (int) or job keys (str),
+    # resolved to ids by the store (hipq.dependencies); "cancel" or "run" if one fails.
+    after: list[int | str] | None = None
+    after_failed: str | None = None
+    batch_id: int | None = None  # set by the store for a batch's jobs
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,6 +14,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from hipq import __version__, dashboard
 from hipq.api import (
     auth,
+    batches,
     bulk,
     callbacks,
     contract,
@@ -188,6 +189,7 @@ def create_app(
 
     app.include_router(bulk.router)  # before jobs: /v1/jobs/bulk is not a job id
     app.include_router(jobs.router)
+    app.include_router(batches.router)
     app.include_router(notifications.router)
     app.include_router(queues.router)
     app.include_router(processes.router)

@@ -21,7 +21,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from hipq.ingest.job_intake import IntakeError
 from hipq.ingest.response_intake import ResponseRefused
 from hipq.observability.faults import FaultReporter
-from hipq.store import Conflict, NotFound, StoreError
+from hipq.store import BadReference, Conflict, NotFound, StoreError
 
 log = logging.getLogger("hipq.api")
 
@@ -91,6 +91,7 @@ class FaultRecovery:
 _STORE_ERRORS: dict[type[StoreError], tuple[str, int]] = {
     NotFound: ("not_found", 404),
     Conflict: ("conflict", 409),
+    BadReference: ("invalid_request", 422),
 }
 
 

@@ -11,11 +11,13 @@ from fastapi import APIRouter, Depends, Header, Path, Query, Request, Response
 
 from hipq.api.answers import json_answer
 from hipq.api.auth import check_tenancy, principal_of, require
+from hipq.api.batches import new_batch
 from hipq.api.errors import InvalidParameter
 from hipq.api.json_body import JSONBodyRoute, off_loop
 from hipq.api.long_polls import LongPolls, TooManyWaits
 from hipq.api.models import (
     MAX_ID,
+    BatchIn,
     CancelRequest,
     CompleteRequest,
     ErrorOut,
@@ -135,7 +137,12 @@ async def _body_size(request: Request) -> int:
 
 
 async def _insert(
-    request: Request, items: list[JobIn], key: str | None, prefix: str, grouped: bool = False
+    request: Request,
+    items: list[JobIn],
+    key: str | None,
+    prefix: str,
+    grouped: bool = False,
+    batch: BatchIn | None = None,
 ) -> Any:
     service = _service(request)
     now = service.clock()
@@ -154,7 +161,9 @@ async def _insert(
         if key:
             # Dumping every job again to hash the request costs as much as validating it:
             # only a keyed request pays for it.
-            body = [item.model_dump(mode="json", exclude_unset=True) for item in items]
+            body: Any = [item.model_dump(mode="json", exclude_unset=True) for item in items]
+            if batch is not None:
+                body = [body, batch.model_dump(mode="json", exclude_unset=True)]
             idempotency = (scoped_key, _request_hash(body))
         return new, idempotency
 
@@ -165,7 +174,8 @@ async def _insert(
     with tracing.enqueue_span(request.headers, new) as traced:
         if grouped:  # shares a transaction with the other requests waiting (group commit)
             return await service.job_writer.insert(list(traced), idempotency)
-        return await service.store.job_insert_many(list(traced), now, idempotency)
+        made = new_batch(service.intake, batch, now)
+        return await service.store.job_insert_many(list(traced), now, idempotency, made)
 
 
 @router.post(
@@ -201,15 +211,15 @@ async def create_jobs(
     limit = _service(request).settings.server.max_batch_jobs
     if len(batch.jobs) > limit:
         raise IntakeError("jobs", f"at most {limit} jobs per batch, got {len(batch.jobs)}")
-    result = await _insert(request, batch.jobs, idempotency_key, "jobs[")
+    result = await _insert(request, batch.jobs, idempotency_key, "jobs[", batch=batch.batch)
     # The JobBatchOut body, written by orjson: a JobRef model per job cost about a tenth of
     # the whole request.
     refs = [
-        {"id": j.id, "state": j.state.value, "queue": j.queue, "run_at": j.run_at}
+        {"id": j.id, "state": j.state.value, "queue": j.queue, "run_at": j.own_run_at}
         for j in result.jobs
     ]
     return json_answer(
-        {"count": len(refs), "jobs": refs},
+        {"batch_id": result.jobs[0].batch_id, "count": len(refs), "jobs": refs},
         200 if result.replayed else 201,
         {"Idempotent-Replayed": "true"} if result.replayed else None,
     )

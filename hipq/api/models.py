@@ -16,6 +16,7 @@ from pydantic import (
     StrictInt,
 )
 
+from hipq.dependencies import MAX_AFTER
 from hipq.jobs import Attempt, Job
 from hipq.storable_text import storable
 from hipq.store.heartbeats import Heartbeat
@@ -67,6 +68,12 @@ Labels = Annotated[
 
 FlagName = Annotated[str, Field(min_length=1, max_length=100, pattern=r"^[^\x00-\x1f]+$")]
 TargetName = Annotated[str, Field(min_length=1, max_length=200)]
+# A job ``after`` names: its id, or a job key.
+AfterRef = Annotated[
+    Annotated[StrictInt, Field(ge=1, le=MAX_ID)]
+    | Annotated[str, Field(min_length=1, max_length=KEY_MAX_LENGTH)],
+    Field(union_mode="left_to_right"),
+]
 
 
 class _In(BaseModel):
@@ -155,6 +162,19 @@ class JobIn(_In):
             "state); default: the job type's notify; [] sends none"
         ),
     )
+    after: list[AfterRef] | None = Field(
+        None,
+        max_length=MAX_AFTER,
+        description=(
+            "jobs it runs after: ids, or job keys (a job of the same batch first, else the "
+            "newest job with that key); it stays scheduled until all of them finished"
+        ),
+    )
+    after_failed: Literal["cancel", "run"] | None = Field(
+        None,
+        description="when a job it runs after fails or is cancelled: cancel (default) this "
+        "one too, or run it anyway",
+    )
 
     def fields_set(self) -> dict[str, Any]:
         """As ``model_dump(exclude_unset=True, exclude_none=True)``, at a third of its cost
@@ -173,9 +193,34 @@ class JobIn(_In):
         return data
 
 
+class CompletionIn(_In):
+    type: str = Field(min_length=1, max_length=200, description="a job type from the config")
+    payload: dict[str, Any] = Field(
+        default_factory=dict, description="its payload; the counts are added under 'batch'"
+    )
+    queue: str | None = Field(None, max_length=200, description="default: the job type's queue")
+
+
+class BatchIn(_In):
+    on_complete: CompletionIn | None = Field(
+        None,
+        description="a job that runs once every job of the batch finished (completed, "
+        "failed or cancelled), with the counts in its payload under 'batch'",
+    )
+    notify: list[TargetName] | None = Field(
+        None,
+        max_length=20,
+        description="notification targets told of the completion job's outcome (needs "
+        "on_complete); default: its job type's notify",
+    )
+
+
 class JobBatchIn(_In):
     jobs: list[JobIn] = Field(
         min_length=1, description="stored all or none; at most server.max_batch_jobs"
+    )
+    batch: BatchIn | None = Field(
+        None, description="make the jobs a batch: its counts at GET /v1/batches/{id}"
     )
 
 
@@ -293,12 +338,22 @@ class JobOut(BaseModel):
     finished_at: datetime | None = Field(description="when it reached a final state")
     result: Any = Field(description="its result, once completed")
     last_error: str | None = Field(description="the last failure, or an operator's reason")
-    waiting_reason: str | None = Field(description="why a due job still waits (its throttler)")
+    waiting_reason: str | None = Field(
+        description="why a due job still waits (its throttler, or the jobs it runs after)"
+    )
     cancel_requested: bool = Field(description="an operator's verb waits for its queue's loop")
     flags: list[str] | None = Field(None, description="flags an operator may forbid on its queue")
     notify: list[str] | None = Field(
         None, description="the notification targets of its outcome (GET .../notifications)"
     )
+    after: list[int] | None = Field(None, description="the ids of the jobs it runs after")
+    after_failed: str | None = Field(
+        None, description="what a failed job it runs after does to it: cancel or run"
+    )
+    waiting_for: int | None = Field(
+        None, description="how many of the jobs it runs after have not finished yet"
+    )
+    batch_id: int | None = Field(None, description="the batch it belongs to")
     attempts: list[AttemptOut] | None = Field(
         None, description="its attempts (when one job is read; null in lists)"
     )
@@ -327,7 +382,7 @@ def job_body(
         "queue": job.queue,
         "state": job.state.value,
         "payload": job.payload,
-        "run_at": job.run_at,
+        "run_at": job.own_run_at,
         "priority": job.priority,
         "weight": job.weight,
         "labels": job.labels,
@@ -349,6 +404,10 @@ def job_body(
         "cancel_requested": bool(job.cancel_requested),
         "flags": job.flags,
         "notify": job.notify,
+        "after": job.after,
+        "after_failed": job.after_failed,
+        "waiting_for": job.waiting_for,
+        "batch_id": job.batch_id,
         "attempts": None if attempts is None else [_attempt_body(a) for a in attempts],
         "heartbeat": None if heartbeat is None else _heartbeat_body(heartbeat),
     }
@@ -382,7 +441,22 @@ class JobRef(BaseModel):
     run_at: datetime = Field(description="not before this instant")
 
 
+class BatchOut(BaseModel):
+    id: int = Field(description="the batch's id")
+    total: int = Field(description="its jobs")
+    pending: int = Field(description="its jobs not finished yet")
+    completed: int = Field(description="its completed jobs")
+    failed: int = Field(description="its failed jobs")
+    cancelled: int = Field(description="its cancelled jobs")
+    on_complete: str | None = Field(description="the type of its completion job")
+    completion_job_id: int | None = Field(description="its completion job")
+    notify: list[str] | None = Field(description="targets told of the completion job's outcome")
+    created_at: datetime = Field(description="when it was made")
+    finished_at: datetime | None = Field(description="when its last job finished")
+
+
 class JobBatchOut(BaseModel):
+    batch_id: int | None = Field(None, description="the batch made of them (with batch)")
     count: int = Field(description="jobs created (or replayed)")
     jobs: list[JobRef] = Field(description="one per job of the request, in its order")
 

@@ -25,7 +25,9 @@ from hipq.client.errors import (
 )
 from hipq.client.models import (
     TERMINAL_STATES,
+    AddedBatch,
     Attempt,
+    Batch,
     BulkCount,
     BulkFilter,
     BulkOperation,
@@ -70,10 +72,12 @@ def __getattr__(name: str) -> Any:
 
 __all__ = [
     "TERMINAL_STATES",
+    "AddedBatch",
     "ApiError",
     "AsyncClient",
     "Attempt",
     "Backoff",
+    "Batch",
     "BulkCount",
     "BulkFilter",
     "BulkOperation",

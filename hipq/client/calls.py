@@ -151,11 +151,16 @@ def add_job(job: Mapping[str, Any], key: str | None) -> Call:
     )
 
 
-def add_jobs(jobs: Iterable[Mapping[str, Any]], key: str | None) -> Call:
+def add_jobs(
+    jobs: Iterable[Mapping[str, Any]], key: str | None, batch: Mapping[str, Any] | None = None
+) -> Call:
+    body: dict[str, Any] = {"jobs": [_present(j) for j in jobs]}
+    if batch is not None:
+        body["batch"] = _present(batch)
     return Call(
         "POST",
         "/v1/jobs/batch",
-        body={"jobs": [_present(j) for j in jobs]},
+        body=body,
         headers={"Idempotency-Key": key or new_idempotency_key()},
         idempotent=True,
     )
@@ -229,6 +234,10 @@ def start_bulk(
     body = {"action": action, "filter": _present(filter), "dry_run": dry_run, **_present(params)}
     # A dry run changes nothing: safe to send again.
     return Call("POST", "/v1/jobs/bulk", body=body, idempotent=dry_run)
+
+
+def get_batch(batch_id: int) -> Call:
+    return Call("GET", f"/v1/batches/{_segment(batch_id)}", idempotent=True)
 
 
 def get_bulk(bulk_id: int) -> Call:

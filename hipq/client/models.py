@@ -75,6 +75,10 @@ class Job(_Out):
     cancel_requested: bool
     flags: list[str] | None = None
     notify: list[str] | None = None  # the notification targets told of its outcome
+    after: list[int] | None = None  # the ids of the jobs it runs after
+    after_failed: str | None = None  # cancel | run: what a failed one does to it
+    waiting_for: int | None = None  # how many of those have not finished yet
+    batch_id: int | None = None  # the batch it belongs to
     attempts: list[Attempt] | None = None
     heartbeat: Heartbeat | None = None
 
@@ -91,6 +95,29 @@ class JobRef(_Out):
     state: str
     queue: str
     run_at: datetime
+
+
+class AddedBatch(_Out):
+    """The jobs :meth:`Client.add_batch` made, and their batch."""
+
+    batch_id: int
+    jobs: list[JobRef]
+
+
+class Batch(_Out):
+    """A batch's counts (``GET /v1/batches/{id}``); ``finished_at`` once none is pending."""
+
+    id: int
+    total: int
+    pending: int
+    completed: int
+    failed: int
+    cancelled: int
+    on_complete: str | None
+    completion_job_id: int | None
+    notify: list[str] | None
+    created_at: datetime
+    finished_at: datetime | None
 
 
 class JobPage(_Out):
@@ -239,6 +266,9 @@ class JobFields(TypedDict, total=False):
     critical: bool
     flags: Sequence[str]
     notify: Sequence[str]  # names of notifications.targets; [] tells no one
+    # Jobs it runs after: ids, or job keys (a job of the same add_jobs call first).
+    after: Sequence[int | str]
+    after_failed: Literal["cancel", "run"]  # if one of them fails: default cancel
 
 
 class NewJob(JobFields, total=False):

@@ -19,6 +19,8 @@ from hipq.client import calls
 from hipq.client.calls import Backoff, Call, Readiness
 from hipq.client.errors import ApiError, WaitTimeout
 from hipq.client.models import (
+    AddedBatch,
+    Batch,
     BulkAction,
     BulkCount,
     BulkFilter,
@@ -147,6 +149,26 @@ class Client:
         fields; at most the server's ``server.max_batch_jobs`` in one call."""
         call = calls.add_jobs([dict(j) for j in jobs], idempotency_key)
         return _REFS.validate_python(self.send(call).json()["jobs"])
+
+    def add_batch(
+        self,
+        jobs: Iterable[NewJob],
+        *,
+        on_complete: Mapping[str, Any] | None = None,
+        notify: Iterable[str] | None = None,
+        idempotency_key: str | None = None,
+    ) -> AddedBatch:
+        """Create many jobs as a batch (all or none): its counts at :meth:`get_batch`.
+        ``on_complete`` (``type``, ``payload``, ``queue``): a job that runs once every
+        job finished, with the counts in its payload under ``batch``; ``notify``: the
+        targets told of that job's outcome."""
+        batch = {"on_complete": on_complete, "notify": None if notify is None else list(notify)}
+        call = calls.add_jobs([dict(j) for j in jobs], idempotency_key, batch)
+        return self._model(call, AddedBatch)
+
+    def get_batch(self, batch_id: int) -> Batch:
+        """A batch's counts: pending, completed, failed, cancelled."""
+        return self._model(calls.get_batch(batch_id), Batch)
 
     def get_job(self, job_id: int) -> Job:
         """A job with its attempts."""

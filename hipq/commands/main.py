@@ -16,6 +16,7 @@ import typer
 from hipq.commands import healthcheck as cli_healthcheck
 from hipq.commands import openapi as cli_openapi
 from hipq.commands import worker as cli_worker
+from hipq.commands.batches import batches_app
 from hipq.commands.flags import flags_app
 from hipq.commands.jobs_bulk import add_verbs, bulk_app
 from hipq.commands.limits import limits_change
@@ -51,6 +52,7 @@ jobs_app = command_group(
     help="Add, inspect, cancel and retry jobs (through the REST API).", no_args_is_help=True
 )
 app.add_typer(jobs_app, name="jobs")
+app.add_typer(batches_app, name="batches")
 app.add_typer(tokens_app, name="tokens")
 app.add_typer(cli_healthcheck.app, name="healthcheck")
 jobs_app.add_typer(bulk_app, name="bulk")
@@ -313,6 +315,14 @@ def jobs_add(
     notify_none: Annotated[
         bool, typer.Option("--notify-none", help="tell no target, not even the type's")
     ] = False,
+    after: Annotated[
+        list[str] | None,
+        typer.Option(metavar="ID|KEY", help="a job it runs after (an id or a job key), repeatable"),
+    ] = None,
+    after_failed: Annotated[
+        str | None,
+        typer.Option(metavar="cancel|run", help="if a job it runs after fails (default cancel)"),
+    ] = None,
     idempotency_key: Annotated[
         str | None,
         typer.Option(metavar="KEY", help="the same key again returns the same job"),
@@ -339,6 +349,8 @@ def jobs_add(
         "flags": flag or None,
         "notify": [] if notify_none else notify or None,
         "critical": True if critical else None,
+        "after": [int(a) if a.isdigit() else a for a in after] if after else None,
+        "after_failed": after_failed,
     }
     body = parse_json(payload, "--payload")
     chosen = {k: v for k, v in fields.items() if v is not None}

@@ -179,6 +179,8 @@ async def job_page(request: Request, job_id: str) -> HTMLResponse:
         job=job,
         waiting_reason=display.waiting(job, paused),
         attempts=attempts,
+        dependents=await store.job_dependents(job.id),
+        batch=await store.batch_get(job.batch_id) if job.batch_id else None,
         responses=found,
         open=job.state in (State.SCHEDULED, State.RUNNING, State.AWAITING),
         retryable=job.state in (State.FAILED, State.CANCELLED),

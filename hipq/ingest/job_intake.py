@@ -193,6 +193,8 @@ class Intake:
             unique_for_seconds=unique_for,
             flags=sorted(set(job["flags"])) if job.get("flags") else None,
             notify=self.notify_targets(job.get("notify"), jt.notify),
+            after=list(dict.fromkeys(job["after"])) if job.get("after") else None,
+            after_failed=(job.get("after_failed") or "cancel") if job.get("after") else None,
         )
 
     def notify_targets(self, asked: list[str] | None, default: list[str]) -> list[str] | None:

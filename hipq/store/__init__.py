@@ -2,6 +2,7 @@
 
 from hipq.store.batch import QueueBatch
 from hipq.store.records import (
+    BadReference,
     Conflict,
     InsertResult,
     JobFilter,
@@ -19,6 +20,7 @@ from hipq.store.rows import row_to_job
 from hipq.store.store import JobView, Store
 
 __all__ = [
+    "BadReference",
     "Conflict",
     "InsertResult",
     "JobFilter",

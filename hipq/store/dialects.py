@@ -211,6 +211,9 @@ class SqliteDialect(Dialect):
             cur.execute("PRAGMA synchronous=FULL")
             cur.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
             cur.execute("PRAGMA foreign_keys=ON")
+            # A job cancelled because a job it runs after failed cancels its own
+            # dependents: the same trigger again (alembic 0022).
+            cur.execute("PRAGMA recursive_triggers=ON")
             cur.close()
             _record.info["hipq_busy_ms"] = SQLITE_BUSY_TIMEOUT_MS
 

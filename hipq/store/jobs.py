@@ -7,6 +7,7 @@ changed by its queue's loop inside ``QueueBatch``.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -16,13 +17,24 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from hipq.batch_loop.operator_requests import key_taken_over
 from hipq.batch_loop.wakeup import jobs_payload
+from hipq.batches import NewBatch
+from hipq.dependencies import DependencyError, in_request
 from hipq.jobs import Attempt, Job, NewJob
 from hipq.lifecycle import TERMINAL, State, check_transition
 from hipq.store import state_guards as guards
+from hipq.store.batches import batch_create, batch_set_completion
+from hipq.store.dependencies import park, prerequisites
 from hipq.store.labels import label_value
-from hipq.store.records import Conflict, InsertResult, JobFilter, NotFound
+from hipq.store.records import BadReference, Conflict, InsertResult, JobFilter, NotFound
 from hipq.store.rows import NEW_JOB_COLUMNS, conflict_from, job_from_new, new_row, row_to_job
-from hipq.store.schema import OPEN_JOB_KEY_WHERE, attempts, idempotency_keys, jobs, notifications
+from hipq.store.schema import (
+    OPEN_JOB_KEY_WHERE,
+    attempts,
+    idempotency_keys,
+    job_dependencies,
+    jobs,
+    notifications,
+)
 from hipq.store.state_guards import OPEN_SQL, const
 from hipq.store.transactions import Transactions
 
@@ -48,15 +60,17 @@ class JobTable(Transactions):
         new_jobs: Sequence[NewJob],
         now: datetime,
         idempotency: tuple[str, str] | None = None,
+        batch: NewBatch | None = None,
     ) -> InsertResult:
         """Insert all of ``new_jobs`` in one transaction, or none of them.
 
         ``idempotency`` is (key, request hash): a repeated key returns the jobs of
-        the first request instead of inserting again.
+        the first request instead of inserting again. ``batch``: make them a batch
+        (hipq.batches), with its completion job.
         """
         try:
             async with self._write() as conn:
-                result = await self._insert_request(conn, new_jobs, now, idempotency)
+                result = await self._insert_request(conn, new_jobs, now, idempotency, batch)
                 if not result.replayed:
                     await self._notify(conn, {jobs_payload(j.queue) for j in new_jobs})
                 return result
@@ -145,6 +159,7 @@ class JobTable(Transactions):
         new_jobs: Sequence[NewJob],
         now: datetime,
         idempotency: tuple[str, str] | None,
+        batch: NewBatch | None = None,
     ) -> InsertResult:
         """One request's jobs, inside the caller's transaction (``job_insert_many``'s body)."""
         if idempotency:
@@ -159,7 +174,10 @@ class JobTable(Transactions):
                         field="Idempotency-Key",
                     )
                 return InsertResult(found, replayed=True)
-        result = await self._insert(conn, new_jobs, now)
+        if batch is None:
+            result = await self._insert(conn, new_jobs, now)
+        else:
+            result = await self._insert_batch(conn, new_jobs, batch, now)
         if idempotency:
             await conn.execute(
                 update(idempotency_keys)
@@ -199,6 +217,8 @@ class JobTable(Transactions):
     async def _insert(
         self, conn: AsyncConnection, new_jobs: Sequence[NewJob], now: datetime
     ) -> list[Job]:
+        if any(j.after for j in new_jobs):
+            return await self._insert_after(conn, new_jobs, now)
         out: list[Job | None] = [None] * len(new_jobs)
         plain = [(i, new_row(j, now)) for i, j in enumerate(new_jobs) if not j.job_key]
         if plain:
@@ -209,6 +229,51 @@ class JobTable(Transactions):
             if job.job_key:
                 out[i] = await self._insert_keyed(conn, job, now)
         return [j for j in out if j is not None]
+
+    async def _insert_after(
+        self, conn: AsyncConnection, new_jobs: Sequence[NewJob], now: datetime
+    ) -> list[Job]:
+        """A request whose jobs run after others: one by one, each after the jobs of
+        the request it names (hipq.dependencies), then read back as stored."""
+        try:
+            order, inner = in_request(new_jobs)
+        except DependencyError as exc:
+            raise BadReference(exc.message, exc.field) from None
+        made: dict[int, Job] = {}
+        for i in order:
+            job = new_jobs[i]
+            outer = {k: ref for k, ref in enumerate(job.after or ()) if k not in inner[i]}
+            found = await prerequisites(conn, self.dialect, outer, i, len(new_jobs))
+            for k, j in inner[i].items():
+                found[k] = (made[j].id, made[j].state.value)
+            after = list(dict.fromkeys(found[k] for k in sorted(found)))
+            ids: list[int | str] = [a for a, _ in after]
+            after_failed = job.after_failed or "cancel"
+            resolved = replace(job, after=ids or None, after_failed=after_failed)
+            made[i] = await self._insert_plain_or_keyed(conn, resolved, now)
+            await park(conn, self.dialect, made[i], after, after_failed, now)
+        return await self._jobs_by_ids(conn, [made[i].id for i in range(len(new_jobs))])
+
+    async def _insert_batch(
+        self, conn: AsyncConnection, new_jobs: Sequence[NewJob], batch: NewBatch, now: datetime
+    ) -> list[Job]:
+        """A request's jobs as a batch, and its completion job after all of them."""
+        batch_id = await batch_create(conn, batch, len(new_jobs), now)
+        made = await self._insert(conn, [replace(j, batch_id=batch_id) for j in new_jobs], now)
+        if batch.completion is not None:
+            completion = replace(batch.completion, after=[j.id for j in made], after_failed="run")
+            (job,) = await self._insert_after(conn, [completion], now)
+            await batch_set_completion(conn, batch_id, job.id)
+        return made
+
+    async def _insert_plain_or_keyed(
+        self, conn: AsyncConnection, job: NewJob, now: datetime
+    ) -> Job:
+        if job.job_key:
+            return await self._insert_keyed(conn, job, now)
+        row = new_row(job, now)
+        (job_id,) = await self.dialect.job_insert_rows(conn, [row])
+        return job_from_new(job_id, row)
 
     async def _insert_keyed(self, conn: AsyncConnection, job: NewJob, now: datetime) -> Job:
         """job_key de-duplication: ``unique_for``, then graphile-worker's three modes.
@@ -298,6 +363,17 @@ class JobTable(Transactions):
                 finished.extend(row_to_job(r) for r in (await conn.execute(query)).all())
         return finished
 
+    async def job_dependents(self, job_id: int, limit: int = 100) -> list[int]:
+        """The ids of the jobs that run after ``job_id`` (the first ``limit``)."""
+        query = (
+            select(job_dependencies.c.job_id)
+            .where(job_dependencies.c.after_id == job_id)
+            .order_by(job_dependencies.c.job_id)
+            .limit(limit)
+        )
+        async with self._read() as conn:
+            return list((await conn.execute(query)).scalars())
+
     async def job_attempts(self, job_id: int) -> list[Attempt]:
         async with self._read() as conn:
             return await read_attempts(conn, job_id)
@@ -343,12 +419,12 @@ class JobTable(Transactions):
                     f"job {job_id} is {job.state}; only scheduled jobs can be changed",
                     field="state",
                 )
-            job = await self._job_update_guarded(
-                conn,
-                job_id,
-                guards.UPDATE_PENDING,
-                {**changes, "updated_at": now, "waiting_reason": None},
-            )
+            changes = {**changes, "updated_at": now, "waiting_reason": None}
+            if job.waiting_for:  # it waits for jobs: its own run_at changes, not the parked one
+                changes["waiting_reason"] = job.waiting_reason
+                if "run_at" in changes:
+                    changes["after_run_at"] = changes.pop("run_at")
+            job = await self._job_update_guarded(conn, job_id, guards.UPDATE_PENDING, changes)
             await self._notify(conn, {jobs_payload(job.queue)})
             return job
 
@@ -423,7 +499,8 @@ def _replacing(current: Job, row: dict[str, Any], job: NewJob, now: datetime) ->
 
 
 def _has_job_key(new_jobs: Sequence[NewJob]) -> bool:
-    return any(j.job_key for j in new_jobs)
+    """A job_key or an ``after``: both look up other jobs, and may be refused alone."""
+    return any(j.job_key or j.after for j in new_jobs)
 
 
 async def read_job(conn: AsyncConnection, job_id: int) -> Job:

@@ -25,6 +25,10 @@ class Conflict(StoreError):
     """A uniqueness rule or a job's state refuses the change."""
 
 
+class BadReference(Conflict):
+    """A request names what does not exist or cannot be (a job ``after`` names)."""
+
+
 class StoreSetupError(RuntimeError):
     """The database cannot be used as configured (message says why)."""
 

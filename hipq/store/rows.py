@@ -24,7 +24,7 @@ NEW_JOB_COLUMNS = tuple(c for c in jobs.c.keys() if c in {f.name for f in fields
 
 # Columns of the jobs table that ``Job`` does not carry, read by their own queries
 # (``hipq.store.requests``).
-NOT_ON_JOB = ("operator_request", "executor")
+NOT_ON_JOB = ("operator_request", "executor", "has_dependents")
 
 _STATES = {s.value: s for s in State}
 _ORDER = [jobs.c.keys().index(name) for name in Job._fields]

@@ -119,6 +119,18 @@ jobs = Table(
     # The process that sends the job's running attempt when its queue's owner handed
     # it over (``hipq.batch_loop.hand_off``); NULL: the owner sends it itself. The claim clears it.
     Column("executor", String(200), nullable=True),
+    # The jobs it runs after (their ids; NULL: none), what a failed one does to it
+    # (cancel | run), how many have not finished yet (0 or NULL: none), and its own
+    # run_at while it waits (run_at is parked at AFTER_PARKED meanwhile). A trigger
+    # (alembic 0022) counts down and releases or cancels; see hipq.dependencies.
+    Column("after", Json, nullable=True),
+    Column("after_failed", String(8), nullable=True),
+    Column("waiting_for", Integer, nullable=True),
+    Column("after_run_at", UTCDateTime, nullable=True),
+    # Some job runs after it: only then does the trigger look for its dependents.
+    Column("has_dependents", Boolean, nullable=True),
+    # The batch it belongs to (hipq_batches), whose counts a trigger keeps.
+    Column("batch_id", BigInteger, nullable=True),
     # The loop's due-jobs scan, one index per queue order, over scheduled jobs only.
     Index(
         "ix_hipq_jobs_due_time",
@@ -174,6 +186,35 @@ jobs = Table(
         postgresql_where=text("cancel_requested"),
         sqlite_where=text("cancel_requested"),
     ),
+)
+
+# One row per job and a job it runs after; ``outcome``: the prerequisite's terminal
+# state once it reached one (it then counted, once).
+job_dependencies = Table(
+    "hipq_job_dependencies",
+    metadata,
+    Column("job_id", Id, ForeignKey("hipq_jobs.id", ondelete="CASCADE"), primary_key=True),
+    Column("after_id", BigInteger, primary_key=True),
+    Column("outcome", String(16), nullable=True),
+    Index("ix_hipq_job_dependencies_after", "after_id", "job_id"),
+)
+
+# A batch of jobs (hipq.batches): its counts, kept by a trigger on hipq_jobs as its
+# jobs change state (alembic 0022); finished once none is pending, which puts the
+# counts into the payload of its completion job (a job after all of them).
+batches = Table(
+    "hipq_batches",
+    metadata,
+    Column("id", Id, primary_key=True, autoincrement=True),
+    Column("total", Integer, nullable=False),
+    Column("completed", Integer, nullable=False),
+    Column("failed", Integer, nullable=False),
+    Column("cancelled", Integer, nullable=False),
+    Column("on_complete", String(200), nullable=True),  # the completion job's type
+    Column("completion_job_id", BigInteger, nullable=True),
+    Column("notify", Json, nullable=True),
+    Column("created_at", UTCDateTime, nullable=False),
+    Column("finished_at", UTCDateTime, nullable=True),
 )
 
 # The last heartbeat of an external job's attempt (POST /v1/callbacks/{key}/heartbeat):

@@ -17,6 +17,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from hipq.jobs import Attempt, Job
 from hipq.store import migrations
+from hipq.store.batches import BatchTable
 from hipq.store.bulk import BulkTable
 from hipq.store.dialects import Dialect, create_engine, dialect_for
 from hipq.store.hand_off import HandOffTable
@@ -43,6 +44,7 @@ class JobView(NamedTuple):
 
 class Store(
     JobTable,
+    BatchTable,
     OperatorTable,
     BulkTable,
     InboxTable,

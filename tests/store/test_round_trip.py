@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 from sqlalchemy import text
 
+from hipq.batches import NewBatch
 from hipq.jobs import Attempt, Job, NewJob
 from hipq.lifecycle import State
 from hipq.outcomes import Failed, Succeeded, settle
@@ -70,7 +71,9 @@ def _full_new_job(n: int) -> NewJob:
     stored = [f for f in fields(NewJob) if f.name in jobs.c]
     for f in stored:
         default = f.default_factory() if f.default_factory is not MISSING else f.default
-        if f.name != "job_key":
+        # job_key: keyed inserts are their own path; after, after_failed and batch_id:
+        # the store resolves them (a waiting job in a batch, below).
+        if f.name not in ("job_key", "after", "after_failed", "batch_id"):
             assert getattr(job, f.name) != default, f"the test leaves {f.name} at its default"
     return job
 
@@ -104,6 +107,13 @@ async def test_every_job_field_round_trips(store: Store) -> None:
             T0,
             T0,
         )
+
+    # A job in a batch that waits for another: the columns the store resolves.
+    waits = replace(_full_new_job(4), after=[made.id], after_failed="run")
+    [waiting] = (await store.job_insert_many([waits], T0, batch=NewBatch())).jobs
+    stored = saw(await store.job_get(waiting.id))
+    assert (stored.after, stored.after_failed, stored.waiting_for) == ([made.id], "run", 1)
+    assert stored.own_run_at == T0 and stored.batch_id is not None
 
     token = await store.lease_acquire("default", "a", T0, TTL)
     assert token is not None
@@ -227,7 +237,16 @@ async def test_every_schedule_field_round_trips(store: Store) -> None:
 # history, not rewritten) leaves NULL of a new job's columns. A column added to the
 # jobs and ``NewJob`` fails the test below until a new migration redefines the
 # function to set it, or it is named here as one that transactional enqueue leaves unset.
-TRANSACTIONAL_LEAVES_UNSET = {"flags", "trace_context", "notify"}
+# after, after_failed, batch_id: a job added in an application's transaction waits for
+# no job and belongs to no batch (docs/howto-transactional-enqueue.md).
+TRANSACTIONAL_LEAVES_UNSET = {
+    "flags",
+    "trace_context",
+    "notify",
+    "after",
+    "after_failed",
+    "batch_id",
+}
 
 
 @pytest.mark.postgres

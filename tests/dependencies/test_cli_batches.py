@@ -1,0 +1,24 @@
+"""`hipq batches add` and `hipq batches show` against hipq serve, and their refusals as
+one readable line."""
+
+from __future__ import annotations
+
+from tests.test_cli import JOB_TYPES, Server, hipq, job_state, server, wait_for  # noqa: F401
+
+
+def test_batches_add_and_show(server: Server) -> None:  # noqa: F811
+    url = ["--url", server.url]
+    jobs = '[{"type": "ok", "payload": {"n": 1}}, {"type": "ok", "payload": {"n": 2}}]'
+    added = hipq("batches", "add", jobs, "--on-complete", "ok", "--payload", '{"r": 1}', *url)
+    body = added.json()
+    assert len(body["jobs"]) == 2
+    shown = hipq("batches", "show", str(body["batch_id"]), *url).json()
+    assert shown["total"] == 2 and shown["on_complete"] == "ok"
+    wait_for(lambda: job_state(server, shown["completion_job_id"]) == "completed", 30, "done")
+    shown = hipq("batches", "show", str(body["batch_id"]), *url).json()
+    assert (shown["pending"], shown["completed"]) == (0, 2)
+
+    assert "batch 99999 does not exist" in hipq("batches", "show", "99999", *url).one_error_line()
+    assert "JOBS is not valid JSON" in hipq("batches", "add", "[{", *url).one_error_line()
+    unknown = hipq("batches", "add", '[{"type": "ok"}]', "--on-complete", "nope", *url)
+    assert "batch.on_complete.type" in unknown.one_error_line()

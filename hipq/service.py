@@ -435,7 +435,7 @@ class Service:
         """The job once it is finished (completed, failed or cancelled), or as it is
         when ``timeout`` seconds have passed: look at its ``state``."""
         self._check_started("wait_for_job")
-        return await self.waiters.wait(job_id, timeout)
+        return (await self.waiters.wait(job_id, timeout)).job
 
     async def list_jobs(
         self,

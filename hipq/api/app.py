@@ -198,6 +198,7 @@ def create_app(
     app.include_router(schedules.router)
     app.include_router(workers.router)
     dashboard.install(app, tokens)
+    auth.solved_by_middleware(app)  # every route is in: the middleware checks the scopes
 
     # Outermost of all (the dashboard's middleware included): see UnexpectedErrors.
     app.add_middleware(errors.UnexpectedErrors)

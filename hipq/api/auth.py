@@ -19,7 +19,7 @@ from urllib.parse import parse_qs
 import orjson
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
-from fastapi.routing import RouteContext, iter_route_contexts
+from fastapi.routing import APIRoute, RouteContext, iter_route_contexts
 from starlette.routing import BaseRoute, Match
 from starlette.types import ASGIApp, Receive, Scope, Send
 
@@ -38,14 +38,15 @@ BEARER_DESCRIPTION = "A token from `hipq tokens new`, sent as `Authorization: Be
 
 
 class Requires:
-    """A route's scope, as a FastAPI dependency (checked by ``Authentication``)."""
+    """A route's scope, declared as a FastAPI dependency (checked by ``Authentication``;
+    ``solved_by_middleware`` keeps FastAPI from calling it on every request)."""
 
     def __init__(self, scope: str, *also: str) -> None:
         self.scope = scope
         self.also = also  # scopes needed besides ``scope``
 
-    # No sub-dependency (such as FastAPI's HTTPBearer): FastAPI solves each one again
-    # on every request, and ``document`` declares the bearer scheme itself.
+    # No sub-dependency (such as FastAPI's HTTPBearer): ``document`` declares the bearer
+    # scheme itself. Called only on a route left out of ``solved_by_middleware``.
     async def __call__(self, request: Request) -> None:
         # The middleware refused the request already if it had to; this only guards
         # against an app built without it.
@@ -205,6 +206,19 @@ def requirement_of(route: BaseRoute | RouteContext) -> Requires | None:
     if found is None and (getattr(route, "path", None) or "").startswith("/v1/"):
         return _ADMIN
     return found
+
+
+def solved_by_middleware(app: FastAPI) -> None:
+    """Take each route's declared scope out of what FastAPI solves per request: the
+    ``Authentication`` middleware installed with it checks the scope before the route
+    runs, and a solved dependency costs every request a sub-dependency's solve and a
+    call. The declaration stays in ``route.dependencies``, where ``requirement_of``
+    and ``document`` read it."""
+    for context in routes(app):
+        route = context.original_route
+        if isinstance(route, APIRoute):
+            solved = route.dependant.dependencies
+            solved[:] = [d for d in solved if not isinstance(d.call, Requires)]
 
 
 def routes(app: FastAPI) -> list[RouteContext]:

@@ -263,11 +263,10 @@ async def get_job(
     long_polls: LongPolls = request.app.state.long_polls
     try:
         with long_polls.hold(request):
-            job = await service.waiters.wait(job_id, seconds)
+            view = await service.waiters.wait(job_id, seconds)
     except TooManyWaits as refused:
         return refused.answer()
-    attempts = await service.store.job_attempts(job_id)
-    return json_answer(job_body(job, attempts, await service.store.heartbeat_of(job_id)))
+    return json_answer(job_body(view.job, view.attempts, view.heartbeat))
 
 
 @router.get(

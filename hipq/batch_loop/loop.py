@@ -50,9 +50,9 @@ log = logging.getLogger("hipq.batch_loop.loop")
 
 Clock = Callable[[], datetime]
 RECHECK_SECONDS = 2.0
-# A paused queue ticks at most this often however many wake-ups arrive: every new job
-# wakes its loop, and a paused loop's tick (a fenced write) would only see it is paused.
-# Unpausing takes effect within this time.
+# A paused queue ticks at most this often however many wake-ups arrive (a new job's
+# does not wake it at all: ``hint_jobs``), and a paused loop's tick (a fenced write)
+# would only see it is paused. Unpausing takes effect within this time.
 PAUSED_TICK_SECONDS = 0.05
 
 
@@ -151,6 +151,14 @@ class QueueLoop(Loop):
     def checkpoint(self, job: Job, payload: dict[str, Any]) -> None:
         if job.id in self.in_flight:
             self._reports.payloads[job.id] = payload
+
+    def hint_jobs(self) -> None:
+        """New or changed jobs in the queue. A paused queue admits none, and every
+        insert sends this: its tick would only find it paused again (a resume wakes it
+        through ``hint_cancels``, and its ticks go on at their interval)."""
+        if self.token is not None and self._paused_since_tick is not None:
+            return
+        self.wake.set()
 
     def hint_cancels(self) -> None:
         self._check_cancels = True

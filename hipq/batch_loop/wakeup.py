@@ -8,7 +8,8 @@ to the other processes (see ``hipq.store.process_guard.PgListener``). A payload 
 - ``*``: new responses in the inbox (a response may be for any queue),
 - ``cancel:<queue>``: a running job of the queue was asked to stop, its external
   system sent a heartbeat, or an operator changed the queue's limits (the loop looks
-  for all three in the same step),
+  for all three in the same step) or paused or resumed it (this wake-up reaches a
+  paused loop, which ``<queue>`` does not: a new job would only find it paused),
 - ``settled:<queue>``: jobs of the queue reached a terminal state (sent on PostgreSQL
   by the jobs table's trigger, alembic 0012; it wakes ``?wait=`` requests and the
   notifier, not the loops),
@@ -102,6 +103,8 @@ class Wakeable(Protocol):
 
     wake: asyncio.Event
 
+    def hint_jobs(self) -> None: ...
+
     def hint_responses(self) -> None: ...
 
     def hint_cancels(self) -> None: ...
@@ -148,7 +151,7 @@ class Wakeups:
         elif wake.kind is WakeKind.REPORTS:
             loop.hint_reports()
         else:
-            loop.wake.set()
+            loop.hint_jobs()
 
     def all(self) -> None:
         """New responses: every loop looks at the inbox."""

@@ -1,15 +1,19 @@
 """Requests that wait for a job to finish (``GET /v1/jobs/{id}?wait=30s``).
 
-A waiter costs one read when it starts and, usually, one when it is woken; many
-waiters cost no query each per second. Waiters register here, in the process; a
-check reads every job that may have finished in ONE query and hands each waiter its
-job. A check runs when:
+A waiter reads nothing of its own. Waiters register here, in the process; a check
+reads the jobs of every new waiter (finished already? of which queue?), of every
+waiter whose job may have finished and of every waiter whose wait ended, with their
+attempts and heartbeats, in one read transaction of a few statements however many
+waiters there are, and hands each waiter what it answers: a thousand waiters cost a
+few statements, not a thousand reads queued on the connection pool. A check runs when:
 
+- waiters arrived (their first read),
 - a queue loop of this process settled a waited-for job (the core's ``job_settled``
   event),
 - a ``settled:<queue>`` wake-up arrives (on PostgreSQL the jobs table's trigger sends
   it for every job that reaches a terminal state, in any process, also by an
   operator's verb): the waiters of that queue are checked,
+- a waiter's wait ended (its job is answered as it is, whatever its state),
 - every ``recheck_seconds`` while anyone waits: a net under what no event tells (on
   SQLite an operator's verb; on PostgreSQL a wake-up lost while the LISTEN
   connection reconnected).
@@ -24,12 +28,12 @@ import asyncio
 import contextlib
 import logging
 from collections import defaultdict
+from collections.abc import Iterable
 from typing import Any
 
-from hipq.jobs import Job
 from hipq.lifecycle import TERMINAL
 from hipq.process.activity import Loop
-from hipq.store import Store
+from hipq.store import JobView, Store
 
 log = logging.getLogger("hipq.process.job_waiters")
 
@@ -41,17 +45,22 @@ _TERMINAL = frozenset(s.value for s in TERMINAL)
 
 class JobWaiters(Loop):
     """A ``Loop``: the waiting requests of this process and their checks, every
-    ``recheck_seconds`` and when ``wake`` is set (a waited-for job may have finished)."""
+    ``recheck_seconds`` and when ``wake`` is set (a waited-for job may have finished,
+    or a wait ended)."""
 
     name = "job-waiters"
 
     def __init__(self, store: Store, recheck_seconds: float = RECHECK_SECONDS) -> None:
         super().__init__(log, "job waiters", recheck_seconds)
         self.store = store
-        # A waiter's future gets its finished job, or None: answer now (the process stops).
-        self._futures: dict[int, list[asyncio.Future[Job | None]]] = defaultdict(list)
+        # A waiter's future gets what it answers, or None: read it yourself (the process
+        # stops, or the job is gone).
+        self._futures: dict[int, list[asyncio.Future[JobView | None]]] = defaultdict(list)
         self._queue_of: dict[int, str] = {}
         self._due: set[int] = set()  # job ids to read at the next check
+        self._new: set[int] = set()  # job ids of new waiters: whether finished, which queue
+        # Waiters whose wait ended: answered at the next check whatever their job's state.
+        self._ended: list[tuple[int, asyncio.Future[JobView | None]]] = []
         self.checks = 0  # queries the checks ran (for the benchmark)
 
     @property
@@ -66,21 +75,28 @@ class JobWaiters(Loop):
     def waiting(self) -> int:
         return sum(len(f) for f in self._futures.values())
 
-    async def wait(self, job_id: int, seconds: float) -> Job:
-        """The job once it is finished, or as it is when ``seconds`` have passed."""
-        future: asyncio.Future[Job | None] = asyncio.get_running_loop().create_future()
+    async def wait(self, job_id: int, seconds: float) -> JobView:
+        """The job (with its attempts and heartbeat) once it is finished, or as it is
+        when ``seconds`` have passed; ``NotFound`` if there is no such job."""
+        future: asyncio.Future[JobView | None] = asyncio.get_running_loop().create_future()
         # Registered before the first read: a job that finishes meanwhile wakes it.
         self._futures[job_id].append(future)
         try:
-            job = await self.store.job_get(job_id)
-            if job.state in TERMINAL or seconds <= 0:
-                return job
-            self._queue_of[job_id] = job.queue
-            try:
-                finished = await asyncio.wait_for(asyncio.shield(future), seconds)
-            except TimeoutError:
-                finished = None
-            return finished or await self.store.job_get(job_id)
+            if self.running and not self.stopping:
+                # Its first read is the next check's, with the other new waiters'.
+                self._new.add(job_id)
+                self.wake.set()
+                answer = await self._until(job_id, future, seconds)
+            else:  # no check will come (loops driven by their caller, or a stop)
+                view = await self.store.job_view(job_id)
+                if view.job.state in TERMINAL or seconds <= 0:
+                    return view
+                self._queue_of[job_id] = view.job.queue
+                try:
+                    answer = await asyncio.wait_for(asyncio.shield(future), seconds)
+                except TimeoutError:
+                    answer = None
+            return answer or await self.store.job_view(job_id)
         finally:
             waiting = self._futures.get(job_id)
             if waiting is not None:
@@ -91,6 +107,22 @@ class JobWaiters(Loop):
                     self._queue_of.pop(job_id, None)
             if not future.done():
                 future.cancel()
+
+    async def _until(
+        self, job_id: int, future: asyncio.Future[JobView | None], seconds: float
+    ) -> JobView | None:
+        """What a check answers: the job once finished, or when the wait ended, as it is
+        (read by the next check with the others whose wait ended); None: read it
+        yourself (the process stops, or the job is gone)."""
+        try:
+            return await asyncio.wait_for(asyncio.shield(future), seconds)
+        except TimeoutError:
+            pass
+        if not self.running or self.stopping:
+            return None
+        self._ended.append((job_id, future))
+        self.wake.set()
+        return await future
 
     # -- what wakes them ------------------------------------------------------------
 
@@ -112,27 +144,61 @@ class JobWaiters(Loop):
     # -- the checks -----------------------------------------------------------------
 
     async def run_once(self) -> int:
-        """One check of the jobs due (all waiters' if none is due); how many finished."""
-        due = self._due or set(self._futures)
+        """One check of the new waiters' jobs, the jobs due and the waits that ended
+        (all waiters' jobs if none of these); how many waiters it answered."""
+        ended, self._ended = self._ended, []
+        new, self._new = self._new, set()
+        ended_ids = {job_id for job_id, _ in ended}
+        due = self._due | new | ended_ids or set(self._futures)
         self._due = set()
         if not due:
             return 0
         self.checks += 1
-        finished = await self.store.job_finished_among(sorted(due))
-        for job in finished:
-            for future in self._futures.get(job.id, ()):
+        try:
+            views = await self.store.job_views(sorted(due), if_finished=due - new - ended_ids)
+        except BaseException:
+            # Each reads its own, and answers that read's error.
+            _read_alone(f for _, f in ended)
+            _read_alone(f for job_id in new for f in self._futures.get(job_id, ()))
+            raise
+        answered = 0
+        found = {v.job.id: v for v in views}
+        for job_id in new - found.keys():  # gone: each reads it, and answers 404
+            _read_alone(self._futures.get(job_id, ()))
+        for view in views:
+            if view.job.state not in TERMINAL:
+                if view.job.id in self._futures:
+                    self._queue_of[view.job.id] = view.job.queue
+                continue
+            for future in self._futures.get(view.job.id, ()):
                 if not future.done():
-                    future.set_result(job)
-        return len(finished)
+                    future.set_result(view)
+                    answered += 1
+        for job_id, future in ended:
+            if not future.done():  # not finished: as it is now; gone: None, a 404
+                future.set_result(found.get(job_id))
+                answered += 1
+        return answered
 
     def release_all(self) -> None:
-        """Answer every waiter now, with its job as it is: the process is stopping, and
-        a request held for its whole wait would hold up the server's shutdown."""
-        for futures in self._futures.values():
-            for future in futures:
-                if not future.done():
-                    future.set_result(None)
+        """Answer every waiter now, with None (each reads its job as it is): the
+        process is stopping, and a request held for its whole wait would hold up the
+        server's shutdown."""
+        _read_alone(f for futures in self._futures.values() for f in futures)
+        self._ended.clear()
+        self._new.clear()
 
     async def stop(self) -> None:
         self.release_all()
         await super().stop()
+
+    async def stopped(self) -> None:
+        # Waits that ended while the last check ran, or after ``release_all``.
+        self.release_all()
+
+
+def _read_alone(futures: Iterable[asyncio.Future[JobView | None]]) -> None:
+    """Answer these waiters None: each reads its job itself."""
+    for future in futures:
+        if not future.done():
+            future.set_result(None)

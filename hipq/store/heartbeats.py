@@ -8,6 +8,7 @@ so that a heartbeat that raced a retry never moves the next attempt's deadline.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any
@@ -17,6 +18,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from hipq.batch_loop.wakeup import cancels_payload
 from hipq.store.batch import QueueBatch
+from hipq.store.jobs import READ_CHUNK
 from hipq.store.records import Conflict, NotFound
 from hipq.store.schema import heartbeat_messages, job_heartbeats, jobs
 from hipq.store.state_guards import OPEN_SQL
@@ -147,17 +149,21 @@ class HeartbeatTable(Transactions):
         )
         return (await conn.execute(claim)).first() is not None
 
-    async def heartbeat_of(self, job_id: int) -> Heartbeat | None:
-        """The last heartbeat of ``job_id`` (of whichever attempt), if any."""
-        async with self._read() as conn:
-            return await read_heartbeat(conn, job_id)
-
 
 async def read_heartbeat(conn: AsyncConnection, job_id: int) -> Heartbeat | None:
-    row = (
-        await conn.execute(select(job_heartbeats).where(job_heartbeats.c.job_id == job_id))
-    ).first()
-    return None if row is None else _heartbeat(row)
+    return (await read_heartbeats_of(conn, [job_id])).get(job_id)
+
+
+async def read_heartbeats_of(conn: AsyncConnection, job_ids: Sequence[int]) -> dict[int, Heartbeat]:
+    """The last heartbeat of each of ``job_ids`` that has one (one query per
+    ``READ_CHUNK`` ids)."""
+    out: dict[int, Heartbeat] = {}
+    for start in range(0, len(job_ids), READ_CHUNK):
+        chunk = list(job_ids[start : start + READ_CHUNK])
+        query = select(job_heartbeats).where(job_heartbeats.c.job_id.in_(chunk))
+        for row in (await conn.execute(query)).all():
+            out[row.job_id] = _heartbeat(row)
+    return out
 
 
 async def heartbeat_take(batch: QueueBatch) -> list[Heartbeat]:

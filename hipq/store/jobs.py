@@ -48,6 +48,8 @@ DEDUPE_HOLDERS_SQL = [*OPEN_SQL, const(State.FAILED.value)]
 # A keyed insert that lost the race for its key looks again; each round waits for the
 # transaction that won, so a second round is the rule and more are rare.
 KEYED_INSERT_ROUNDS = 5
+# Ids per statement of a read by many ids: SQLite limits a statement's parameters.
+READ_CHUNK = 500
 
 _EDITABLE = frozenset(
     {"run_at", "priority", "payload", "weight", "labels", "windows", "timeout_seconds"}
@@ -342,26 +344,12 @@ class JobTable(Transactions):
         return None if row is None else row_to_job(row)
 
     async def _jobs_by_ids(self, conn: AsyncConnection, ids: Sequence[int]) -> list[Job]:
-        rows = (await conn.execute(select(jobs).where(jobs.c.id.in_(list(ids))))).all()
-        by_id = {r.id: row_to_job(r) for r in rows}
+        by_id = {j.id: j for j in await read_jobs_of(conn, ids)}
         return [by_id[i] for i in ids if i in by_id]
 
     async def job_get(self, job_id: int) -> Job:
         async with self._read() as conn:
             return await read_job(conn, job_id)
-
-    async def job_finished_among(self, ids: Sequence[int], chunk: int = 500) -> list[Job]:
-        """Those of ``ids`` that are in a terminal state now, in one read transaction
-        (a query per ``chunk`` ids: SQLite limits a statement's parameters)."""
-        finished: list[Job] = []
-        async with self._read() as conn:
-            for start in range(0, len(ids), chunk):
-                query = select(jobs).where(
-                    jobs.c.id.in_(list(ids[start : start + chunk])),
-                    jobs.c.state.in_([const(s.value) for s in TERMINAL]),
-                )
-                finished.extend(row_to_job(r) for r in (await conn.execute(query)).all())
-        return finished
 
     async def job_dependents(self, job_id: int, limit: int = 100) -> list[int]:
         """The ids of the jobs that run after ``job_id`` (the first ``limit``)."""
@@ -503,6 +491,15 @@ def _has_job_key(new_jobs: Sequence[NewJob]) -> bool:
     return any(j.job_key or j.after for j in new_jobs)
 
 
+async def read_jobs_of(conn: AsyncConnection, job_ids: Sequence[int]) -> list[Job]:
+    """Those of ``job_ids`` that exist (one query per ``READ_CHUNK`` ids)."""
+    found: list[Job] = []
+    for start in range(0, len(job_ids), READ_CHUNK):
+        query = select(jobs).where(jobs.c.id.in_(list(job_ids[start : start + READ_CHUNK])))
+        found.extend(row_to_job(r) for r in (await conn.execute(query)).all())
+    return found
+
+
 async def read_job(conn: AsyncConnection, job_id: int) -> Job:
     row = (await conn.execute(select(jobs).where(jobs.c.id == job_id))).first()
     if row is None:
@@ -511,9 +508,23 @@ async def read_job(conn: AsyncConnection, job_id: int) -> Job:
 
 
 async def read_attempts(conn: AsyncConnection, job_id: int) -> list[Attempt]:
-    rows = (
-        await conn.execute(
-            select(attempts).where(attempts.c.job_id == job_id).order_by(attempts.c.id)
+    return (await read_attempts_of(conn, [job_id])).get(job_id, [])
+
+
+async def read_attempts_of(
+    conn: AsyncConnection, job_ids: Sequence[int]
+) -> dict[int, list[Attempt]]:
+    """The attempts of each of ``job_ids`` that has any, in order (one query per
+    ``READ_CHUNK`` ids: SQLite limits a statement's parameters)."""
+    out: dict[int, list[Attempt]] = {}
+    for start in range(0, len(job_ids), READ_CHUNK):
+        query = (
+            select(attempts)
+            .where(attempts.c.job_id.in_(list(job_ids[start : start + READ_CHUNK])))
+            .order_by(attempts.c.id)
         )
-    ).all()
-    return [Attempt(**{k: v for k, v in r._asdict().items() if k != "id"}) for r in rows]
+        for r in (await conn.execute(query)).all():
+            fields = r._asdict()
+            del fields["id"]
+            out.setdefault(r.job_id, []).append(Attempt(**fields))
+    return out

@@ -148,7 +148,8 @@ class QueueTable(Transactions):
         async with self._write() as conn:
             await self._queue_row(conn, queue)
             await conn.execute(update(queues).where(queues.c.name == queue).values(paused=paused))
-            await self._notify(conn, {jobs_payload(queue)})
+            # The wake-up that reaches a paused loop (hipq.batch_loop.wakeup).
+            await self._notify(conn, {cancels_payload(queue)})
 
     async def lease_acquire(self, queue: str, owner: str, now: datetime, ttl: float) -> int | None:
         """Take the queue's lease if it is free or expired; the new fencing token, or None."""

@@ -9,22 +9,23 @@ the queue loop's writes go through ``queue_batch`` (``hipq.store.batch``). Calle
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Collection, Sequence
 from typing import Any, NamedTuple
 
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from hipq.jobs import Attempt, Job
+from hipq.lifecycle import TERMINAL
 from hipq.store import migrations
 from hipq.store.batches import BatchTable
 from hipq.store.bulk import BulkTable
 from hipq.store.dialects import Dialect, create_engine, dialect_for
 from hipq.store.hand_off import HandOffTable
-from hipq.store.heartbeats import Heartbeat, HeartbeatTable, read_heartbeat
+from hipq.store.heartbeats import Heartbeat, HeartbeatTable, read_heartbeat, read_heartbeats_of
 from hipq.store.inbox import InboxTable
 from hipq.store.job_types_mirror import JobTypesMirror
-from hipq.store.jobs import JobTable, read_attempts, read_job
+from hipq.store.jobs import JobTable, read_attempts, read_attempts_of, read_job, read_jobs_of
 from hipq.store.operator import OperatorTable
 from hipq.store.operator_reads import OperatorReads
 from hipq.store.outbox import NotificationTable
@@ -77,6 +78,23 @@ class Store(
             job = await read_job(conn, job_id)
             tried = await read_attempts(conn, job_id)
             return JobView(job, tried, await read_heartbeat(conn, job_id))
+
+    async def job_views(
+        self, job_ids: Sequence[int], *, if_finished: Collection[int] = ()
+    ) -> list[JobView]:
+        """``job_view`` of many jobs in one read transaction, a few statements whatever
+        their number (for the waiters of ``GET /v1/jobs/{id}?wait=``); those of
+        ``if_finished`` only when they are finished, missing jobs left out."""
+        async with self._read() as conn:
+            found = [
+                j
+                for j in await read_jobs_of(conn, job_ids)
+                if j.state in TERMINAL or j.id not in if_finished
+            ]
+            ids = [j.id for j in found]
+            tried = await read_attempts_of(conn, ids)
+            beats = await read_heartbeats_of(conn, ids)
+        return [JobView(j, tried.get(j.id, []), beats.get(j.id)) for j in found]
 
     async def check(self) -> None:
         """Refuse a database that would not keep what hipq promises (``StoreSetupError``)."""

@@ -544,6 +544,19 @@ async def test_paused_queue_admits_nothing_but_still_settles(services: Factory) 
     assert (await get(svc, second)).state == State.COMPLETED
 
 
+async def test_a_paused_loop_is_woken_by_its_resume_not_by_new_jobs(services: Factory) -> None:
+    svc = await services(FakeClock())
+    loop = await owned(svc)
+    await svc.store.queue_set_paused("default", True)
+    await tick(loop)  # it learns that it is paused
+    loop.wake.clear()
+    await add(svc)
+    assert not loop.wake.is_set()  # the job would only find it paused
+    await svc.store.queue_set_paused("default", False)
+    assert loop.wake.is_set()
+    assert (await tick(loop)).admitted == 1
+
+
 async def test_next_wake_is_the_earliest_of_tick_lease_due_job_and_deadline(
     services: Factory,
 ) -> None:

@@ -40,7 +40,7 @@ async def test_many_waiters_are_answered_when_the_loop_finishes_their_jobs(
         assert [a["state"] for a in answers] == ["completed"] * 50
         assert [a["id"] for a in answers] == ids
         assert answers[0]["attempts"][0]["outcome"] == "completed"
-        # One read each at the start; when woken, shared checks: at most two per tick
+        # Shared checks, none per waiter: the first reads, then at most two per tick
         # (the loop's event and, on PostgreSQL, the NOTIFY), not one per waiter.
         assert api.service.waiters.checks <= 2 * 12 < 50
         assert api.service.waiters.waiting == 0
@@ -55,6 +55,21 @@ async def test_a_finished_job_answers_at_once_and_an_open_one_when_the_wait_ends
         assert (await get_waiting(api, done["id"], "60s"))["state"] == "completed"
         later = await api.post_job(type="ok", run_at="2030-01-01T00:00:00Z")
         assert (await get_waiting(api, later["id"], "200ms"))["state"] == "scheduled"
+        assert api.service.waiters.waiting == 0
+
+
+async def test_waits_that_end_together_share_their_reads(database_url: str) -> None:
+    async with open_api(database_url) as api:
+        api.service.waiters.recheck_seconds = 3600  # only the ends of the waits
+        later = [
+            (await api.post_job(type="ok", run_at="2030-01-01T00:00:00Z"))["id"] for _ in range(30)
+        ]
+        checks = api.service.waiters.checks
+        answers = await asyncio.gather(*(get_waiting(api, i, "300ms") for i in later))
+        assert [a["state"] for a in answers] == ["scheduled"] * 30
+        assert [a["id"] for a in answers] == later
+        # Their first reads and their ends are shared checks, not two reads per waiter.
+        assert api.service.waiters.checks - checks < 30
         assert api.service.waiters.waiting == 0
 
 

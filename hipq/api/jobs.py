@@ -16,7 +16,6 @@ from hipq.api.errors import InvalidParameter
 from hipq.api.json_body import JSONBodyRoute, off_loop
 from hipq.api.long_polls import LongPolls, TooManyWaits
 from hipq.api.models import (
-    MAX_ID,
     BatchIn,
     CancelRequest,
     CompleteRequest,
@@ -24,6 +23,7 @@ from hipq.api.models import (
     FailRequest,
     JobBatchIn,
     JobBatchOut,
+    JobId,
     JobIn,
     JobListOut,
     JobOut,
@@ -99,7 +99,6 @@ IdempotencyKey = Annotated[
 ]
 # Each label filter is a condition of the query: SQLite refuses a thousand of them.
 MAX_LABEL_FILTERS = 20
-JobId = Annotated[int, Path(ge=1, le=MAX_ID, description="the job's id")]
 
 
 def wait_seconds(raw: str) -> float:

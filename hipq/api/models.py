@@ -5,6 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 
+from fastapi import Path
 from pydantic import (
     AfterValidator,
     AwareDatetime,
@@ -24,6 +25,8 @@ from hipq.store.schema import KEY_MAX_LENGTH
 
 # Ids are BIGINT (PostgreSQL) / INTEGER (SQLite): a larger number is a 422, not a driver error.
 MAX_ID = 2**63 - 1
+# A job id in a route's path: one beyond BIGINT is a 422, not a database error.
+JobId = Annotated[int, Path(ge=1, le=MAX_ID, description="the job's id")]
 
 _INT32 = 2**31 - 1
 # Instants outside this range are client bugs, and near datetime's limits the window

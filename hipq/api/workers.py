@@ -13,13 +13,13 @@ from datetime import datetime
 from typing import Annotated, Any
 
 import orjson
-from fastapi import APIRouter, Depends, Path, Request
+from fastapi import APIRouter, Depends, Request
 from pydantic import BaseModel, Field
 
 from hipq.api.auth import WorkerAccess, check_worker_types, principal_of
 from hipq.api.callbacks import PROGRESS_MAX_BYTES
 from hipq.api.errors import InvalidParameter
-from hipq.api.models import ErrorOut
+from hipq.api.models import ErrorOut, JobId
 from hipq.ingest.response_intake import check_body
 from hipq.jobs import Job
 from hipq.pull import reports
@@ -139,9 +139,6 @@ class BeatAccepted(ReportAccepted):
         description="the attempt's deadline once the queue's loop takes it (within a few "
         "seconds): send the next heartbeat before it"
     )
-
-
-JobId = Annotated[int, Path(description="the job's id, as fetched")]
 
 
 def _out(service: Service, job: Job, token: str) -> FetchedJob:

@@ -17,7 +17,7 @@ import pytest
 
 from tests.e2e.conftest import write_config
 from tests.services import create_database_sync, drop_database_sync, unique_database_name
-from tests.test_cli import JOB_TYPES, Server, _die_with_parent, _env, serving, wait_for
+from tests.test_cli import JOB_TYPES, REPO, Server, _die_with_parent, _env, serving, wait_for
 
 pytestmark = pytest.mark.e2e
 
@@ -42,6 +42,28 @@ def client_config(path: Path, database_url: str, **overrides: Any) -> Path:
         },
         **overrides,
     )
+
+
+def run_worked_example(page: str, tmp_path: Path) -> tuple[list[str], list[str]]:
+    """Run the first python block of docs/<page> against a fresh `hipq serve` on
+    SQLite; answer the lines it printed and the lines of the page's first text block."""
+    text = (REPO / "docs" / page).read_text()
+    example, printed = (
+        text.split(f"```{kind}\n")[1].split("```", 1)[0] for kind in ("python", "text")
+    )
+    config = client_config(tmp_path / "hipq.yaml", f"sqlite+aiosqlite:///{tmp_path / 'page.db'}")
+    with serving(config, tmp_path / "serve.log") as server:
+        ran = subprocess.run(
+            [sys.executable, "-c", example],
+            capture_output=True,
+            text=True,
+            env={**_env(), "HIPQ_URL": server.url},
+            timeout=120,
+        )
+    assert ran.returncode == 0, ran.stderr
+    got, expected = ran.stdout.splitlines(), printed.splitlines()
+    assert len(got) == len(expected), ran.stdout
+    return got, expected
 
 
 @pytest.fixture(

@@ -4,37 +4,17 @@
 from __future__ import annotations
 
 import fnmatch
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from tests.client.conftest import client_config
-from tests.test_cli import REPO, _env, serving
+from tests.client.conftest import run_worked_example
 
 pytestmark = pytest.mark.e2e
 
 
-def _blocks(kind: str) -> list[str]:
-    text = (REPO / "docs" / "howto-client.md").read_text()
-    return [part.split("```", 1)[0] for part in text.split(f"```{kind}\n")[1:]]
-
-
 def test_the_worked_example_prints_what_the_howto_says(tmp_path: Path) -> None:
-    example, printed = _blocks("python")[0], _blocks("text")[0]
-    config = client_config(tmp_path / "hipq.yaml", f"sqlite+aiosqlite:///{tmp_path / 'howto.db'}")
-    with serving(config, tmp_path / "serve.log") as server:
-        ran = subprocess.run(
-            [sys.executable, "-c", example],
-            capture_output=True,
-            text=True,
-            env={**_env(), "HIPQ_URL": server.url},
-            timeout=120,
-        )
-    assert ran.returncode == 0, ran.stderr
-    got, expected = ran.stdout.splitlines(), printed.splitlines()
-    assert len(got) == len(expected), ran.stdout
+    got, expected = run_worked_example("howto-client.md", tmp_path)
     for line, pattern in zip(got, expected, strict=True):
         # "..." in the how-to stands for the rest of a long message.
         assert fnmatch.fnmatchcase(line, pattern.replace("...", "*")), (line, pattern)

@@ -145,10 +145,7 @@ def _refuse_a_served_sqlite_file(database_url: str) -> None:
 
 
 async def _serve(settings: Settings, tokens: Tokens) -> None:
-    import uvicorn
-
     from hipq.api.app import create_app
-    from hipq.api.slow_clients import header_timeout_protocol
     from hipq.config import ConfigError
     from hipq.process import runtime
     from hipq.process.stop_signals import Server, StopSignals
@@ -162,22 +159,9 @@ async def _serve(settings: Settings, tokens: Tokens) -> None:
         fail(str(exc))
     # The port first: one taken ends serve here, before the database is opened or any
     # queue's lease is taken, and before uvicorn announces an application start.
-    listener = _listen(settings.server.host, settings.server.port)
-    server = Server(
-        uvicorn.Config(
-            create_app(service, manage_service=False, tokens=tokens),
-            host=settings.server.host,
-            port=settings.server.port,
-            log_level=settings.log_level,
-            log_config=None,  # its lines go through hipq's handler and format
-            access_log=False,
-            # Beyond this many connections at once the server answers 503 at once.
-            limit_concurrency=settings.server.max_connections,
-            http=header_timeout_protocol(settings.server.header_read_timeout),
-            # Requests under way at a stop get the same grace as the jobs in flight.
-            timeout_graceful_shutdown=max(1, round(settings.shutdown_grace)),
-        )
-    )
+    listener = listen(settings.server.host, settings.server.port)
+    app = create_app(service, manage_service=False, tokens=tokens)
+    server = Server(server_config(app, settings))
     signals = StopSignals(service, server)
     signals.install()
     # The HTTP server comes up first: while the service waits for its database,
@@ -219,7 +203,28 @@ async def _serve(settings: Settings, tokens: Tokens) -> None:
             await stopping
 
 
-def _listen(host: str, port: int) -> socket.socket:
+def server_config(app: Any, settings: Settings) -> Any:
+    """The ``uvicorn.Config`` that ``hipq serve`` runs ``app`` with (also the benchmarks')."""
+    import uvicorn
+
+    from hipq.api.slow_clients import header_timeout_protocol
+
+    return uvicorn.Config(
+        app,
+        host=settings.server.host,
+        port=settings.server.port,
+        log_level=settings.log_level,
+        log_config=None,  # its lines go through hipq's handler and format
+        access_log=False,
+        # Beyond this many connections at once the server answers 503 at once.
+        limit_concurrency=settings.server.max_connections,
+        http=header_timeout_protocol(settings.server.header_read_timeout),
+        # Requests under way at a stop get the same grace as the jobs in flight.
+        timeout_graceful_shutdown=max(1, round(settings.shutdown_grace)),
+    )
+
+
+def listen(host: str, port: int) -> socket.socket:
     """The server's listening socket, bound now; a port in use fails with one line."""
     try:
         family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]

@@ -16,7 +16,9 @@ server's own process and event loop instead (no network; the earlier figures):
   lateness is measured from the moment its request was sent plus its wait (``asgi``:
   from the moment all requests were started).
 
-Printed: median, p99 and max lateness in milliseconds. ``--floor`` also measures
+Printed: median, p99 and max lateness in milliseconds, and the CPU time the server's
+process spent meanwhile (job end: from the release to the last answer, the jobs'
+settling included; deadline: from the first request to the last answer). ``--floor`` also measures
 uvicorn alone with the same clients: a bare ASGI app whose requests wait on one event
 (then each answers a prebuilt body of a job's size) or sleep the wait: what writing
 that many answers costs on this machine whatever the server does.
@@ -46,6 +48,7 @@ from hipq.api.app import create_app
 from hipq.commands.bench import fresh_database
 from hipq.commands.main import listen, server_config
 from hipq.config import load_settings
+from hipq.process import runtime
 from hipq.service import Service
 
 RELEASE = asyncio.Event()
@@ -142,6 +145,7 @@ async def measure(url: str, waiters: int, wait: float, hold: float, client: str)
     service.events.subscribe(on_event)
     await service.start()
     app = create_app(service, manage_service=False)
+    runtime.settle_after_start()  # as hipq serve does once started
     try:
         async with contextlib.AsyncExitStack() as stack:
             if client == "asgi":
@@ -180,9 +184,12 @@ async def measure(url: str, waiters: int, wait: float, hold: float, client: str)
             async def release() -> None:
                 await until(lambda: service.waiters.waiting >= waiters)
                 await asyncio.sleep(hold)
+                cpu[0] = time.process_time()
                 RELEASE.set()
 
+            cpu = [0.0]
             done = await requests(ids, release)
+            end_cpu = time.process_time() - cpu[0]
             ended = [got - settled[i] for i, (_, got, _) in zip(ids, done, strict=True)]
             assert all(state == "completed" for _, _, state in done), "a stale answer"
 
@@ -194,12 +201,17 @@ async def measure(url: str, waiters: int, wait: float, hold: float, client: str)
             async def nothing() -> None:
                 return None
 
+            cpu[0] = time.process_time()
             done = await requests(ids, nothing)
+            deadline_cpu = time.process_time() - cpu[0]
             late = [got - (sent + wait) for sent, got, _ in done]
     finally:
         RELEASE.set()
         await service.stop()
-    return figures(ended), figures(late)
+    return (
+        f"{figures(ended)}  server CPU {end_cpu * 1000:5.0f} ms",
+        f"{figures(late)}  server CPU {deadline_cpu * 1000:5.0f} ms",
+    )
 
 
 # -- the floor: uvicorn alone ----------------------------------------------------------

@@ -10,6 +10,7 @@ import orjson
 from fastapi import APIRouter, Depends, Header, Path, Query, Request, Response
 
 from hipq.api.answers import json_answer
+from hipq.api.arrival import since_arrival
 from hipq.api.auth import check_tenancy, principal_of, require
 from hipq.api.batches import new_batch
 from hipq.api.errors import InvalidParameter
@@ -258,7 +259,8 @@ async def get_job(
     if wait is None:  # the job, its attempts and its heartbeat on one connection
         view = await service.store.job_view(job_id)
         return json_answer(job_body(view.job, view.attempts, view.heartbeat))
-    seconds = wait_seconds(wait)
+    # The wait counts from the request's arrival, however long it queued behind others.
+    seconds = wait_seconds(wait) - since_arrival(request.scope)
     long_polls: LongPolls = request.app.state.long_polls
     try:
         with long_polls.hold(request):

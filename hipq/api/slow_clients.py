@@ -18,6 +18,7 @@ from typing import Any
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
+from hipq.api.arrival import stamp
 from hipq.api.one_send import OneSendProtocol
 
 __all__ = ["header_timeout_protocol"]
@@ -47,6 +48,7 @@ class _HeaderTimeoutProtocol(OneSendProtocol):
 
     def on_headers_complete(self) -> None:
         self._disarm()
+        stamp(self.scope, self.loop)  # a request's wait counts from here
         if self.url.split(b"?", 1)[0] not in _PROBES:
             super().on_headers_complete()
             return
@@ -75,5 +77,6 @@ class _HeaderTimeoutProtocol(OneSendProtocol):
 def header_timeout_protocol(seconds: float) -> type[HttpToolsProtocol]:
     """uvicorn's ``http=`` protocol class, closing connections whose request headers
     take longer than ``seconds``, answering the probes beyond ``limit_concurrency``
-    (and sending each response in one write, see ``hipq.api.one_send``)."""
+    (and sending each response in one write, see ``hipq.api.one_send``; each request's
+    arrival stamped, see ``hipq.api.arrival``)."""
     return type("HeaderTimeoutProtocol", (_HeaderTimeoutProtocol,), {"header_timeout": seconds})

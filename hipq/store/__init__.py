@@ -17,7 +17,7 @@ from hipq.store.records import (
     StoreSetupError,
 )
 from hipq.store.rows import row_to_job
-from hipq.store.store import JobView, Store
+from hipq.store.store import JobView, JobViews, Store
 
 __all__ = [
     "BadReference",
@@ -25,6 +25,7 @@ __all__ = [
     "InsertResult",
     "JobFilter",
     "JobView",
+    "JobViews",
     "LeaseLost",
     "Match",
     "NewResponse",

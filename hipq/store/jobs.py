@@ -500,6 +500,19 @@ async def read_jobs_of(conn: AsyncConnection, job_ids: Sequence[int]) -> list[Jo
     return found
 
 
+async def read_states_of(
+    conn: AsyncConnection, job_ids: Sequence[int]
+) -> list[tuple[int, State, str]]:
+    """Id, state and queue of those of ``job_ids`` that exist (one query per
+    ``READ_CHUNK`` ids): whether they are finished, without decoding their rows."""
+    found: list[tuple[int, State, str]] = []
+    columns = (jobs.c.id, jobs.c.state, jobs.c.queue)
+    for start in range(0, len(job_ids), READ_CHUNK):
+        query = select(*columns).where(jobs.c.id.in_(list(job_ids[start : start + READ_CHUNK])))
+        found.extend((i, State(s), q) for i, s, q in (await conn.execute(query)).all())
+    return found
+
+
 async def read_job(conn: AsyncConnection, job_id: int) -> Job:
     row = (await conn.execute(select(jobs).where(jobs.c.id == job_id))).first()
     if row is None:

@@ -25,7 +25,14 @@ from hipq.store.hand_off import HandOffTable
 from hipq.store.heartbeats import Heartbeat, HeartbeatTable, read_heartbeat, read_heartbeats_of
 from hipq.store.inbox import InboxTable
 from hipq.store.job_types_mirror import JobTypesMirror
-from hipq.store.jobs import JobTable, read_attempts, read_attempts_of, read_job, read_jobs_of
+from hipq.store.jobs import (
+    JobTable,
+    read_attempts,
+    read_attempts_of,
+    read_job,
+    read_jobs_of,
+    read_states_of,
+)
 from hipq.store.operator import OperatorTable
 from hipq.store.operator_reads import OperatorReads
 from hipq.store.outbox import NotificationTable
@@ -41,6 +48,14 @@ class JobView(NamedTuple):
     job: Job
     attempts: list[Attempt]
     heartbeat: Heartbeat | None
+
+
+class JobViews(NamedTuple):
+    """What ``Store.job_views`` read: the views, and the queue of each job of
+    ``if_finished`` that is not finished (read as its state and queue alone)."""
+
+    views: list[JobView]
+    open_queues: dict[int, str]
 
 
 class Store(
@@ -81,20 +96,33 @@ class Store(
 
     async def job_views(
         self, job_ids: Sequence[int], *, if_finished: Collection[int] = ()
-    ) -> list[JobView]:
+    ) -> JobViews:
         """``job_view`` of many jobs in one read transaction, a few statements whatever
-        their number (for the waiters of ``GET /v1/jobs/{id}?wait=``); those of
-        ``if_finished`` only when they are finished, missing jobs left out."""
+        their number (for the waiters of ``GET /v1/jobs/{id}?wait=``), missing jobs left
+        out. Those of ``if_finished`` are read first as their state and queue alone,
+        and in full only when they are finished: a job still open costs two columns,
+        not its row, attempts and heartbeat."""
+        light = set(if_finished).intersection(job_ids)
+        full = [i for i in job_ids if i not in light]
+        open_queues: dict[int, str] = {}
         async with self._read() as conn:
-            found = [
-                j
-                for j in await read_jobs_of(conn, job_ids)
-                if j.state in TERMINAL or j.id not in if_finished
-            ]
+            for job_id, state, queue in await read_states_of(conn, sorted(light)):
+                if state in TERMINAL:
+                    full.append(job_id)
+                else:
+                    open_queues[job_id] = queue
+            found = []
+            for job in await read_jobs_of(conn, full):
+                # Read committed: a job may have changed between the two statements.
+                if job.id in light and job.state not in TERMINAL:
+                    open_queues[job.id] = job.queue
+                else:
+                    found.append(job)
             ids = [j.id for j in found]
             tried = await read_attempts_of(conn, ids)
             beats = await read_heartbeats_of(conn, ids)
-        return [JobView(j, tried.get(j.id, []), beats.get(j.id)) for j in found]
+        views = [JobView(j, tried.get(j.id, []), beats.get(j.id)) for j in found]
+        return JobViews(views, open_queues)
 
     async def check(self) -> None:
         """Refuse a database that would not keep what hipq promises (``StoreSetupError``)."""

@@ -5,10 +5,19 @@ job that another process finished."""
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
+import httpx
 import pytest
 
+from hipq.api.app import create_app
+from hipq.api.arrival import ARRIVED, since_arrival
+from hipq.api.slow_clients import header_timeout_protocol
+from hipq.lifecycle import State
+from hipq.process.job_waiters import JobWaiters
+from hipq.store import JobViews, Store
 from tests.api.conftest import Api, open_api
+from tests.peers import serve_app
 
 
 async def get_waiting(api: Api, job_id: int, wait: str = "30s") -> dict:
@@ -131,3 +140,117 @@ async def test_a_stopping_process_answers_its_waiters_at_once(sqlite_url: str) -
         await started(api, 1)
         api.service.begin_stop(grace=0)  # as SIGTERM does
         assert (await waiting)["state"] == "scheduled"
+
+
+async def test_waiters_beyond_one_checks_reads_are_answered_by_the_next_checks(
+    database_url: str,
+) -> None:
+    async with open_api(database_url) as api:
+        waiters = api.service.waiters
+        waiters.recheck_seconds = 3600  # only the settles and the ends of the waits
+        waiters.check_at_most = 5
+        ran = [(await api.post_job(type="ok", payload={"i": i}))["id"] for i in range(12)]
+        later = [
+            (await api.post_job(type="ok", run_at="2030-01-01T00:00:00Z"))["id"] for _ in range(12)
+        ]
+        waiting = [asyncio.create_task(get_waiting(api, i)) for i in ran]
+        await started(api, 12)
+        checks = waiters.checks
+        await api.tick(ticks=3)
+        answers = await asyncio.gather(*waiting)
+        assert [a["state"] for a in answers] == ["completed"] * 12
+        assert [a["id"] for a in answers] == ran
+        checks = waiters.checks
+        ended = await asyncio.gather(*(get_waiting(api, i, "300ms") for i in later))
+        assert [a["state"] for a in ended] == ["scheduled"] * 12
+        assert [a["id"] for a in ended] == later
+        # 12 first reads and 12 ends, at most 5 jobs a check.
+        assert waiters.checks - checks >= 6
+        assert waiters.waiting == 0
+
+
+async def test_a_wait_counts_from_the_requests_arrival(database_url: str) -> None:
+    async with open_api(database_url) as api:
+        later = await api.post_job(type="ok", run_at="2030-01-01T00:00:00Z")
+        app = create_app(api.service, manage_service=False)
+
+        async def arrived_long_ago(scope: dict[str, Any], receive: Any, send: Any) -> None:
+            # As if the request had queued 59 s behind others before its route ran.
+            scope[ARRIVED] = asyncio.get_running_loop().time() - 59
+            await app(scope, receive, send)
+
+        transport = httpx.ASGITransport(arrived_long_ago)  # type: ignore[arg-type]
+        async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as client:
+            asking = asyncio.create_task(client.get(f"/v1/jobs/{later['id']}?wait=60s"))
+            # 1 s of its 60 s remain: answered long before a wait counted from the route.
+            answer = await asyncio.wait_for(asking, 30)
+        assert answer.status_code == 200 and answer.json()["state"] == "scheduled"
+
+
+async def test_hipq_serves_protocol_stamps_each_requests_arrival() -> None:
+    scopes: list[dict[str, Any]] = []
+
+    async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        scopes.append(scope)
+        await send({"type": "http.response.start", "status": 204, "headers": []})
+        await send({"type": "http.response.body", "body": b""})
+
+    async with serve_app(app, http=header_timeout_protocol(10)) as base:
+        async with httpx.AsyncClient(base_url=base) as client:
+            assert (await client.get("/v1/jobs/1?wait=5s")).status_code == 204
+    assert scopes[0][ARRIVED] <= asyncio.get_running_loop().time()
+    assert since_arrival(scopes[0]) >= 0
+
+
+class FirstReadHeld(Store):
+    """The real store, whose first ``job_views`` hands its rows over only once let go."""
+
+    reading = asyncio.Event()
+    go_on = asyncio.Event()
+
+    async def job_views(self, *args: Any, **kwargs: Any) -> JobViews:
+        views = await super().job_views(*args, **kwargs)
+        if not self.go_on.is_set():
+            self.reading.set()
+            await self.go_on.wait()
+        return views
+
+
+async def test_a_job_that_finishes_during_its_waiters_first_read_wakes_it(
+    database_url: str,
+) -> None:
+    FirstReadHeld.reading, FirstReadHeld.go_on = asyncio.Event(), asyncio.Event()
+    async with open_api(database_url) as api:
+        job = await api.post_job(type="ok", run_at="2030-01-01T00:00:00Z")
+        store = FirstReadHeld.from_url(database_url)
+        waiters = JobWaiters(store, recheck_seconds=3600)  # only the wake-up may answer
+        await waiters.start()
+        try:
+            waiting = asyncio.create_task(waiters.wait(job["id"], 60))
+            await asyncio.wait_for(FirstReadHeld.reading.wait(), 30)  # it read: open
+            done = await api.client.post(f"/v1/jobs/{job['id']}/complete", json={})
+            assert done.status_code == 200
+            waiters.on_settled(job["queue"])  # as the listener hands on settled:<queue>
+            FirstReadHeld.go_on.set()
+            view = await asyncio.wait_for(waiting, 30)
+            assert view.job.state == State.COMPLETED
+        finally:
+            await waiters.stop()
+            await store.close()
+
+
+async def test_job_views_reads_open_jobs_of_if_finished_as_their_queue_alone(
+    database_url: str,
+) -> None:
+    async with open_api(database_url) as api:
+        done = await api.post_job(type="ok")
+        await api.tick()
+        open_one = await api.post_job(type="ok", run_at="2030-01-01T00:00:00Z")
+        ids = [done["id"], open_one["id"], 999_999]
+        views, open_queues = await api.service.store.job_views(ids, if_finished=ids)
+        assert [(v.job.id, v.job.state) for v in views] == [(done["id"], State.COMPLETED)]
+        assert views[0].attempts[0].outcome == "completed"
+        assert open_queues == {open_one["id"]: "default"}
+        # Without if_finished, each found job in full, whatever its state.
+        views, open_queues = await api.service.store.job_views(ids)
+        assert sorted(v.job.id for v in views) == sorted(ids[:2]) and open_queues == {}

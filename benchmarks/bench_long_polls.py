@@ -190,8 +190,9 @@ async def measure(url: str, waiters: int, wait: float, hold: float, client: str)
             cpu = [0.0]
             done = await requests(ids, release)
             end_cpu = time.process_time() - cpu[0]
+            stale = [state for _, _, state in done if state != "completed"]
+            assert not stale, f"stale answers: {stale[:5]}"
             ended = [got - settled[i] for i, (_, got, _) in zip(ids, done, strict=True)]
-            assert all(state == "completed" for _, _, state in done), "a stale answer"
 
             # Deadline: jobs that will not finish within the wait.
             far = [{"type": "held", "run_at": "2099-01-01T00:00:00Z"}] * waiters

@@ -258,6 +258,7 @@ def test_a_schedule_is_created_and_edited(dashboard: Dashboard, page: Any) -> No
     form.get_by_label("job type").select_option("flaky")
     form.get_by_label("payload (JSON)").fill('{"report": "daily"}')
     form.get_by_label("while the previous job is open").select_option("queue one behind it")
+    form.get_by_label("pause it when its job fails for good").check()
     form.get_by_role("button", name="Create").click()
     expect(page.locator("#flash")).to_have_text("Schedule created")
     row = page.locator('tr[data-schedule="nightly"]')
@@ -268,8 +269,9 @@ def test_a_schedule_is_created_and_edited(dashboard: Dashboard, page: Any) -> No
         "Europe/Berlin",
         {"type": "flaky", "payload": {"report": "daily"}},
     )
-    assert created["overlap"] == "buffer_one"
+    assert (created["overlap"], created["pause_on_failure"]) == ("buffer_one", True)
     expect(row).to_contain_text("overlap: buffer_one")
+    expect(row).to_contain_text("pauses on failure")
 
     row.get_by_text("Edit").click()
     row.get_by_label("cron").fill("30 5 * * 1-5")
@@ -278,12 +280,16 @@ def test_a_schedule_is_created_and_edited(dashboard: Dashboard, page: Any) -> No
     expect(page.locator("#flash")).to_contain_text("job: not JSON")
     row.get_by_label("job (JSON)").fill('{"type": "flaky", "priority": 5}')
     row.get_by_label("while the previous job is open").select_option("cancel it")
+    box = row.get_by_label("pause it when its job fails for good")
+    expect(box).to_be_checked()
+    box.uncheck()
     row.get_by_role("button", name="Save").click()
     expect(page.locator("#flash")).to_have_text("Schedule nightly changed")
     expect(row).to_contain_text("30 5 * * 1-5")
     changed = dashboard.server.get("/v1/schedules/nightly")
     assert (changed["cron"], changed["job"]) == ("30 5 * * 1-5", {"type": "flaky", "priority": 5})
-    assert changed["overlap"] == "cancel_other"
+    assert (changed["overlap"], changed["pause_on_failure"]) == ("cancel_other", False)
+    expect(row).not_to_contain_text("pauses on failure")
     # A schedule of the config file is edited there.
     config_row = page.locator('tr[data-schedule="yearly-report"]')
     expect(config_row).to_contain_text("edit it in the config file")

@@ -93,7 +93,8 @@ async def test_the_job_page_shows_its_batch(api: Api) -> None:
     batch_id, first = answer.json()["batch_id"], answer.json()["jobs"][0]["id"]
     completion = (await batch(api, batch_id))["completion_job_id"]
     page = (await api.client.get(f"/dashboard/jobs/{first}")).text
-    assert f"{batch_id}: 2 pending, 0 completed, 0 failed, 0 cancelled of 2" in page
+    assert f'<a href="/dashboard/batches/{batch_id}">{batch_id}</a> (sealed): 2 pending' in page
+    assert "0 completed, 0 failed, 0 cancelled of 2" in page
     assert f'<a href="/dashboard/jobs/{completion}">{completion}</a> (ok)' in page
 
 

@@ -72,10 +72,11 @@ async def batch_set_completion(
 
 
 async def batch_join(
-    conn: AsyncConnection, batch_id: int, made: Sequence[Job], field: str
+    conn: AsyncConnection, batch_id: int, made: Sequence[Job], field: str, stored: int = 0
 ) -> list[Job]:
     """Put ``made`` (jobs just stored, or found by their job_key) in the batch and
     count them; a job already in a batch stays in its own. ``made`` as they are now.
+    ``stored``: jobs the caller stored with the batch's id, added to its total only.
 
     The jobs' rows are taken before the batch's row, in the order a job's end takes
     them (its row, then its trigger's update of the batch), so that a join and the
@@ -86,7 +87,7 @@ async def batch_join(
     """
     ids = list(dict.fromkeys(j.id for j in made))
     states: list[str] = []
-    for start in range(0, len(ids), _CHUNK):
+    for start in range(0, len(ids), _CHUNK):  # none for a batch POST's own new jobs
         chunk = ids[start : start + _CHUNK]
         joined = await conn.execute(
             update(jobs)
@@ -100,7 +101,7 @@ async def batch_join(
         update(batches)
         .where(batches.c.id == batch_id, batches.c.finished_at.is_(None))
         .values(
-            total=batches.c.total + len(states),
+            total=batches.c.total + stored + len(states),
             **{s: getattr(batches.c, s) + n for s, n in moved.items()},
         )
         .returning(batches.c.id)

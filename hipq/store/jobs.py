@@ -223,6 +223,12 @@ class JobTable(Transactions):
         """Every path that stores new jobs comes here (a request's, a schedule's)."""
         if any(j.batch_id for j in new_jobs):
             return await self._insert_joining(conn, new_jobs, now)
+        return await self._insert_new(conn, new_jobs, now)
+
+    async def _insert_new(
+        self, conn: AsyncConnection, new_jobs: Sequence[NewJob], now: datetime
+    ) -> list[Job]:
+        """The jobs' rows as they are (``batch_id`` included: see ``_insert_batch``)."""
         if any(j.after for j in new_jobs):
             return await self._insert_after(conn, new_jobs, now)
         out: list[Job | None] = [None] * len(new_jobs)
@@ -264,10 +270,19 @@ class JobTable(Transactions):
         self, conn: AsyncConnection, new_jobs: Sequence[NewJob], batch: NewBatch, now: datetime
     ) -> list[Job]:
         """A request's jobs as a new batch: made open, with its completion job, joined
-        by the jobs, and sealed (it finishes at once if none of them is pending)."""
+        by the jobs, and sealed (it finishes at once if none of them is pending).
+
+        The new jobs are stored with the batch's id, which no other transaction knows
+        yet: the count trigger counts their ends from the start and only the total is
+        added after (the batch is open meanwhile, so it cannot finish early); a job
+        found by its job_key instead joins as in ``_insert_joining``.
+        """
         batch_id = await self._batch_make(conn, batch, now)
-        made = await self._insert(conn, new_jobs, now)
-        made = await batch_join(conn, batch_id, made, "batch")
+        made = await self._insert_new(conn, [replace(j, batch_id=batch_id) for j in new_jobs], now)
+        stored = len({j.id for j in made if j.batch_id == batch_id})
+        found = [j for j in made if j.batch_id is None]
+        joined = iter(await batch_join(conn, batch_id, found, "batch", stored))
+        made = [next(joined) if j.batch_id is None else j for j in made]
         await batch_seal(conn, batch_id, now)
         return made
 

@@ -245,3 +245,27 @@ async def test_a_schedules_job_template_does_not_join_a_batch(api: Api) -> None:
     schedule = {"name": "feed", "cron": "0 3 * * *", "job": {"type": "ok", "batch_id": batch_id}}
     answer = await api.client.post("/v1/schedules", json=schedule)
     assert answer.status_code == 422 and answer.json()["field"] == "job.batch_id"
+
+
+async def test_a_batch_counts_a_job_cancelled_at_once_and_one_found_by_its_key(api: Api) -> None:
+    failed = await post(api, "/v1/jobs", {"type": "permanent"})
+    await api.tick()
+    keyed = await post(api, "/v1/jobs", {"type": "ok", "job_key": "k", "run_in": "1h"})
+    jobs = [
+        {"type": "ok", "after": [failed["id"]]},  # cancelled as it is stored
+        {"type": "ok", "job_key": "k", "job_key_mode": "unsafe_dedupe"},  # the open one
+    ]
+    for joining in (None, (await post(api, "/v1/batches", {}))["id"]):
+        if joining is None:
+            made = await post(api, "/v1/jobs/batch", {"jobs": jobs, "batch": {}})
+        else:
+            second = [{**j, "batch_id": joining} for j in jobs]
+            made = await post(api, "/v1/jobs/batch", {"jobs": second})
+        batch_id = made["batch_id"] if joining is None else joining
+        counts = await batch(api, batch_id)
+        if joining is None:  # the keyed job joined the first batch, and stays in it
+            assert made["jobs"][1]["id"] == keyed["id"]
+            assert (counts["total"], counts["cancelled"], counts["pending"]) == (2, 1, 1)
+            assert (await api.job(keyed["id"]))["batch_id"] == batch_id
+        else:
+            assert (counts["total"], counts["cancelled"], counts["pending"]) == (1, 1, 0)

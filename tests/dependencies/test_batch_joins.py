@@ -14,7 +14,9 @@ from sqlalchemy import func, select, text
 
 from hipq.jobs import NewJob
 from hipq.store import Store
+from hipq.store.batches import batch_join
 from hipq.store.records import Conflict
+from hipq.store.rows import job_from_new, new_row
 from hipq.store.schema import jobs
 from tests.api.conftest import Api, open_api
 from tests.notifications.conftest import Receiver, notify_settings
@@ -269,3 +271,29 @@ async def test_a_batch_counts_a_job_cancelled_at_once_and_one_found_by_its_key(a
             assert (await api.job(keyed["id"]))["batch_id"] == batch_id
         else:
             assert (counts["total"], counts["cancelled"], counts["pending"]) == (1, 1, 0)
+
+
+@pytest.mark.postgres
+async def test_the_last_jobs_end_racing_a_join_waits_for_it(postgres_url_fresh: str) -> None:
+    async with open_api(postgres_url_fresh) as api:
+        body = {"jobs": [{"type": "ok", "run_in": "1h"}], "batch": {}}
+        made = await post(api, "/v1/jobs/batch", body)
+        batch_id, last = made["batch_id"], made["jobs"][0]["id"]
+        joining = Store.from_url(postgres_url_fresh)
+        try:
+            async with joining.engine.connect() as conn:
+                # A join not committed yet: it holds the batch's row, its job counted.
+                now = datetime.now(UTC)
+                row = new_row(_job(batch_id, 1), now) | {"batch_id": None}
+                (job_id,) = await joining.dialect.job_insert_rows(conn, [row])
+                stored = job_from_new(job_id, row)
+                await batch_join(conn, batch_id, [stored], "batch_id")
+                end = asyncio.create_task(api.client.post(f"/v1/jobs/{last}/cancel"))
+                await _until_waiting_for_a_lock(api)
+                await conn.commit()
+            assert (await end).status_code == 200
+            counts = await batch(api, batch_id)
+            assert (counts["total"], counts["cancelled"], counts["pending"]) == (2, 1, 1)
+            assert counts["status"] == "sealed"  # it waits for the job that joined
+        finally:
+            await joining.close()

@@ -86,17 +86,17 @@ async def batch_join(
     compared with the total.
     """
     ids = list(dict.fromkeys(j.id for j in made))
-    states: list[str] = []
+    states: dict[int, str] = {}
     for start in range(0, len(ids), _CHUNK):  # none for a batch POST's own new jobs
         chunk = ids[start : start + _CHUNK]
         joined = await conn.execute(
             update(jobs)
             .where(jobs.c.id.in_(chunk), jobs.c.batch_id.is_(None))
             .values(batch_id=batch_id)
-            .returning(jobs.c.state)
+            .returning(jobs.c.id, jobs.c.state)
         )
-        states.extend(r.state for r in joined)
-    moved = {s: sum(1 for x in states if x == s) for s in _COUNTED}
+        states.update((r.id, r.state) for r in joined)
+    moved = {s: sum(1 for x in states.values() if x == s) for s in _COUNTED}
     counted = await conn.execute(
         update(batches)
         .where(batches.c.id == batch_id, batches.c.finished_at.is_(None))
@@ -108,7 +108,8 @@ async def batch_join(
     )
     if counted.first() is None:
         await _refuse_join(conn, batch_id, field)
-    return [j._replace(batch_id=batch_id) if j.batch_id is None else j for j in made]
+    # A job another batch took meanwhile (found by its job_key) is answered as it is.
+    return [j._replace(batch_id=batch_id) if j.id in states else j for j in made]
 
 
 async def _refuse_join(conn: AsyncConnection, batch_id: int, field: str) -> None:

@@ -7,12 +7,13 @@ from dataclasses import asdict
 from datetime import datetime
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Path, Query, Request
+from fastapi import APIRouter, Depends, Path, Query, Request, Response
 
+from hipq.api.answers import json_answer
 from hipq.api.auth import require
 from hipq.api.json_body import JSONBodyRoute
-from hipq.api.models import MAX_ID, BatchIn, BatchListOut, BatchOut, ErrorOut
-from hipq.api.paging import Cursor
+from hipq.api.models import MAX_ID, BatchIn, BatchListOut, BatchOut, ErrorOut, JobListOut, job_body
+from hipq.api.paging import Cursor, json_size, within_budget
 from hipq.batches import Batch, NewBatch
 from hipq.ingest.job_intake import Intake, IntakeError
 from hipq.service import Service
@@ -116,3 +117,24 @@ async def list_batches(
 )
 async def get_batch(batch_id: BatchId, request: Request) -> BatchOut:
     return batch_out(await _service(request).store.batch_get(batch_id))
+
+
+@router.get(
+    "/{batch_id}/jobs",
+    dependencies=[Depends(require("read"))],
+    response_model=JobListOut,
+    responses=_ERRORS,
+    summary="A batch's jobs, newest first",
+)
+async def list_batch_jobs(
+    batch_id: BatchId,
+    request: Request,
+    limit: Annotated[int, Query(ge=1, le=1000, description="jobs per page at most")] = 100,
+    after: Cursor = None,
+) -> Response:
+    store = _service(request).store
+    await store.batch_get(batch_id)  # 404 for no such batch, rather than an empty page
+    found = await store.batch_jobs(batch_id, after, limit)
+    page = within_budget(found, lambda j: json_size(j.payload, j.result))
+    next_cursor = str(page[-1].id) if len(found) == limit or len(page) < len(found) else None
+    return json_answer({"jobs": [job_body(j) for j in page], "next_cursor": next_cursor})

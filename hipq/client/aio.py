@@ -192,6 +192,12 @@ class AsyncClient:
         """One page of batches, newest first; ``next_cursor`` continues it."""
         return await self._model(calls.list_batches(limit, cursor), BatchPage)
 
+    async def list_batch_jobs(
+        self, batch_id: int, *, limit: int = 100, cursor: str | None = None
+    ) -> JobPage:
+        """One page of a batch's jobs, newest first; ``next_cursor`` continues it."""
+        return await self._model(calls.list_batch_jobs(batch_id, limit, cursor), JobPage)
+
     async def get_job(self, job_id: int) -> Job:
         """A job with its attempts."""
         return await self._model(calls.get_job(job_id), Job)

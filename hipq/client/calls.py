@@ -251,10 +251,19 @@ def seal_batch(batch_id: int) -> Call:
 
 
 def list_batches(limit: int, cursor: str | None) -> Call:
+    return Call("GET", "/v1/batches", params=_page(limit, cursor), idempotent=True)
+
+
+def list_batch_jobs(batch_id: int, limit: int, cursor: str | None) -> Call:
+    path = f"/v1/batches/{_segment(batch_id)}/jobs"
+    return Call("GET", path, params=_page(limit, cursor), idempotent=True)
+
+
+def _page(limit: int, cursor: str | None) -> list[tuple[str, str | int]]:
     params: list[tuple[str, str | int]] = [("limit", limit)]
     if cursor is not None:
         params.append(("cursor", cursor))
-    return Call("GET", "/v1/batches", params=params, idempotent=True)
+    return params
 
 
 def get_bulk(bulk_id: int) -> Call:

@@ -99,3 +99,16 @@ def batches_list(
     """Batches, newest first, as JSON (next_cursor continues the list)."""
     with api(url, config) as client:
         print_body(client.list_batches(limit=limit, cursor=cursor))
+
+
+@batches_app.command("jobs")
+def batches_jobs(
+    batch_id: int,
+    limit: int = 50,
+    cursor: str | None = None,
+    url: UrlOpt = None,
+    config: ConfigOpt = None,
+) -> None:
+    """A batch's jobs, newest first, as JSON (next_cursor continues the list)."""
+    with api(url, config) as client:
+        print_body(client.list_batch_jobs(batch_id, limit=limit, cursor=cursor))

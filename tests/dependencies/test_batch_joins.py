@@ -146,6 +146,19 @@ async def test_batches_are_listed_newest_first(api: Api) -> None:
     assert rest.json()["next_cursor"] is None
     assert (await api.client.get("/v1/batches", params={"cursor": "x"})).status_code == 422
 
+    jobs = [{"type": "ok", "batch_id": ids[1]} for _ in range(3)]
+    made = [j["id"] for j in (await post(api, "/v1/jobs/batch", {"jobs": jobs}))["jobs"]]
+    path = f"/v1/batches/{ids[1]}/jobs"
+    page = (await api.client.get(path, params={"limit": 2})).json()
+    assert [j["id"] for j in page["jobs"]] == made[:0:-1]
+    assert all(j["batch_id"] == ids[1] for j in page["jobs"])
+    rest = (await api.client.get(path, params={"cursor": page["next_cursor"]})).json()
+    assert ([j["id"] for j in rest["jobs"]], rest["next_cursor"]) == ([made[0]], None)
+    empty = (await api.client.get(f"/v1/batches/{ids[0]}/jobs")).json()
+    assert empty == {"jobs": [], "next_cursor": None}
+    assert (await api.client.get("/v1/batches/999999/jobs")).status_code == 404
+    assert (await api.client.get("/v1/batches/0/jobs")).status_code == 422
+
 
 async def test_an_open_batch_notifies_once_without_a_completion_job(database_url: str) -> None:
     receiver = Receiver()

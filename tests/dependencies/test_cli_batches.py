@@ -39,6 +39,10 @@ def test_batches_create_join_seal_and_list(server: Server) -> None:  # noqa: F81
     listed = hipq("batches", "list", *url).json()
     assert listed["batches"][0]["id"] == made["id"]
     assert listed["batches"][0]["status"] == "finished"
+    members = hipq("batches", "jobs", batch_id, "--limit", "1", *url).json()
+    assert [j["id"] for j in members["jobs"]] == [joined["jobs"][0]["id"]]
+    rest = hipq("batches", "jobs", batch_id, "--cursor", members["next_cursor"], *url).json()
+    assert [j["id"] for j in rest["jobs"]] == [job["id"]]
 
     late = hipq("jobs", "add", "ok", "--batch", batch_id, *url).one_error_line()
     assert "batch_id" in late and "finished at" in late

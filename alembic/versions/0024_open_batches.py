@@ -162,6 +162,13 @@ def upgrade() -> None:
     )
     # A batch's notification has no job: its own id, and no job type or queue.
     _notifications(nullable=True)
+    op.create_index(
+        "ix_hipq_notifications_batch",
+        "hipq_notifications",
+        ["batch_id", "id"],
+        postgresql_where=sa.text("batch_id IS NOT NULL"),
+        sqlite_where=sa.text("batch_id IS NOT NULL"),
+    )
     if op.get_bind().dialect.name == "postgresql":
         for statement in (PG_COUNTS, PG_FINISHED, PG_FINISHED_TRIGGER):
             op.execute(sa.text(statement))
@@ -221,6 +228,7 @@ def downgrade() -> None:
         op.execute(sa.text("DROP TRIGGER IF EXISTS hipq_batches_finished"))
         op.execute(sa.text("DROP TRIGGER IF EXISTS hipq_jobs_batch_counts"))
     op.execute(sa.text("DELETE FROM hipq_notifications WHERE job_id IS NULL"))
+    op.drop_index("ix_hipq_notifications_batch", "hipq_notifications")
     _notifications(nullable=False)
     op.drop_index("ix_hipq_jobs_batch", "hipq_jobs")
     with op.batch_alter_table("hipq_batches") as batch:

@@ -72,11 +72,14 @@ async def list_notifications(
     request: Request,
     status: Annotated[Status | None, Query(description="only those in this status")] = None,
     job_id: Annotated[int | None, Query(ge=1, le=MAX_ID, description="only this job's")] = None,
+    batch_id: Annotated[
+        int | None, Query(ge=1, le=MAX_ID, description="only this batch's (its finish)")
+    ] = None,
     limit: Annotated[int, Query(ge=1, le=1000, description="notifications per page")] = 100,
     after: Cursor = None,
 ) -> NotificationListOut:
     service: Service = request.app.state.service
-    found = await service.store.notification_list(job_id, status, after, limit)
+    found = await service.store.notification_list(job_id, status, after, limit, batch_id)
     page = within_budget(found, lambda n: json_size(n.result, n.error))
     return NotificationListOut(
         notifications=[NotificationOut.of(n) for n in page],

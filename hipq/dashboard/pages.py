@@ -227,6 +227,8 @@ async def batch_page(request: Request, batch_id: str) -> HTMLResponse:
         "batch.html",
         batch=batch,
         jobs=found,
+        # One row per target, written once when it finishes.
+        notifications=await store.notification_list(batch_id=batch.id, limit=100),
         paused=await store.queue_paused_names(),
         older=found[-1].id if len(found) == BATCHES_PAGE else None,
     )

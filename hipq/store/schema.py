@@ -553,4 +553,11 @@ notifications = Table(
         sqlite_where=text("status <> 'sent'"),
     ),
     Index("ix_hipq_notifications_job", "job_id", "id"),
+    Index(
+        "ix_hipq_notifications_batch",
+        "batch_id",
+        "id",
+        postgresql_where=text("batch_id IS NOT NULL"),
+        sqlite_where=text("batch_id IS NOT NULL"),
+    ),
 )

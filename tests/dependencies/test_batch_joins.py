@@ -174,6 +174,13 @@ async def test_an_open_batch_notifies_once_without_a_completion_job(database_url
         assert told["body"]["type"] == "batch.finished"
         assert told["body"]["data"]["batch_id"] == batch_id
         assert told["body"]["data"]["completed"] == 1
+        listed = await api.client.get("/v1/notifications", params={"batch_id": batch_id})
+        [row] = listed.json()["notifications"]
+        assert (row["target"], row["status"], row["job_id"]) == ("hook", "sent", None)
+        other = await api.client.get("/v1/notifications", params={"batch_id": batch_id + 1})
+        assert other.json()["notifications"] == []
+        page = (await api.client.get(f"/dashboard/batches/{batch_id}")).text
+        assert '<tr data-target="hook"><td>hook</td><td class="status">sent</td>' in page
 
 
 def _job(batch_id: int, n: int) -> NewJob:

@@ -1,9 +1,13 @@
 """Batches of jobs with a completion: the records the core and the API share.
 
-A batch POST may make its jobs a batch: the store keeps its counts (a trigger moves
-a job's count as it changes state, alembic 0022), and its completion job, if it has
-one, runs after every job of the batch (``after_failed: run``), once, with the
-counts in its payload under ``batch``. See docs/batches.md.
+A batch is made by a batch POST with ``batch`` (made, joined by the request's jobs
+and sealed at once) or open by ``POST /v1/batches``, and jobs join it by its id until
+it finishes. Its counts are kept in the database (a trigger moves a job's count as it
+changes state, alembic 0022); once it is sealed and none of its jobs is pending it
+finishes, once: its completion job, if it has one, runs with the counts in its
+payload under ``batch``, and its ``notify`` targets are told (alembic 0024). A join
+that comes after the finish is refused, as is one of an unknown batch.
+See docs/batches.md.
 """
 
 from __future__ import annotations
@@ -16,10 +20,11 @@ from hipq.jobs import NewJob
 
 @dataclass(frozen=True, slots=True)
 class NewBatch:
-    """A batch to make of a request's jobs; ``completion``: its completion job, resolved
-    (its ``after`` is filled in by the store), or None."""
+    """A batch to make; ``completion``: its completion job, resolved, or None;
+    ``notify``: the notification targets told when it finishes."""
 
     completion: NewJob | None = None
+    notify: list[str] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,7 +39,21 @@ class Batch:
     notify: list[str] | None
     created_at: datetime
     finished_at: datetime | None
+    sealed_at: datetime | None
 
     @property
     def pending(self) -> int:
         return self.total - self.completed - self.failed - self.cancelled
+
+    @property
+    def status(self) -> str:
+        """open (jobs may join, it cannot finish), sealed (it finishes once none is
+        pending; jobs may still join), or finished."""
+        if self.finished_at is not None:
+            return "finished"
+        return "open" if self.sealed_at is None else "sealed"
+
+
+def waiting_reason(batch_id: int) -> str:
+    """What a completion job waits for."""
+    return f"waits for batch {batch_id} to finish"

@@ -101,7 +101,7 @@ class NewJob:
     # resolved to ids by the store (hipq.dependencies); "cancel" or "run" if one fails.
     after: list[int | str] | None = None
     after_failed: str | None = None
-    batch_id: int | None = None  # set by the store for a batch's jobs
+    batch_id: int | None = None  # the batch it joins (hipq.batches), or its request's
 
 
 @dataclass(frozen=True, slots=True)

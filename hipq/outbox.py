@@ -28,11 +28,11 @@ class Notification:
     """One outbox row: the outcome as it was when the job reached it, and its sending."""
 
     id: int
-    job_id: int
+    job_id: int | None  # None: a batch's (``batch_id``), which has no job type or queue
     target: str
-    job_type: str
-    queue: str
-    job_state: str
+    job_type: str | None
+    queue: str | None
+    job_state: str  # completed | failed | cancelled; a batch's: finished
     attempt: int
     result: Any
     error: str | None
@@ -44,6 +44,12 @@ class Notification:
     locked_until: datetime | None
     last_error: str | None
     sent_at: datetime | None
+    batch_id: int | None = None
+
+    @property
+    def key(self) -> bytes:
+        """The Kafka message key: the job's id, or ``batch-<id>``."""
+        return (str(self.job_id) if self.job_id is not None else f"batch-{self.batch_id}").encode()
 
     @property
     def message_id(self) -> str:
@@ -54,6 +60,21 @@ class Notification:
         """The JSON a receiver gets, in the Standard Webhooks payload shape
         (``type``, ``timestamp``, ``data``)."""
         at = self.finished_at or self.created_at
+        if self.job_id is None:  # a batch finished: its counts (hipq.batches)
+            counts = self.result if isinstance(self.result, dict) else {}
+            data = {k: counts.get(k) for k in ("total", "completed", "failed", "cancelled")}
+            return orjson.dumps(
+                {
+                    "type": "batch.finished",
+                    "timestamp": at.isoformat(),
+                    "data": {
+                        "batch_id": self.batch_id,
+                        **data,
+                        "finished_at": at.isoformat(),
+                        "notification_id": self.id,
+                    },
+                }
+            )
         return orjson.dumps(
             {
                 "type": f"job.{self.job_state}",

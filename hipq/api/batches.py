@@ -1,4 +1,5 @@
-"""/v1/batches: a batch of jobs (made by a batch POST with ``batch``), its counts."""
+"""/v1/batches: batches of jobs, their counts; made open here (jobs join them by id,
+then they are sealed) or by a batch POST with ``batch`` (sealed at once)."""
 
 from __future__ import annotations
 
@@ -6,11 +7,13 @@ from dataclasses import asdict
 from datetime import datetime
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Path, Request
+from fastapi import APIRouter, Depends, Path, Query, Request, Response
 
+from hipq.api.answers import json_answer
 from hipq.api.auth import require
 from hipq.api.json_body import JSONBodyRoute
-from hipq.api.models import MAX_ID, BatchIn, BatchOut, ErrorOut
+from hipq.api.models import MAX_ID, BatchIn, BatchListOut, BatchOut, ErrorOut, JobListOut, job_body
+from hipq.api.paging import Cursor, json_size, within_budget
 from hipq.batches import Batch, NewBatch
 from hipq.ingest.job_intake import Intake, IntakeError
 from hipq.service import Service
@@ -23,27 +26,86 @@ BatchId = Annotated[int, Path(ge=1, le=MAX_ID, description="the batch's id")]
 
 
 def new_batch(intake: Intake, batch: BatchIn | None, now: datetime) -> NewBatch | None:
-    """The batch a batch POST asks for, its completion job resolved (errors name
-    ``batch.on_complete.<field>``)."""
+    """The batch a request asks for, its completion job and targets resolved (errors
+    name ``batch.on_complete.<field>`` and ``batch.notify[i]``)."""
     if batch is None:
         return None
-    if batch.on_complete is None:
-        if batch.notify:
-            raise IntakeError("batch.notify", "needs batch.on_complete (the job told of)")
-        return NewBatch()
-    fields = batch.on_complete.model_dump(exclude_unset=True, exclude_none=True)
+    notify = None
     if batch.notify is not None:
-        fields["notify"] = batch.notify
+        try:
+            notify = intake.notify_targets(batch.notify, [])
+        except IntakeError as exc:
+            raise IntakeError("batch." + exc.field, exc.message) from None
+    if batch.on_complete is None:
+        return NewBatch(notify=notify)
+    fields = batch.on_complete.model_dump(exclude_unset=True, exclude_none=True)
     try:
         completion = intake.resolve(fields, now)
     except IntakeError as exc:
-        where = "batch." if exc.field.startswith("notify") else "batch.on_complete."
-        raise IntakeError(where + exc.field, exc.message) from None
-    return NewBatch(completion)
+        raise IntakeError("batch.on_complete." + exc.field, exc.message) from None
+    return NewBatch(completion, notify)
 
 
 def batch_out(batch: Batch) -> BatchOut:
-    return BatchOut(**asdict(batch), pending=batch.pending)
+    return BatchOut(**asdict(batch), pending=batch.pending, status=batch.status)
+
+
+def _service(request: Request) -> Service:
+    return request.app.state.service
+
+
+@router.post(
+    "",
+    dependencies=[Depends(require("submit"))],
+    status_code=201,
+    response_model=BatchOut,
+    responses={422: {"model": ErrorOut, "description": "an unknown type or target"}},
+    summary="Make an open batch: jobs join it with batch_id until it is sealed",
+    description=(
+        "An open batch never finishes: jobs join it (`batch_id` on a job) and "
+        "`POST /v1/batches/{id}/seal` closes it; it then finishes once none of its jobs "
+        "is pending, runs its completion job and tells its `notify` targets, once."
+    ),
+)
+async def create_batch(batch: BatchIn, request: Request) -> BatchOut:
+    service = _service(request)
+    now = service.clock()
+    made = new_batch(service.intake, batch, now)
+    assert made is not None
+    batch_id = await service.store.batch_open(made, now)
+    return batch_out(await service.store.batch_get(batch_id))
+
+
+@router.post(
+    "/{batch_id}/seal",
+    dependencies=[Depends(require("submit"))],
+    response_model=BatchOut,
+    responses=_ERRORS,
+    summary="Seal a batch: it finishes once none of its jobs is pending (at once if none is)",
+    description="Sealing a sealed or finished batch changes nothing and answers it as it is.",
+)
+async def seal_batch(batch_id: BatchId, request: Request) -> BatchOut:
+    service = _service(request)
+    return batch_out(await service.store.batch_seal_now(batch_id, service.clock()))
+
+
+@router.get(
+    "",
+    dependencies=[Depends(require("read"))],
+    response_model=BatchListOut,
+    responses={422: {"model": ErrorOut}},
+    summary="List batches, newest first",
+)
+async def list_batches(
+    request: Request,
+    limit: Annotated[int, Query(ge=1, le=1000, description="batches per page")] = 100,
+    after: Cursor = None,
+) -> BatchListOut:
+    found = await _service(request).store.batch_list(after, limit)
+    return BatchListOut(
+        batches=[batch_out(b) for b in found],
+        next_cursor=str(found[-1].id) if len(found) == limit else None,
+    )
 
 
 @router.get(
@@ -54,5 +116,25 @@ def batch_out(batch: Batch) -> BatchOut:
     summary="A batch's counts: pending, completed, failed, cancelled",
 )
 async def get_batch(batch_id: BatchId, request: Request) -> BatchOut:
-    service: Service = request.app.state.service
-    return batch_out(await service.store.batch_get(batch_id))
+    return batch_out(await _service(request).store.batch_get(batch_id))
+
+
+@router.get(
+    "/{batch_id}/jobs",
+    dependencies=[Depends(require("read"))],
+    response_model=JobListOut,
+    responses=_ERRORS,
+    summary="A batch's jobs, newest first",
+)
+async def list_batch_jobs(
+    batch_id: BatchId,
+    request: Request,
+    limit: Annotated[int, Query(ge=1, le=1000, description="jobs per page at most")] = 100,
+    after: Cursor = None,
+) -> Response:
+    store = _service(request).store
+    await store.batch_get(batch_id)  # 404 for no such batch, rather than an empty page
+    found = await store.batch_jobs(batch_id, after, limit)
+    page = within_budget(found, lambda j: json_size(j.payload, j.result))
+    next_cursor = str(page[-1].id) if len(found) == limit or len(page) < len(found) else None
+    return json_answer({"jobs": [job_body(j) for j in page], "next_cursor": next_cursor})

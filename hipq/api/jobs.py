@@ -86,7 +86,8 @@ _CREATE_ERRORS: _Responses = {
     409: {
         "model": ErrorOut,
         "description": "the Idempotency-Key was used with another body, or the "
-        "correlation_key is held by an open job",
+        "correlation_key is held by an open job, or the batch a job joins (batch_id) "
+        "finished already",
     },
 }
 IdempotencyKey = Annotated[
@@ -170,6 +171,12 @@ async def _insert(
     # Resolving walks every payload (the NUL check): a big body's, off the event loop.
     new, idempotency = await off_loop(await _body_size(request), resolve)
     check_tenancy(request, new, prefix)
+    joining = [i for i, j in enumerate(new) if j.batch_id is not None]
+    if joining and batch is not None:
+        raise IntakeError(
+            f"{prefix}{joining[0]}].batch_id",
+            "the request makes a batch (batch) that its jobs join: give one or the other",
+        )
     # The store wakes the queues' loops once the jobs are committed.
     with tracing.enqueue_span(request.headers, new) as traced:
         if grouped:  # shares a transaction with the other requests waiting (group commit)

@@ -178,6 +178,13 @@ class JobIn(_In):
         description="when a job it runs after fails or is cancelled: cancel (default) this "
         "one too, or run it anyway",
     )
+    batch_id: StrictInt | None = Field(
+        None,
+        ge=1,
+        le=MAX_ID,
+        description="join this batch (open, or sealed and not finished yet): it counts "
+        "the job and waits for it; a batch that finished is a 409, an unknown one a 422",
+    )
 
     def fields_set(self) -> dict[str, Any]:
         """As ``model_dump(exclude_unset=True, exclude_none=True)``, at a third of its cost
@@ -213,8 +220,8 @@ class BatchIn(_In):
     notify: list[TargetName] | None = Field(
         None,
         max_length=20,
-        description="notification targets told of the completion job's outcome (needs "
-        "on_complete); default: its job type's notify",
+        description="notification targets told once when the batch finishes (type "
+        "batch.finished, with its counts); with or without on_complete",
     )
 
 
@@ -354,7 +361,9 @@ class JobOut(BaseModel):
         None, description="what a failed job it runs after does to it: cancel or run"
     )
     waiting_for: int | None = Field(
-        None, description="how many of the jobs it runs after have not finished yet"
+        None,
+        description="how many of the jobs it runs after have not finished yet (a batch's "
+        "completion job: 1 until its batch finishes)",
     )
     batch_id: int | None = Field(None, description="the batch it belongs to")
     attempts: list[AttemptOut] | None = Field(
@@ -453,9 +462,25 @@ class BatchOut(BaseModel):
     cancelled: int = Field(description="its cancelled jobs")
     on_complete: str | None = Field(description="the type of its completion job")
     completion_job_id: int | None = Field(description="its completion job")
-    notify: list[str] | None = Field(description="targets told of the completion job's outcome")
+    notify: list[str] | None = Field(description="targets told once it finishes")
     created_at: datetime = Field(description="when it was made")
-    finished_at: datetime | None = Field(description="when its last job finished")
+    finished_at: datetime | None = Field(
+        description="when it finished (sealed, and none pending): its completion and "
+        "notifications fired, no job may join it"
+    )
+    sealed_at: datetime | None = Field(
+        description="when it was sealed (a batch POST's at once); null: open, jobs may "
+        "join and it cannot finish"
+    )
+    status: Literal["open", "sealed", "finished"] = Field(
+        description="open (jobs join, it cannot finish), sealed (it finishes once none is "
+        "pending; jobs may still join), finished"
+    )
+
+
+class BatchListOut(BaseModel):
+    batches: list[BatchOut] = Field(description="this page, newest first")
+    next_cursor: str | None = Field(description="pass as ?cursor= for the next page")
 
 
 class JobBatchOut(BaseModel):

@@ -22,10 +22,13 @@ _ERRORS: dict[int | str, dict[str, Any]] = {404: {"model": ErrorOut}, 422: {"mod
 
 class NotificationOut(BaseModel):
     id: int = Field(description="also the receiver's message id: webhook-id hipq-notification-<id>")
-    job_id: int = Field(description="the job whose outcome it tells")
+    job_id: int | None = Field(description="the job whose outcome it tells (null: a batch's)")
+    batch_id: int | None = Field(None, description="the batch whose finish it tells")
     target: str = Field(description="the name of the target in notifications.targets")
-    job_state: str = Field(description="the terminal state it tells: completed, failed, cancelled")
-    attempt: int = Field(description="the job's attempt that ended so")
+    job_state: str = Field(
+        description="the terminal state it tells: completed, failed, cancelled; a batch's: finished"
+    )
+    attempt: int = Field(description="the job's attempt that ended so (a batch's: 0)")
     status: str = Field(description="pending (not tried yet), failing (retried), sent")
     attempts: int = Field(description="tries so far")
     next_attempt_at: datetime = Field(description="when it is tried next, unless sent")
@@ -69,11 +72,14 @@ async def list_notifications(
     request: Request,
     status: Annotated[Status | None, Query(description="only those in this status")] = None,
     job_id: Annotated[int | None, Query(ge=1, le=MAX_ID, description="only this job's")] = None,
+    batch_id: Annotated[
+        int | None, Query(ge=1, le=MAX_ID, description="only this batch's (its finish)")
+    ] = None,
     limit: Annotated[int, Query(ge=1, le=1000, description="notifications per page")] = 100,
     after: Cursor = None,
 ) -> NotificationListOut:
     service: Service = request.app.state.service
-    found = await service.store.notification_list(job_id, status, after, limit)
+    found = await service.store.notification_list(job_id, status, after, limit, batch_id)
     page = within_budget(found, lambda n: json_size(n.result, n.error))
     return NotificationListOut(
         notifications=[NotificationOut.of(n) for n in page],

@@ -240,6 +240,32 @@ def get_batch(batch_id: int) -> Call:
     return Call("GET", f"/v1/batches/{_segment(batch_id)}", idempotent=True)
 
 
+def create_batch(batch: Mapping[str, Any]) -> Call:
+    # Not sent again after a lost answer: a second open batch would be made.
+    return Call("POST", "/v1/batches", body=_present(batch))
+
+
+def seal_batch(batch_id: int) -> Call:
+    # Sealing a sealed batch changes nothing: safe to send again.
+    return Call("POST", f"/v1/batches/{_segment(batch_id)}/seal", idempotent=True)
+
+
+def list_batches(limit: int, cursor: str | None) -> Call:
+    return Call("GET", "/v1/batches", params=_page(limit, cursor), idempotent=True)
+
+
+def list_batch_jobs(batch_id: int, limit: int, cursor: str | None) -> Call:
+    path = f"/v1/batches/{_segment(batch_id)}/jobs"
+    return Call("GET", path, params=_page(limit, cursor), idempotent=True)
+
+
+def _page(limit: int, cursor: str | None) -> list[tuple[str, str | int]]:
+    params: list[tuple[str, str | int]] = [("limit", limit)]
+    if cursor is not None:
+        params.append(("cursor", cursor))
+    return params
+
+
 def get_bulk(bulk_id: int) -> Call:
     return Call("GET", f"/v1/jobs/bulk/{_segment(bulk_id)}", idempotent=True)
 

@@ -77,7 +77,7 @@ class Job(_Out):
     notify: list[str] | None = None  # the notification targets told of its outcome
     after: list[int] | None = None  # the ids of the jobs it runs after
     after_failed: str | None = None  # cancel | run: what a failed one does to it
-    waiting_for: int | None = None  # how many of those have not finished yet
+    waiting_for: int | None = None  # how many of those have not finished (a completion: 1)
     batch_id: int | None = None  # the batch it belongs to
     attempts: list[Attempt] | None = None
     heartbeat: Heartbeat | None = None
@@ -105,7 +105,8 @@ class AddedBatch(_Out):
 
 
 class Batch(_Out):
-    """A batch's counts (``GET /v1/batches/{id}``); ``finished_at`` once none is pending."""
+    """A batch's counts (``GET /v1/batches/{id}``); ``finished_at`` once it is sealed
+    and none of its jobs is pending."""
 
     id: int
     total: int
@@ -118,6 +119,13 @@ class Batch(_Out):
     notify: list[str] | None
     created_at: datetime
     finished_at: datetime | None
+    sealed_at: datetime | None  # None: open, jobs may join and it cannot finish
+    status: Literal["open", "sealed", "finished"]
+
+
+class BatchPage(_Out):
+    batches: list[Batch]
+    next_cursor: str | None
 
 
 class JobPage(_Out):
@@ -269,6 +277,7 @@ class JobFields(TypedDict, total=False):
     # Jobs it runs after: ids, or job keys (a job of the same add_jobs call first).
     after: Sequence[int | str]
     after_failed: Literal["cancel", "run"]  # if one of them fails: default cancel
+    batch_id: int  # joins this batch (open, or sealed and not finished)
 
 
 class NewJob(JobFields, total=False):

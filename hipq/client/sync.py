@@ -21,6 +21,7 @@ from hipq.client.errors import ApiError, WaitTimeout
 from hipq.client.models import (
     AddedBatch,
     Batch,
+    BatchPage,
     BulkAction,
     BulkCount,
     BulkFilter,
@@ -158,17 +159,43 @@ class Client:
         notify: Iterable[str] | None = None,
         idempotency_key: str | None = None,
     ) -> AddedBatch:
-        """Create many jobs as a batch (all or none): its counts at :meth:`get_batch`.
-        ``on_complete`` (``type``, ``payload``, ``queue``): a job that runs once every
-        job finished, with the counts in its payload under ``batch``; ``notify``: the
-        targets told of that job's outcome."""
+        """Create many jobs as a batch (all or none), sealed: its counts at
+        :meth:`get_batch`. ``on_complete`` (``type``, ``payload``, ``queue``): a job that
+        runs once every job finished, with the counts in its payload under ``batch``;
+        ``notify``: the targets told once the batch finishes."""
         batch = {"on_complete": on_complete, "notify": None if notify is None else list(notify)}
         call = calls.add_jobs([dict(j) for j in jobs], idempotency_key, batch)
         return self._model(call, AddedBatch)
 
+    def create_batch(
+        self,
+        *,
+        on_complete: Mapping[str, Any] | None = None,
+        notify: Iterable[str] | None = None,
+    ) -> Batch:
+        """Make an open batch: jobs join it (``batch_id=`` of :meth:`add_job` and
+        :meth:`add_jobs`) until :meth:`seal_batch`; it finishes once sealed and none of
+        its jobs is pending."""
+        batch = {"on_complete": on_complete, "notify": None if notify is None else list(notify)}
+        return self._model(calls.create_batch(batch), Batch)
+
+    def seal_batch(self, batch_id: int) -> Batch:
+        """Seal a batch: it finishes once none of its jobs is pending (at once if none is)."""
+        return self._model(calls.seal_batch(batch_id), Batch)
+
     def get_batch(self, batch_id: int) -> Batch:
         """A batch's counts: pending, completed, failed, cancelled."""
         return self._model(calls.get_batch(batch_id), Batch)
+
+    def list_batches(self, *, limit: int = 100, cursor: str | None = None) -> BatchPage:
+        """One page of batches, newest first; ``next_cursor`` continues it."""
+        return self._model(calls.list_batches(limit, cursor), BatchPage)
+
+    def list_batch_jobs(
+        self, batch_id: int, *, limit: int = 100, cursor: str | None = None
+    ) -> JobPage:
+        """One page of a batch's jobs, newest first; ``next_cursor`` continues it."""
+        return self._model(calls.list_batch_jobs(batch_id, limit, cursor), JobPage)
 
     def get_job(self, job_id: int) -> Job:
         """A job with its attempts."""

@@ -1,5 +1,5 @@
-"""``hipq batches``: add jobs as a batch with a completion job, show a batch's counts
-(through the REST API, as ``hipq jobs``)."""
+"""``hipq batches``: make a batch (with its jobs, or open for jobs to join), seal it,
+show and list batches' counts (through the REST API, as ``hipq jobs``)."""
 
 from __future__ import annotations
 
@@ -10,36 +10,76 @@ import typer
 from hipq.commands.options import ConfigOpt, UrlOpt, api, fail, parse_json, print_body
 
 batches_app = typer.Typer(
-    help="Batches of jobs: their counts, and a job that runs once all finished.",
+    help="Batches of jobs: their counts, and a job and notifications once all finished.",
     no_args_is_help=True,
 )
+
+OnCompleteOpt = Annotated[
+    str | None, typer.Option(metavar="TYPE", help="the job type of the completion job")
+]
+PayloadOpt = Annotated[str, typer.Option(metavar="JSON", help="the completion job's payload")]
+NotifyOpt = Annotated[
+    list[str] | None,
+    typer.Option(metavar="TARGET", help="told once the batch finishes, repeatable"),
+]
+
+
+def _completion(on_complete: str | None, payload: str) -> dict[str, Any] | None:
+    if on_complete is None:
+        return None
+    return {"type": on_complete, "payload": parse_json(payload, "--payload")}
 
 
 @batches_app.command("add")
 def batches_add(
     jobs: Annotated[str, typer.Argument(help='the jobs as a JSON list: [{"type": ...}, ...]')],
-    on_complete: Annotated[
-        str | None, typer.Option(metavar="TYPE", help="the job type of the completion job")
-    ] = None,
-    payload: Annotated[
-        str, typer.Option(metavar="JSON", help="the completion job's payload")
-    ] = "{}",
-    notify: Annotated[
-        list[str] | None,
-        typer.Option(metavar="TARGET", help="told of the completion job's outcome, repeatable"),
+    on_complete: OnCompleteOpt = None,
+    payload: PayloadOpt = "{}",
+    notify: NotifyOpt = None,
+    batch: Annotated[
+        int | None,
+        typer.Option(metavar="ID", help="add the jobs to this batch instead of a new one"),
     ] = None,
     url: UrlOpt = None,
     config: ConfigOpt = None,
 ) -> None:
-    """Create jobs as one batch (all or none) and print the batch id and the jobs."""
+    """Create jobs as one new, sealed batch (all or none), or add them to a batch that
+    has not finished (--batch); print the batch id and the jobs."""
     listed = parse_json(jobs, "JOBS")
     if not isinstance(listed, list) or not all(isinstance(j, dict) for j in listed):
         fail("JOBS must be a JSON list of job objects")
-    completion: dict[str, Any] | None = None
-    if on_complete is not None:
-        completion = {"type": on_complete, "payload": parse_json(payload, "--payload")}
+    completion = _completion(on_complete, payload)
     with api(url, config) as client:
-        print_body(client.add_batch(listed, on_complete=completion, notify=notify))
+        if batch is None:
+            print_body(client.add_batch(listed, on_complete=completion, notify=notify))
+            return
+        if completion is not None or notify:
+            fail("--on-complete, --payload and --notify make a new batch: not with --batch")
+        joining: list[Any] = [{**j, "batch_id": batch} for j in listed]
+        refs = client.add_jobs(joining)
+        print_body({"batch_id": batch, "jobs": [r.model_dump(mode="json") for r in refs]})
+
+
+@batches_app.command("create")
+def batches_create(
+    on_complete: OnCompleteOpt = None,
+    payload: PayloadOpt = "{}",
+    notify: NotifyOpt = None,
+    url: UrlOpt = None,
+    config: ConfigOpt = None,
+) -> None:
+    """Make an open batch and print it: jobs join it (hipq jobs add --batch ID, hipq
+    batches add --batch ID) until hipq batches seal ID."""
+    with api(url, config) as client:
+        completion = _completion(on_complete, payload)
+        print_body(client.create_batch(on_complete=completion, notify=notify))
+
+
+@batches_app.command("seal")
+def batches_seal(batch_id: int, url: UrlOpt = None, config: ConfigOpt = None) -> None:
+    """Seal a batch: it finishes once none of its jobs is pending (at once if none is)."""
+    with api(url, config) as client:
+        print_body(client.seal_batch(batch_id))
 
 
 @batches_app.command("show")
@@ -47,3 +87,28 @@ def batches_show(batch_id: int, url: UrlOpt = None, config: ConfigOpt = None) ->
     """A batch's counts: pending, completed, failed, cancelled."""
     with api(url, config) as client:
         print_body(client.get_batch(batch_id))
+
+
+@batches_app.command("list")
+def batches_list(
+    limit: int = 50,
+    cursor: str | None = None,
+    url: UrlOpt = None,
+    config: ConfigOpt = None,
+) -> None:
+    """Batches, newest first, as JSON (next_cursor continues the list)."""
+    with api(url, config) as client:
+        print_body(client.list_batches(limit=limit, cursor=cursor))
+
+
+@batches_app.command("jobs")
+def batches_jobs(
+    batch_id: int,
+    limit: int = 50,
+    cursor: str | None = None,
+    url: UrlOpt = None,
+    config: ConfigOpt = None,
+) -> None:
+    """A batch's jobs, newest first, as JSON (next_cursor continues the list)."""
+    with api(url, config) as client:
+        print_body(client.list_batch_jobs(batch_id, limit=limit, cursor=cursor))

@@ -328,6 +328,10 @@ def jobs_add(
         str | None,
         typer.Option(metavar="cancel|run", help="if a job it runs after fails (default cancel)"),
     ] = None,
+    batch: Annotated[
+        int | None,
+        typer.Option(metavar="ID", help="join this batch (open, or sealed and not finished)"),
+    ] = None,
     idempotency_key: Annotated[
         str | None,
         typer.Option(metavar="KEY", help="the same key again returns the same job"),
@@ -356,6 +360,7 @@ def jobs_add(
         "critical": True if critical else None,
         "after": [int(a) if a.isdigit() else a for a in after] if after else None,
         "after_failed": after_failed,
+        "batch_id": batch,
     }
     body = parse_json(payload, "--payload")
     chosen = {k: v for k, v in fields.items() if v is not None}

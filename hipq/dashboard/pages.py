@@ -42,6 +42,7 @@ RESPONSE_STATUSES = ("pending", "late", "expired", "duplicate", "matched")
 RESPONSES_PAGE = 50
 FAILED_RETRY_LIMIT = 10_000  # job ids one bulk retry carries (POST /v1/jobs/bulk's limit)
 RECENT_FIRES = 5  # fire times shown per schedule
+BATCHES_PAGE = 50  # batches per page, and jobs per page of a batch
 
 # The pages load nothing but their own files, run no inline script and no eval: a
 # value that slipped past escaping still could not run, and a CDN could not creep in.
@@ -186,6 +187,50 @@ async def job_page(request: Request, job_id: str) -> HTMLResponse:
         retryable=job.state in (State.FAILED, State.CANCELLED),
         # POST /v1/jobs/{id}/reschedule takes every state but completed.
         reschedulable=job.state != State.COMPLETED,
+    )
+
+
+def _cursor(request: Request) -> int | str | None:
+    """The page's ``?cursor=`` as an id (None: the first page); the text if it is not one."""
+    text = request.query_params.get("cursor")
+    if text is None:
+        return None
+    found = parse_id(text)
+    return text if found is None else found
+
+
+@router.get("/batches", response_class=HTMLResponse)
+async def batches_page(request: Request) -> HTMLResponse:
+    cursor = _cursor(request)
+    if isinstance(cursor, str):
+        return _page(request, "missing.html", 404, what=f"cursor {cursor!r}")
+    found = await _service(request).store.batch_list(cursor, BATCHES_PAGE)
+    older = found[-1].id if len(found) == BATCHES_PAGE else None
+    return _page(request, "batches.html", batches=found, older=older)
+
+
+@router.get("/batches/{batch_id}", response_class=HTMLResponse)
+async def batch_page(request: Request, batch_id: str) -> HTMLResponse:
+    store = _service(request).store
+    wanted, cursor = parse_id(batch_id), _cursor(request)
+    if wanted is None:
+        return _page(request, "missing.html", 404, what=f"batch {batch_id!r}")
+    if isinstance(cursor, str):
+        return _page(request, "missing.html", 404, what=f"cursor {cursor!r}")
+    try:
+        batch = await store.batch_get(wanted)
+    except NotFound:
+        return _page(request, "missing.html", 404, what=f"batch {batch_id}")
+    found = await store.batch_jobs(batch.id, cursor, BATCHES_PAGE)
+    return _page(
+        request,
+        "batch.html",
+        batch=batch,
+        jobs=found,
+        # One row per target, written once when it finishes.
+        notifications=await store.notification_list(batch_id=batch.id, limit=100),
+        paused=await store.queue_paused_names(),
+        older=found[-1].id if len(found) == BATCHES_PAGE else None,
     )
 
 

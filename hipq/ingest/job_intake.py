@@ -195,6 +195,7 @@ class Intake:
             notify=self.notify_targets(job.get("notify"), jt.notify),
             after=list(dict.fromkeys(job["after"])) if job.get("after") else None,
             after_failed=(job.get("after_failed") or "cancel") if job.get("after") else None,
+            batch_id=job.get("batch_id"),
         )
 
     def notify_targets(self, asked: list[str] | None, default: list[str]) -> list[str] | None:

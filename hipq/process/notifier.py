@@ -224,9 +224,7 @@ class Notifier(Loop):
         headers = [("webhook-id", n.message_id.encode()), ("content-type", b"application/json")]
         try:
             await asyncio.wait_for(
-                self._producer.send_and_wait(
-                    topic, n.body(), key=str(n.job_id).encode(), headers=headers
-                ),
+                self._producer.send_and_wait(topic, n.body(), key=n.key, headers=headers),
                 30.0,
             )
         except BaseException:

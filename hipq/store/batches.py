@@ -1,33 +1,48 @@
-"""The batches table (hipq.batches): made with its jobs, read by the API; its counts
-are kept by a trigger on hipq_jobs (alembic 0022), not here."""
+"""The batches table (hipq.batches): made, joined and sealed with their jobs, read by
+the API and the dashboard. Its counts move with its jobs' states by a trigger on
+hipq_jobs (alembic 0022), and what it does when it finishes is a trigger on this
+table (alembic 0024), not here."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import fields
 from datetime import datetime
+from typing import Any
 
-from sqlalchemy import select, update
+from sqlalchemy import case, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from hipq.batches import Batch, NewBatch
-from hipq.store.records import NotFound
-from hipq.store.schema import batches
+from hipq.batches import Batch, NewBatch, waiting_reason
+from hipq.dependencies import AFTER_PARKED
+from hipq.jobs import Job
+from hipq.lifecycle import State
+from hipq.store.records import BadReference, Conflict, NotFound
+from hipq.store.rows import row_to_job
+from hipq.store.schema import batches, jobs
 from hipq.store.transactions import Transactions
 
 _FIELDS = tuple(f.name for f in fields(Batch))
+# Ids per statement of a join's update (SQLite limits a statement's parameters).
+_CHUNK = 500
+_COUNTED = (State.COMPLETED.value, State.FAILED.value, State.CANCELLED.value)
 
 
-async def batch_create(conn: AsyncConnection, new: NewBatch, total: int, now: datetime) -> int:
-    completion = new.completion
+def batch_from(row: Any) -> Batch:
+    return Batch(**{name: getattr(row, name) for name in _FIELDS})
+
+
+async def batch_create(conn: AsyncConnection, new: NewBatch, now: datetime) -> int:
+    """An open batch without jobs; its completion job is added by the caller."""
     stmt = (
         batches.insert()
         .values(
-            total=total,
+            total=0,
             completed=0,
             failed=0,
             cancelled=0,
-            on_complete=completion.type if completion else None,
-            notify=completion.notify if completion else None,
+            on_complete=new.completion.type if new.completion else None,
+            notify=new.notify,
             created_at=now,
         )
         .returning(batches.c.id)
@@ -35,10 +50,93 @@ async def batch_create(conn: AsyncConnection, new: NewBatch, total: int, now: da
     return int((await conn.execute(stmt)).scalar_one())
 
 
-async def batch_set_completion(conn: AsyncConnection, batch_id: int, job_id: int) -> None:
+async def batch_set_completion(
+    conn: AsyncConnection, batch_id: int, job: Job, now: datetime
+) -> None:
+    """``job`` becomes the batch's completion job: it waits for the batch to finish
+    (released by the trigger that finishes it), its own run_at kept aside."""
     await conn.execute(
-        update(batches).where(batches.c.id == batch_id).values(completion_job_id=job_id)
+        update(jobs)
+        .where(jobs.c.id == job.id)
+        .values(
+            run_at=AFTER_PARKED,
+            after_run_at=job.run_at,
+            waiting_for=1,
+            waiting_reason=waiting_reason(batch_id),
+            updated_at=now,
+        )
     )
+    await conn.execute(
+        update(batches).where(batches.c.id == batch_id).values(completion_job_id=job.id)
+    )
+
+
+async def batch_join(
+    conn: AsyncConnection, batch_id: int, made: Sequence[Job], field: str, stored: int = 0
+) -> list[Job]:
+    """Put ``made`` (jobs just stored, or found by their job_key) in the batch and
+    count them; a job already in a batch stays in its own. ``made`` as they are now.
+    ``stored``: jobs the caller stored with the batch's id, added to its total only.
+
+    The jobs' rows are taken before the batch's row, in the order a job's end takes
+    them (its row, then its trigger's update of the batch), so that a join and the
+    end of the batch's last job never wait for each other in a circle. The guarded
+    update of the batch then orders the two: a batch that finished first refuses the
+    join (and the request is rolled back), else the new jobs count before any end is
+    compared with the total.
+    """
+    ids = list(dict.fromkeys(j.id for j in made))
+    states: dict[int, str] = {}
+    for start in range(0, len(ids), _CHUNK):  # none for a batch POST's own new jobs
+        chunk = ids[start : start + _CHUNK]
+        joined = await conn.execute(
+            update(jobs)
+            .where(jobs.c.id.in_(chunk), jobs.c.batch_id.is_(None))
+            .values(batch_id=batch_id)
+            .returning(jobs.c.id, jobs.c.state)
+        )
+        states.update((r.id, r.state) for r in joined)
+    moved = {s: sum(1 for x in states.values() if x == s) for s in _COUNTED}
+    counted = await conn.execute(
+        update(batches)
+        .where(batches.c.id == batch_id, batches.c.finished_at.is_(None))
+        .values(
+            total=batches.c.total + stored + len(states),
+            **{s: getattr(batches.c, s) + n for s, n in moved.items()},
+        )
+        .returning(batches.c.id)
+    )
+    if counted.first() is None:
+        await _refuse_join(conn, batch_id, field)
+    # A job another batch took meanwhile (found by its job_key) is answered as it is.
+    return [j._replace(batch_id=batch_id) if j.id in states else j for j in made]
+
+
+async def _refuse_join(conn: AsyncConnection, batch_id: int, field: str) -> None:
+    found = (
+        await conn.execute(select(batches.c.finished_at).where(batches.c.id == batch_id))
+    ).first()
+    if found is None:
+        raise BadReference(f"batch {batch_id} does not exist", field)
+    raise Conflict(
+        f"batch {batch_id} finished at {found.finished_at.isoformat()} (its completion and "
+        "notifications fired): add the jobs to a new batch",
+        field=field,
+    )
+
+
+async def batch_seal(conn: AsyncConnection, batch_id: int, now: datetime) -> bool:
+    """Seal an open batch: it finishes now if none of its jobs is pending (the trigger
+    on hipq_batches then does what a finish does), else when the last one ends. False
+    when it was sealed already (or does not exist)."""
+    done = batches.c.completed + batches.c.failed + batches.c.cancelled >= batches.c.total
+    sealed = await conn.execute(
+        update(batches)
+        .where(batches.c.id == batch_id, batches.c.sealed_at.is_(None))
+        .values(sealed_at=now, finished_at=case((done, now), else_=None))
+        .returning(batches.c.id)
+    )
+    return sealed.first() is not None
 
 
 class BatchTable(Transactions):
@@ -47,4 +145,31 @@ class BatchTable(Transactions):
             row = (await conn.execute(select(batches).where(batches.c.id == batch_id))).first()
         if row is None:
             raise NotFound(f"batch {batch_id} does not exist")
-        return Batch(**{name: getattr(row, name) for name in _FIELDS})
+        return batch_from(row)
+
+    async def batch_list(self, before_id: int | None, limit: int) -> list[Batch]:
+        """Batches newest first, those older than ``before_id`` (a page's cursor)."""
+        query = select(batches).order_by(batches.c.id.desc()).limit(limit)
+        if before_id is not None:
+            query = query.where(batches.c.id < before_id)
+        async with self._read() as conn:
+            return [batch_from(r) for r in await conn.execute(query)]
+
+    async def batch_seal_now(self, batch_id: int, now: datetime) -> Batch:
+        """Seal the batch (nothing changes if it was sealed already); as it is then."""
+        async with self._write() as conn:
+            await batch_seal(conn, batch_id, now)
+            row = (await conn.execute(select(batches).where(batches.c.id == batch_id))).first()
+        if row is None:
+            raise NotFound(f"batch {batch_id} does not exist")
+        return batch_from(row)
+
+    async def batch_jobs(self, batch_id: int, before_id: int | None, limit: int) -> list[Job]:
+        """A page of the batch's jobs, newest first, those older than ``before_id``
+        (the index on (batch_id, id) reads just the page)."""
+        query = select(jobs).where(jobs.c.batch_id == batch_id)
+        if before_id is not None:
+            query = query.where(jobs.c.id < before_id)
+        query = query.order_by(jobs.c.id.desc()).limit(limit)
+        async with self._read() as conn:
+            return [row_to_job(r) for r in await conn.execute(query)]

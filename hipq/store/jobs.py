@@ -18,11 +18,11 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from hipq.batch_loop.operator_requests import key_taken_over
 from hipq.batch_loop.wakeup import jobs_payload
 from hipq.batches import NewBatch
-from hipq.dependencies import DependencyError, in_request
+from hipq.dependencies import DependencyError, in_request, job_field
 from hipq.jobs import Attempt, Job, NewJob
 from hipq.lifecycle import TERMINAL, State, check_transition
 from hipq.store import state_guards as guards
-from hipq.store.batches import batch_create, batch_set_completion
+from hipq.store.batches import batch_create, batch_join, batch_seal, batch_set_completion
 from hipq.store.dependencies import park, prerequisites
 from hipq.store.labels import label_value
 from hipq.store.records import BadReference, Conflict, InsertResult, JobFilter, NotFound
@@ -68,7 +68,8 @@ class JobTable(Transactions):
 
         ``idempotency`` is (key, request hash): a repeated key returns the jobs of
         the first request instead of inserting again. ``batch``: make them a batch
-        (hipq.batches), with its completion job.
+        (hipq.batches), with its completion job; else a job with a ``batch_id`` joins
+        that batch (refused if it finished: ``Conflict``; or is unknown: ``BadReference``).
         """
         try:
             async with self._write() as conn:
@@ -90,7 +91,7 @@ class JobTable(Transactions):
         Idempotency-Key) never fails the others: keyed requests run under a savepoint
         each, and if the plain requests' one insert is refused, each is tried alone.
         """
-        keyed = [i for i, (new, idem) in enumerate(requests) if idem or _has_job_key(new)]
+        keyed = [i for i, (new, idem) in enumerate(requests) if idem or _may_be_refused_alone(new)]
         try:
             if not keyed:
                 done = await self._insert_plain_committed(requests, now)
@@ -127,7 +128,7 @@ class JobTable(Transactions):
             together = [
                 i
                 for i, (new, idem) in enumerate(requests)
-                if not (isolate or idem or _has_job_key(new))
+                if not (isolate or idem or _may_be_refused_alone(new))
             ]
             if together:
                 made = iter(
@@ -219,6 +220,15 @@ class JobTable(Transactions):
     async def _insert(
         self, conn: AsyncConnection, new_jobs: Sequence[NewJob], now: datetime
     ) -> list[Job]:
+        """Every path that stores new jobs comes here (a request's, a schedule's)."""
+        if any(j.batch_id for j in new_jobs):
+            return await self._insert_joining(conn, new_jobs, now)
+        return await self._insert_new(conn, new_jobs, now)
+
+    async def _insert_new(
+        self, conn: AsyncConnection, new_jobs: Sequence[NewJob], now: datetime
+    ) -> list[Job]:
+        """The jobs' rows as they are (``batch_id`` included: see ``_insert_batch``)."""
         if any(j.after for j in new_jobs):
             return await self._insert_after(conn, new_jobs, now)
         out: list[Job | None] = [None] * len(new_jobs)
@@ -259,14 +269,52 @@ class JobTable(Transactions):
     async def _insert_batch(
         self, conn: AsyncConnection, new_jobs: Sequence[NewJob], batch: NewBatch, now: datetime
     ) -> list[Job]:
-        """A request's jobs as a batch, and its completion job after all of them."""
-        batch_id = await batch_create(conn, batch, len(new_jobs), now)
-        made = await self._insert(conn, [replace(j, batch_id=batch_id) for j in new_jobs], now)
-        if batch.completion is not None:
-            completion = replace(batch.completion, after=[j.id for j in made], after_failed="run")
-            (job,) = await self._insert_after(conn, [completion], now)
-            await batch_set_completion(conn, batch_id, job.id)
+        """A request's jobs as a new batch: made open, with its completion job, joined
+        by the jobs, and sealed (it finishes at once if none of them is pending).
+
+        The new jobs are stored with the batch's id, which no other transaction knows
+        yet: the count trigger counts their ends from the start and only the total is
+        added after (the batch is open meanwhile, so it cannot finish early); a job
+        found by its job_key instead joins as in ``_insert_joining``.
+        """
+        batch_id = await self._batch_make(conn, batch, now)
+        made = await self._insert_new(conn, [replace(j, batch_id=batch_id) for j in new_jobs], now)
+        stored = len({j.id for j in made if j.batch_id == batch_id})
+        found = [j for j in made if j.batch_id is None]
+        joined = iter(await batch_join(conn, batch_id, found, "batch", stored))
+        made = [next(joined) if j.batch_id is None else j for j in made]
+        await batch_seal(conn, batch_id, now)
         return made
+
+    async def _insert_joining(
+        self, conn: AsyncConnection, new_jobs: Sequence[NewJob], now: datetime
+    ) -> list[Job]:
+        """A request whose jobs join existing batches (``batch_id``), each batch in
+        the order of its id (two requests joining the same two batches wait for each
+        other in one order)."""
+        stored = [replace(j, batch_id=None) for j in new_jobs]
+        made = await self._insert(conn, stored, now)
+        for batch_id in sorted({j.batch_id for j in new_jobs if j.batch_id}):
+            places = [i for i, j in enumerate(new_jobs) if j.batch_id == batch_id]
+            field = job_field(places[0], len(new_jobs), "batch_id")
+            joined = await batch_join(conn, batch_id, [made[i] for i in places], field)
+            for i, job in zip(places, joined, strict=True):
+                made[i] = job
+        return made
+
+    async def _batch_make(self, conn: AsyncConnection, batch: NewBatch, now: datetime) -> int:
+        """An open batch, and its completion job waiting for it to finish."""
+        batch_id = await batch_create(conn, batch, now)
+        if batch.completion is not None:
+            job = await self._insert_plain_or_keyed(conn, batch.completion, now)
+            await batch_set_completion(conn, batch_id, job, now)
+        return batch_id
+
+    async def batch_open(self, batch: NewBatch, now: datetime) -> int:
+        """A batch made open (``POST /v1/batches``): jobs join it by its id until it is
+        sealed and finished. Its id."""
+        async with self._write() as conn:
+            return await self._batch_make(conn, batch, now)
 
     async def _insert_plain_or_keyed(
         self, conn: AsyncConnection, job: NewJob, now: datetime
@@ -479,16 +527,18 @@ def _replacing(current: Job, row: dict[str, Any], job: NewJob, now: datetime) ->
     graphile-worker, ``attempt`` is kept: it numbers the job's attempt history, which
     hipq keeps (docs/job-keys.md).
     """
-    changes = {k: row[k] for k in NEW_JOB_COLUMNS if k not in ("job_key", "queue")}
+    # A job stays in its batch (a batch counts the jobs that joined it).
+    changes = {k: row[k] for k in NEW_JOB_COLUMNS if k not in ("job_key", "queue", "batch_id")}
     if job.job_key_mode == "preserve_run_at" and current.attempt == 0:
         changes.pop("run_at")
     changes.update(updated_at=now, waiting_reason=None, last_error=None)
     return changes
 
 
-def _has_job_key(new_jobs: Sequence[NewJob]) -> bool:
-    """A job_key or an ``after``: both look up other jobs, and may be refused alone."""
-    return any(j.job_key or j.after for j in new_jobs)
+def _may_be_refused_alone(new_jobs: Sequence[NewJob]) -> bool:
+    """A job_key, an ``after`` or a ``batch_id``: each looks up other rows, and may be
+    refused alone."""
+    return any(j.job_key or j.after or j.batch_id for j in new_jobs)
 
 
 async def read_jobs_of(conn: AsyncConnection, job_ids: Sequence[int]) -> list[Job]:

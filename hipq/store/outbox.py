@@ -96,11 +96,15 @@ class NotificationTable(Transactions):
         status: str | None = None,
         after_id: int | None = None,
         limit: int = 100,
+        batch_id: int | None = None,
     ) -> list[Notification]:
-        """Notifications, newest first; of one job, in one status, before ``after_id``."""
+        """Notifications, newest first; of one job or batch, in one status, before
+        ``after_id``."""
         query = select(notifications).order_by(notifications.c.id.desc()).limit(limit)
         if job_id is not None:
             query = query.where(notifications.c.job_id == job_id)
+        if batch_id is not None:
+            query = query.where(notifications.c.batch_id == batch_id)
         if status is not None:
             query = query.where(notifications.c.status == status)
         if after_id is not None:

@@ -186,6 +186,14 @@ jobs = Table(
         postgresql_where=text("cancel_requested"),
         sqlite_where=text("cancel_requested"),
     ),
+    # A batch's jobs, newest first (its page, and a join's count of its jobs).
+    Index(
+        "ix_hipq_jobs_batch",
+        "batch_id",
+        "id",
+        postgresql_where=text("batch_id IS NOT NULL"),
+        sqlite_where=text("batch_id IS NOT NULL"),
+    ),
 )
 
 # One row per job and a job it runs after; ``outcome``: the prerequisite's terminal
@@ -200,8 +208,10 @@ job_dependencies = Table(
 )
 
 # A batch of jobs (hipq.batches): its counts, kept by a trigger on hipq_jobs as its
-# jobs change state (alembic 0022); finished once none is pending, which puts the
-# counts into the payload of its completion job (a job after all of them).
+# jobs change state (alembic 0022); open until sealed (jobs join it by id), finished
+# once sealed with none pending, which puts the counts into the payload of its
+# completion job, releases it, and writes the batch's notifications (a trigger on this
+# table, alembic 0024).
 batches = Table(
     "hipq_batches",
     metadata,
@@ -215,6 +225,7 @@ batches = Table(
     Column("notify", Json, nullable=True),
     Column("created_at", UTCDateTime, nullable=False),
     Column("finished_at", UTCDateTime, nullable=True),
+    Column("sealed_at", UTCDateTime, nullable=True),  # NULL: open, it cannot finish
 )
 
 # The last heartbeat of an external job's attempt (POST /v1/callbacks/{key}/heartbeat):
@@ -514,11 +525,13 @@ notifications = Table(
     "hipq_notifications",
     metadata,
     Column("id", Id, primary_key=True, autoincrement=True),
-    Column("job_id", BigInteger, nullable=False),  # no foreign key: it may outlive its job
+    # The job it tells of, no foreign key: it may outlive its job; or, with no job (and
+    # no job type or queue), the batch that finished (alembic 0024).
+    Column("job_id", BigInteger, nullable=True),
     Column("target", String(200), nullable=False),
-    Column("job_type", String(200), nullable=False),
-    Column("queue", String(200), nullable=False),
-    Column("job_state", String(16), nullable=False),  # completed | failed | cancelled
+    Column("job_type", String(200), nullable=True),
+    Column("queue", String(200), nullable=True),
+    Column("job_state", String(16), nullable=False),  # completed | failed | cancelled | finished
     Column("attempt", Integer, nullable=False),
     Column("result", Json, nullable=True),
     Column("error", Text, nullable=True),
@@ -531,6 +544,7 @@ notifications = Table(
     Column("locked_until", UTCDateTime, nullable=True),
     Column("last_error", Text, nullable=True),
     Column("sent_at", UTCDateTime, nullable=True),
+    Column("batch_id", BigInteger, nullable=True),
     Index(
         "ix_hipq_notifications_due",
         "next_attempt_at",
@@ -539,4 +553,11 @@ notifications = Table(
         sqlite_where=text("status <> 'sent'"),
     ),
     Index("ix_hipq_notifications_job", "job_id", "id"),
+    Index(
+        "ix_hipq_notifications_batch",
+        "batch_id",
+        "id",
+        postgresql_where=text("batch_id IS NOT NULL"),
+        sqlite_where=text("batch_id IS NOT NULL"),
+    ),
 )

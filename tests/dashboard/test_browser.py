@@ -258,6 +258,7 @@ def test_a_schedule_is_created_and_edited(dashboard: Dashboard, page: Any) -> No
     form.get_by_label("job type").select_option("flaky")
     form.get_by_label("payload (JSON)").fill('{"report": "daily"}')
     form.get_by_label("while the previous job is open").select_option("queue one behind it")
+    form.get_by_label("pause it when its job fails for good").check()
     form.get_by_role("button", name="Create").click()
     expect(page.locator("#flash")).to_have_text("Schedule created")
     row = page.locator('tr[data-schedule="nightly"]')
@@ -268,8 +269,9 @@ def test_a_schedule_is_created_and_edited(dashboard: Dashboard, page: Any) -> No
         "Europe/Berlin",
         {"type": "flaky", "payload": {"report": "daily"}},
     )
-    assert created["overlap"] == "buffer_one"
+    assert (created["overlap"], created["pause_on_failure"]) == ("buffer_one", True)
     expect(row).to_contain_text("overlap: buffer_one")
+    expect(row).to_contain_text("pauses on failure")
 
     row.get_by_text("Edit").click()
     row.get_by_label("cron").fill("30 5 * * 1-5")
@@ -278,15 +280,64 @@ def test_a_schedule_is_created_and_edited(dashboard: Dashboard, page: Any) -> No
     expect(page.locator("#flash")).to_contain_text("job: not JSON")
     row.get_by_label("job (JSON)").fill('{"type": "flaky", "priority": 5}')
     row.get_by_label("while the previous job is open").select_option("cancel it")
+    box = row.get_by_label("pause it when its job fails for good")
+    expect(box).to_be_checked()
+    box.uncheck()
     row.get_by_role("button", name="Save").click()
     expect(page.locator("#flash")).to_have_text("Schedule nightly changed")
     expect(row).to_contain_text("30 5 * * 1-5")
     changed = dashboard.server.get("/v1/schedules/nightly")
     assert (changed["cron"], changed["job"]) == ("30 5 * * 1-5", {"type": "flaky", "priority": 5})
-    assert changed["overlap"] == "cancel_other"
+    assert (changed["overlap"], changed["pause_on_failure"]) == ("cancel_other", False)
+    expect(row).not_to_contain_text("pauses on failure")
     # A schedule of the config file is edited there.
     config_row = page.locator('tr[data-schedule="yearly-report"]')
     expect(config_row).to_contain_text("edit it in the config file")
+
+
+def test_a_batch_is_followed_page_by_page_and_sealed(dashboard: Dashboard, page: Any) -> None:
+    made = dashboard.server.post("/v1/batches", {"on_complete": {"type": "flaky"}})
+    batch_id, completion = made["id"], made["completion_job_id"]
+    jobs = [{"type": "flaky", "payload": {"n": n}, "batch_id": batch_id} for n in range(51)]
+    added = dashboard.server.post("/v1/jobs/batch", {"jobs": jobs})
+    ids = [j["id"] for j in added["jobs"]]
+    for job_id in ids:
+        dashboard.wait_state(job_id, "completed")
+
+    page.goto(f"{dashboard.url}/dashboard")
+    page.get_by_role("link", name="Batches").click()
+    expect(page).to_have_url(f"{dashboard.url}/dashboard/batches")
+    row = page.locator(f'tr[data-batch="{batch_id}"]')
+    expect(row.locator(".badge")).to_have_text("open")
+    expect(row.locator(".completed")).to_have_text("51")
+    row.locator(f'a[href$="/dashboard/batches/{batch_id}"]').click()
+
+    # Open: every job ended, and it waits to be sealed; its jobs, 50 to a page.
+    expect(page.locator("#batch-status")).to_have_text("open")
+    expect(page.locator("#batch-counts")).to_contain_text("0 pending 51 completed")
+    expect(page.locator("table.jobs tbody tr")).to_have_count(50)
+    expect(page.locator(f'tr[data-job="{ids[-1]}"] .state')).to_have_text("completed")
+    page.get_by_role("link", name="Older →").click()
+    expect(page.locator("table.jobs tbody tr")).to_have_count(1)
+    expect(page.locator(f'tr[data-job="{ids[0]}"]')).to_be_visible()
+    dashboard.screenshot(page, "batch")  # the second page: a short picture
+    assert dashboard.job(completion)["state"] == "scheduled"
+
+    page.goto(f"{dashboard.url}/dashboard/batches/{batch_id}")
+    page.once("dialog", lambda d: d.accept())
+    page.get_by_role("button", name="Seal").click()
+    expect(page.locator("#flash")).to_have_text(f"Batch {batch_id} sealed")
+    expect(page.locator("#batch-status")).to_have_text("finished")
+    assert dashboard.server.get(f"/v1/batches/{batch_id}")["status"] == "finished"
+    dashboard.wait_state(completion, "completed")
+    page.locator("#completion").get_by_role("link", name=str(completion)).click()
+    expect(page.locator("#job-state")).to_have_text("completed")
+
+    # A job's page links to its batch.
+    page.goto(f"{dashboard.url}/dashboard/jobs/{ids[0]}")
+    page.locator(f'#batch a[href$="/dashboard/batches/{batch_id}"]').click()
+    expect(page).to_have_url(f"{dashboard.url}/dashboard/batches/{batch_id}")
+    expect(page.get_by_role("link", name="Batches")).to_have_attribute("aria-current", "page")
 
 
 def test_the_processes_page_shows_each_process_its_queues_and_its_jobs(

@@ -4,6 +4,7 @@ schemathesis, which walks the API's schema, does not reach them."""
 
 from __future__ import annotations
 
+import re
 from urllib.parse import quote
 
 import httpx
@@ -26,6 +27,7 @@ PARAMS = (
     "correlation_key",
     "status",
     "next",
+    "cursor",
 )
 HOSTILE = (
     "9" * 20,  # past 64 bits
@@ -61,8 +63,16 @@ async def test_no_dashboard_page_answers_5xx_to_hostile_values(api: Api) -> None
     # A few rows, so that the pages' reads (the job list's id ranges) run for real.
     job = await api.post_job(type="ok", labels={"a": "1"})
     await api.client.post("/v1/callbacks/k-1", json={"status": "ok"})
+    made = await api.client.post("/v1/jobs/batch", json={"jobs": [{"type": "ok"}], "batch": {}})
+    assert made.json()["batch_id"] == 1
     routes = _page_routes()
-    assert {"/dashboard/jobs", "/dashboard/jobs/{job_id}", "/dashboard/responses"} <= set(routes)
+    assert {
+        "/dashboard/jobs",
+        "/dashboard/jobs/{job_id}",
+        "/dashboard/responses",
+        "/dashboard/batches",
+        "/dashboard/batches/{batch_id}",
+    } <= set(routes)
     # The app's exceptions become the 500 a browser would see, instead of being raised.
     app = create_app(api.service, manage_service=False)
     transport = httpx.ASGITransport(app, raise_app_exceptions=False)
@@ -70,8 +80,12 @@ async def test_no_dashboard_page_answers_5xx_to_hostile_values(api: Api) -> None
     async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as client:
         requests: list[tuple[str, dict[str, str]]] = []
         for route in routes:
-            if "{" in route:  # the value as the path's parameter
-                requests += [(route.replace("{job_id}", quote(v, safe="")), {}) for v in HOSTILE]
+            if "{" in route:  # the value as the path's parameter, and each query's
+                filled = [re.sub(r"\{\w+\}", quote(v, safe=""), route) for v in HOSTILE]
+                requests += [(path, {}) for path in filled]
+                # Job 1 and batch 1 exist: their pages read the query too.
+                real = re.sub(r"\{\w+\}", "1", route)
+                requests += [(real, {n: v}) for n in PARAMS for v in HOSTILE]
             else:  # the value as each query parameter in turn
                 requests += [(route, {n: v}) for n in PARAMS for v in HOSTILE]
         # A filter of each kind at once, as a person's form sends them.

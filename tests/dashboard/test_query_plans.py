@@ -37,6 +37,10 @@ PAGES = [
     "/dashboard/responses?status=parked",
     "/dashboard/schedules",
     "/dashboard/history?period=7d",
+    "/dashboard/batches",
+    "/dashboard/batches?cursor=2",
+    "/dashboard/batches/1",
+    "/dashboard/batches/1?cursor=9",
 ]
 # The schedules of the config and the API: tens of rows, read whole by GET /v1/schedules;
 # the live processes and the queues' leases: a row per process and per queue, read
@@ -80,6 +84,8 @@ async def _seed(api: Api) -> int:
     )
     assert made.status_code == 201, made.text
     assert (await api.client.post("/v1/schedules/hourly/run")).status_code == 201
+    body = {"jobs": [{"type": "ok"}, {"type": "ok"}], "batch": {}}
+    assert (await api.client.post("/v1/jobs/batch", json=body)).json()["batch_id"] == 1
     return (await api.post_job(type="typed", payload={"order_id": 8}))["id"]
 
 

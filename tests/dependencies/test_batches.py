@@ -32,8 +32,13 @@ async def test_a_batch_counts_its_jobs_and_completes_once(api: Api) -> None:
     assert (await api.job(made[0]))["batch_id"] == batch_id
     counts = await batch(api, batch_id)
     assert (counts["total"], counts["pending"], counts["finished_at"]) == (4, 4, None)
+    assert counts["status"] == "sealed" and counts["sealed_at"] is not None
     completion = counts["completion_job_id"]
-    assert (await api.job(completion))["waiting_for"] == 4
+    waiting = await api.job(completion)
+    assert (waiting["waiting_for"], waiting["waiting_reason"]) == (
+        1,
+        f"waits for batch {batch_id} to finish",
+    )
 
     await api.tick()
     counts = await batch(api, batch_id)
@@ -76,7 +81,7 @@ async def test_a_batch_without_completion_and_the_refusals(api: Api) -> None:
     assert answer.status_code == 422 and answer.json()["field"] == "batch.on_complete.type"
     bad = {"jobs": [{"type": "ok"}], "batch": {"notify": ["x"]}}
     answer = await api.client.post("/v1/jobs/batch", json=bad)
-    assert answer.status_code == 422 and answer.json()["field"] == "batch.notify"
+    assert answer.status_code == 422 and answer.json()["field"] == "batch.notify[0]"
 
 
 async def test_the_job_page_shows_its_batch(api: Api) -> None:
@@ -88,25 +93,41 @@ async def test_the_job_page_shows_its_batch(api: Api) -> None:
     batch_id, first = answer.json()["batch_id"], answer.json()["jobs"][0]["id"]
     completion = (await batch(api, batch_id))["completion_job_id"]
     page = (await api.client.get(f"/dashboard/jobs/{first}")).text
-    assert f"{batch_id}: 2 pending, 0 completed, 0 failed, 0 cancelled of 2" in page
+    assert f'<a href="/dashboard/batches/{batch_id}">{batch_id}</a> (sealed): 2 pending' in page
+    assert "0 completed, 0 failed, 0 cancelled of 2" in page
     assert f'<a href="/dashboard/jobs/{completion}">{completion}</a> (ok)' in page
 
 
-async def test_the_batch_notify_targets_hear_of_its_completion_once(database_url: str) -> None:
+async def test_the_batch_notify_targets_hear_of_its_finish_once(database_url: str) -> None:
     receiver = Receiver()
     async with receiver.up(), open_api(database_url, **notify_settings(receiver)) as api:
         body = {
             "jobs": [{"type": "ok", "notify": []}, {"type": "permanent", "notify": []}],
-            "batch": {"on_complete": {"type": "ok", "payload": {"r": 1}}, "notify": ["hook"]},
+            "batch": {"notify": ["hook"]},
         }
         answer = await api.client.post("/v1/jobs/batch", json=body)
         assert answer.status_code == 201, answer.text
-        completion = (await batch(api, answer.json()["batch_id"]))["completion_job_id"]
+        batch_id = answer.json()["batch_id"]
+        assert (await batch(api, batch_id))["completion_job_id"] is None
         await api.tick()
         await api.tick()
         await api.service.notifier.run_once()
         [told] = receiver.accepted()
-        assert told["body"]["type"] == "job.completed"
-        assert told["body"]["data"]["job_id"] == completion
-        counts = told["body"]["data"]["result"]["echo"]["batch"]
-        assert (counts["completed"], counts["failed"]) == (1, 1)
+        assert told["body"]["type"] == "batch.finished"
+        data = told["body"]["data"]
+        assert (data["batch_id"], data["total"], data["completed"], data["failed"]) == (
+            batch_id,
+            2,
+            1,
+            1,
+        )
+        listed = (await api.client.get("/v1/notifications")).json()["notifications"]
+        assert [(n["batch_id"], n["job_id"], n["job_state"]) for n in listed] == [
+            (batch_id, None, "finished")
+        ]
+        # A retried job that ends again does not finish the batch a second time.
+        failed = answer.json()["jobs"][1]["id"]
+        assert (await api.client.post(f"/v1/jobs/{failed}/retry")).status_code == 200
+        await api.tick()
+        await api.service.notifier.run_once()
+        assert len(receiver.accepted()) == 1

@@ -4,11 +4,17 @@ that ``hipq.store.schema`` declares, on SQLite and PostgreSQL."""
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
+from sqlalchemy import select, update
 
+from hipq.dependencies import AFTER_PARKED
+from hipq.jobs import NewJob
 from hipq.store import Store, migrations
+from hipq.store.rows import new_row
+from hipq.store.schema import batches, job_dependencies, jobs
 from tests.services import create_database_sync, drop_database_sync, unique_database_name
 
 
@@ -41,3 +47,63 @@ async def test_a_schema_one_migration_behind_differs(empty_store: Store) -> None
     await empty_store.schema_upgrade("0003")
     differences = await empty_store.schema_differences()
     assert any("ix_hipq_jobs_due" in str(d) for d in differences), differences
+
+
+async def test_a_batch_made_before_0024_finishes_after_it(empty_store: Store) -> None:
+    """0022's batch, pending across the upgrade: its completion job, which waited for
+    each job, waits for the batch, and runs once with the counts when it finishes."""
+    await empty_store.schema_upgrade("0022")
+    now = datetime.now(UTC)
+    members = [
+        {**new_row(NewJob("ok", "default", {}, now, batch_id=1), now), "id": i} for i in (1, 2)
+    ]
+    for row in members:
+        row["has_dependents"] = True
+    completion = {
+        **new_row(NewJob("ok", "default", {"r": 1}, now, notify=["hook"]), now),
+        "id": 3,
+        "after": [1, 2],
+        "after_failed": "run",
+        "waiting_for": 2,
+        "run_at": AFTER_PARKED,
+        "after_run_at": now,
+    }
+    async with empty_store.engine.begin() as conn:
+        # 0022's columns only: the insert names no other.
+        await conn.execute(
+            batches.insert().values(
+                id=1,
+                total=2,
+                completed=0,
+                failed=0,
+                cancelled=0,
+                on_complete="ok",
+                completion_job_id=3,
+                notify=["hook"],
+                created_at=now,
+            )
+        )
+        await conn.execute(jobs.insert(), members)
+        await conn.execute(jobs.insert().values(completion))
+        await conn.execute(
+            job_dependencies.insert(), [{"job_id": 3, "after_id": i} for i in (1, 2)]
+        )
+    await empty_store.schema_upgrade()
+    made = await empty_store.batch_get(1)
+    assert (made.status, made.notify) == ("sealed", None)  # told of by its completion job
+    async with empty_store.engine.begin() as conn:
+        await conn.execute(
+            update(jobs).where(jobs.c.id == 1).values(state="completed", updated_at=now)
+        )
+        waiting = (await conn.execute(select(jobs).where(jobs.c.id == 3))).one()
+        assert (waiting.waiting_for, waiting.run_at) == (1, AFTER_PARKED)
+        await conn.execute(
+            update(jobs).where(jobs.c.id == 2).values(state="failed", updated_at=now)
+        )
+    released = await empty_store.job_get(3)
+    assert (released.state, released.waiting_for, released.run_at) == ("scheduled", 0, now)
+    assert released.payload == {
+        "r": 1,
+        "batch": {"id": 1, "total": 2, "completed": 1, "failed": 1, "cancelled": 0},
+    }
+    assert (await empty_store.batch_get(1)).status == "finished"

@@ -131,6 +131,8 @@ function refresh() {
 }
 
 function formValue(input) {
+  // A checkbox says true or false, so that unticking it in an editor is sent too.
+  if (input.type === "checkbox") return input.checked;
   const kind = input.dataset.kind;
   if (kind === "int") {
     const n = Number(input.value);
@@ -151,7 +153,7 @@ function formBody(form) {
   // Each field by its name; a dotted name ("job.type") is a field of an object.
   const body = {};
   for (const input of form.querySelectorAll("input[name], select[name], textarea[name]")) {
-    if (input.value.trim() === "") continue;
+    if (input.type !== "checkbox" && input.value.trim() === "") continue;
     const path = input.name.split(".");
     let into = body;
     for (const key of path.slice(0, -1)) into = (into[key] = into[key] || {});

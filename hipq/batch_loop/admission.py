@@ -76,6 +76,12 @@ class Admission:
         self._stat_labels = sorted({s.label for s in stages if s.label is not None})
         self._stats: dict[str, Any] | None = None
         self._errors: Counter[str] = Counter()
+        # The chain is the time windows stage alone (hipq.batch_loop.chain): each due job
+        # without windows or flags is admitted whatever else is due or running, so the
+        # store may claim such jobs in its due scan (``claims_at_scan``).
+        self._windows_only = (
+            not config.throttlers and config.concurrency is None and self.turns is None
+        )
 
     async def resume(self, store: Store, now: datetime) -> None:
         """The lease was taken: forget the last owner's view, reload the start history."""
@@ -87,6 +93,21 @@ class Admission:
         if self.lookback > 0:
             since = now - timedelta(seconds=self.lookback)
             self.starts.extend(await store.job_recent_starts(self.queue, since))
+
+    @property
+    def claims_at_scan(self) -> bool:
+        """Whether a tick that would only claim may claim in the due scan
+        (``Store.queue_claim_due``): the chain would admit each job that scan claims,
+        and the queue's stats, unchanged by such a tick, are stored."""
+        return self._windows_only and self._stats == self._stats_of([], Counter())
+
+    def admitted_at_scan(self, claimed: list[Job], loaded: int) -> Admitted:
+        """What the store claimed in its due scan of ``loaded`` jobs, as ``admit`` tells
+        it: the chain held nothing."""
+        self.held_by_rate = False
+        self._emit_held(Counter())
+        full = loaded >= self.config.batch_size
+        return Admitted(claimed=claimed, loaded=loaded, full=full)
 
     def scans(self, live: Iterable[Job]) -> bool:
         """Whether ``admit`` would begin with the due scan (capacity is free)."""
@@ -254,9 +275,21 @@ class Admission:
         """What an operator sees in GET /v1/queues/{name}; written only when it changes.
         The jobs each stage held this tick go out every tick, zeros included: the
         ``hipq_jobs_held`` gauge is what the last tick held, not what some tick did."""
+        self._emit_held(held_by)
+        stats = self._stats_of(live, held_by)
+        learned = stats.get("throttler_state")
+        if stats != self._stats:
+            await batch.queue_write_stats({**stats, "updated_at": now.isoformat()})
+            if learned and learned != (self._stats or {}).get("throttler_state"):
+                self.events.emit("throttler_state", queue=self.queue, states=learned)
+            self._stats = stats
+
+    def _emit_held(self, held_by: Counter[str]) -> None:
         names = [forbidden_flags.STAGE, *(s.name for s in self.stages)]
         held = dict.fromkeys(names, 0) | dict(held_by)
         self.events.emit("throttled", queue=self.queue, held_by=held)
+
+    def _stats_of(self, live: list[Job], held_by: Counter[str]) -> dict[str, Any]:
         in_use: dict[str, dict[str, int]] = {}
         for label in self._stat_labels:
             by_value: Counter[str] = Counter()
@@ -271,11 +304,7 @@ class Admission:
         learned = throttler_states(self.stages)
         if learned:
             stats["throttler_state"] = learned
-        if stats != self._stats:
-            await batch.queue_write_stats({**stats, "updated_at": now.isoformat()})
-            if learned and learned != (self._stats or {}).get("throttler_state"):
-                self.events.emit("throttler_state", queue=self.queue, states=learned)
-            self._stats = stats
+        return stats
 
 
 _RATE_SLACK = timedelta(milliseconds=1)

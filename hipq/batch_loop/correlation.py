@@ -77,6 +77,22 @@ class Correlation:
         """Build correlation keys that depend on the job's id or attempt; a job whose
         key cannot be built, cannot be carried by its callback URL or is taken is
         reported to ``fail`` (and is not sent)."""
+        keys = self.keys_of(claimed, fail)
+        if not keys:
+            return claimed
+        # A key another open job holds would break the unique index and, with it, every
+        # tick of the queue: such a job fails instead (its key cannot identify it).
+        for job_id, reason in (await batch.job_keys_in_use(keys)).items():
+            del keys[job_id]
+            job = next(j for j in claimed if j.id == job_id)
+            fail(job, Failed(AttemptError(reason, retryable=False)))
+        await batch.job_set_correlation_keys(keys)
+        return [j._replace(correlation_key=keys.get(j.id, j.correlation_key)) for j in claimed]
+
+    def keys_of(self, claimed: list[Job], fail: Callable[[Job, Outcome], None]) -> dict[int, str]:
+        """The keys to build for ``claimed`` (job id -> key; none unless a type builds
+        its key at claim, ``key_templates``); a job whose key cannot be built or
+        carried by its callback URL is reported to ``fail``."""
         keys: dict[int, str] = {}
         for job in claimed:
             template = self.key_templates.get(job.type)
@@ -99,16 +115,7 @@ class Correlation:
                     fail(job, Failed(error))
                     continue
                 keys[job.id] = key
-        if not keys:
-            return claimed
-        # A key another open job holds would break the unique index and, with it, every
-        # tick of the queue: such a job fails instead (its key cannot identify it).
-        for job_id, reason in (await batch.job_keys_in_use(keys)).items():
-            del keys[job_id]
-            job = next(j for j in claimed if j.id == job_id)
-            fail(job, Failed(AttemptError(reason, retryable=False)))
-        await batch.job_set_correlation_keys(keys)
-        return [j._replace(correlation_key=keys.get(j.id, j.correlation_key)) for j in claimed]
+        return keys
 
 
 def matched_event(

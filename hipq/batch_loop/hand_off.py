@@ -80,6 +80,18 @@ class HandOff:
                 out[job.id] = who
         return out
 
+    def keeps(self, in_flight: Mapping[int, Job], most: int) -> int:
+        """How many jobs claimed now ``choose`` would leave all to the owner, at most
+        ``most``: all alone, else the room below ``keep_below``."""
+        if self.alone:
+            return most
+        running = sum(
+            1
+            for job in in_flight.values()
+            if job.state == State.RUNNING and self.handed.get(job.id, self.me) == self.me
+        )
+        return max(0, min(most, self.keep_below - running))
+
     def own(self, jobs: Iterable[Job]) -> list[Job]:
         """Of ``jobs``, those the owner sends itself."""
         return [j for j in jobs if j.id not in self.handed]

@@ -117,6 +117,9 @@ class QueueLoop(Loop):
         self._last_recheck = time.monotonic()
         self._ticking = False
         self._paused_since_tick: float | None = None  # when a tick last found it paused
+        # Whether a tick that only claims may claim in its due scan (``_only_claims``):
+        # not while due jobs wait that the chain holds (a forbidden flag).
+        self._scan_claims = True
         # Whether this process's share of the queues includes this one
         # (``hipq.process.registry``); a loop not assigned takes no lease and hands
         # back the one it holds once none of its jobs is running, or after
@@ -288,6 +291,8 @@ class QueueLoop(Loop):
         # Before the reports are taken: a read that fails here leaves them for the next tick.
         if self._recheck_due() and self._check_cancels:
             await self._pick_up_limits(now, resume=True)
+        if self._only_claims(now):
+            return await self._claim_at_scan(token, now)
         reports, self._reports = self._reports, Reports()
         report = TickReport()
         # Events of what the tick writes: emitted once its transaction has committed.
@@ -337,6 +342,9 @@ class QueueLoop(Loop):
                     if handed:
                         await batch.job_hand_off(handed)
                     report.admitted, report.held = len(claimed), admitted.held
+                    # The chain held none: the next tick that only claims may claim in
+                    # its due scan again (``_claim_at_scan``).
+                    self._scan_claims = not admitted.held
                     report.deferred, report.loaded = admitted.deferred, admitted.loaded
                     report.full = admitted.full
                 # With the fence sent along with the due scan, paused is known only now.
@@ -369,6 +377,70 @@ class QueueLoop(Loop):
             alive |= frozenset(handed.values())
             self._resume(self.hand_off.orphans(self.in_flight, alive))
         return report
+
+    def _only_claims(self, now: datetime) -> bool:
+        """Whether this tick would only claim (a wake-up for a new job: nothing
+        reported, nothing to look for, capacity free; the fence would go with the due
+        scan) on a queue whose chain admits every due job without windows or flags, and
+        the store claims in its due scan (PostgreSQL): then it does, in one statement."""
+        return (
+            self._scan_claims
+            and self.store.dialect.claims_at_scan
+            and self.admission.claims_at_scan
+            and not self.correlation.key_templates
+            and self.assigned
+            and self.hand_off.keeps(self.in_flight, 1) > 0
+            and not self.hand_off.unread
+            and not self._reports.outcomes
+            and self._fence_later(self._reports, now)
+        )
+
+    async def _claim_at_scan(self, token: int, now: datetime) -> TickReport:
+        """A tick that only claims, as one statement (``Store.queue_claim_due``): the
+        fence, the due scan and the claim commit together before any job is sent, as in
+        a tick's transaction, in one round trip instead of four (BEGIN, the fenced scan,
+        the claim, COMMIT): the path from a new job's commit to its send. With other
+        processes serving the queue it claims only what the owner sends itself
+        (``HandOff.keeps``): a hand-off is written with its claim, in a tick."""
+        limit = self.hand_off.keeps(self.in_flight, self.config.batch_size)
+        try:
+            read = await self.store.queue_claim_due(
+                self.name,
+                self.owner,
+                token,
+                now,
+                self.lease_ttl,
+                limit=limit,
+                order=self.config.order,
+                aging=self.config.aging,
+            )
+        except LeaseLost:
+            self._lose_lease()
+            return TickReport()
+        if read is None:  # the dialect has no such statement
+            self._scan_claims = False
+            return await self._tick(token)
+        self._paused_since_tick = time.monotonic() if read.queue_row[0] else None
+        admitted = self.admission.admitted_at_scan(read.claimed, read.read)
+        claimed = admitted.claimed
+        self.correlation.keys_of(claimed, self.outcome)  # none built here: checked only
+        self._apply(Reports(), [], claimed)
+        self._dispatch(claimed)
+        # More may be due than the owner keeps (``keeps`` cut the scan short).
+        cut_short = limit < self.config.batch_size and read.read >= limit
+        if read.read > len(claimed) or cut_short:
+            # Due jobs with windows or flags, or more than the owner keeps: the chain
+            # decides on them, or they are handed over, in a whole tick now.
+            self._scan_claims = False
+            report = await self._tick(token)
+            report.admitted += len(claimed)
+            return report
+        return TickReport(
+            admitted=len(claimed),
+            loaded=read.read,
+            full=admitted.full,
+            next_run_at=read.next_run_at,
+        )
 
     async def _pick_up_limits(self, now: datetime, *, resume: bool) -> None:
         """Limits an operator changed (hipq.batch_loop.limits), looked for with operators'

@@ -33,13 +33,13 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_en
 from sqlalchemy.sql import text
 
 from hipq.batch_loop.wakeup import CHANNEL
-from hipq.store import unnest
+from hipq.store import tick_sql, unnest
 from hipq.store.asyncpg_adapter import driver_in_transaction, pooled_socket
 from hipq.store.process_guard import PgListener, ProcessGuard, SqliteFileLock
 from hipq.store.records import StoreSetupError
 from hipq.store.schema import attempts, jobs, responses
 from hipq.store.statements import insert_sql
-from hipq.store.tick import Tick
+from hipq.store.tick import ClaimRead, DueScanOf, Fence, Tick
 from hipq.store.tick_sql import PostgresTick
 from hipq.store.tick_sqlite import SqliteTick
 
@@ -166,6 +166,18 @@ class Dialect(ABC):
     async def tick(self, conn: AsyncConnection) -> Tick:
         """The hot statements of a queue's tick in ``conn``'s transaction
         (``hipq.store.tick``)."""
+
+    # Whether ``claim_at_scan`` claims (else it returns None at once).
+    claims_at_scan = False
+
+    async def claim_at_scan(
+        self, engine: AsyncEngine, scan: DueScanOf, fence: Fence
+    ) -> ClaimRead | None:
+        """The lease fence, the due scan and the claim of the due jobs no stage could
+        hold (``hipq.store.statements.claim_at_scan``) as one statement that commits on
+        its own. None where the engine has none: SQLite's tick costs no network round
+        trips, and its loop claims in a tick."""
+        return None
 
     async def lock_mirror(self, conn: AsyncConnection) -> None:
         """Make writers of the config's mirror (``hipq.store.job_types_mirror``) take
@@ -469,6 +481,21 @@ class PostgresDialect(Dialect):
 
     async def tick(self, conn: AsyncConnection) -> Tick:
         return PostgresTick(conn, await driver_in_transaction(conn))
+
+    claims_at_scan = True
+
+    async def claim_at_scan(
+        self, engine: AsyncEngine, scan: DueScanOf, fence: Fence
+    ) -> ClaimRead | None:
+        # One round trip where BEGIN, the fenced scan, the claim and COMMIT took four:
+        # the loop's idle wake-up for a new job (``hipq.batch_loop.loop``).
+        async with engine.connect() as conn:
+            raw = await conn.get_raw_connection()
+            driver: Any = raw.driver_connection
+            if raw.info.get(_SESSION_BUDGET) is not None:  # left by a budgeted statement
+                await driver.execute(_timeouts_sql(None, local=False))
+                raw.info[_SESSION_BUDGET] = None
+            return await tick_sql.claim_at_scan(driver, scan, fence)
 
     async def lock_mirror(self, conn: AsyncConnection) -> None:
         # SHARE ROW EXCLUSIVE leaves the SQL function's reads unblocked.

@@ -18,11 +18,12 @@ from hipq.jobs import Job, Start
 from hipq.lifecycle import State
 from hipq.store import state_guards as guards
 from hipq.store.batch import QueueBatch
-from hipq.store.records import QueueCounts, QueueGauges
+from hipq.store.records import LeaseLost, QueueCounts, QueueGauges
 from hipq.store.rows import row_to_job
 from hipq.store.schema import attempts, jobs, queues
 from hipq.store.state_guards import IN_FLIGHT_SQL, IN_FLIGHT_VALUES, OPEN_VALUES, SCHEDULED_SQL
 from hipq.store.statements import NEXT_RUN_AT
+from hipq.store.tick import ClaimRead, DueScanOf
 from hipq.store.transactions import Transactions
 
 
@@ -223,6 +224,32 @@ class QueueTable(Transactions):
                 await batch.fence()
             yield batch
             await batch.fence()  # a tick that sent nothing still renews its lease
+
+    async def queue_claim_due(
+        self,
+        queue: str,
+        owner: str,
+        token: int,
+        now: datetime,
+        ttl: float,
+        *,
+        limit: int,
+        order: str,
+        aging: float | None,
+    ) -> ClaimRead | None:
+        """A tick that only claims, as one statement that commits on its own where the
+        dialect has one (``Dialect.claims_at_scan``; else None at once): the lease fence,
+        the due scan and the claim of the due jobs that no stage of a queue without
+        throttlers or capacity holds (``statements.ADMITTED_UNSEEN``). ``LeaseLost``
+        if another process took the lease; nothing is written then."""
+        if not self.dialect.claims_at_scan:
+            return None
+        scan = DueScanOf(queue, now, limit, order, aging, None)
+        fence = (queue, owner, token, now + timedelta(seconds=ttl))
+        read = await self.dialect.claim_at_scan(self.engine, scan, fence)
+        if read is not None and read.queue_row is None:
+            raise LeaseLost(queue)
+        return read
 
     # -- what the owner reads outside its batch ------------------------------------------
 

@@ -21,8 +21,11 @@ from sqlalchemy import (
     ColumnElement,
     Select,
     Table,
+    Text,
     bindparam,
+    cast,
     func,
+    literal_column,
     not_,
     null,
     select,
@@ -137,11 +140,14 @@ CLAIM_SETS: dict[str, Any] = {
 CLAIM_INCREMENTS = ("attempt",)  # each + 1
 
 
-def claim(ids: ColumnElement[bool]) -> Any:
-    """The claim of the jobs ``ids`` selects (the dialect binds ``b_ids``)."""
+def claim(ids: ColumnElement[bool], deadline: Any = None) -> Any:
+    """The claim of the jobs ``ids`` selects (the dialect binds ``b_ids``); its deadline
+    ``b_deadline``, or the expression ``deadline`` (each job's own timeout)."""
     bound = {
         NOW: bindparam("b_now", type_=jobs.c.claimed_at.type),
-        DEADLINE: bindparam("b_deadline", type_=jobs.c.deadline.type),
+        DEADLINE: (
+            bindparam("b_deadline", type_=jobs.c.deadline.type) if deadline is None else deadline
+        ),
     }
     values: dict[str, Any] = {}
     for name, value in CLAIM_SETS.items():
@@ -153,6 +159,54 @@ def claim(ids: ColumnElement[bool]) -> Any:
             values[name] = bound[value]
     values.update({name: jobs.c[name] + 1 for name in CLAIM_INCREMENTS})
     return update(jobs).where(ids, CLAIM_GUARD.sql(jobs.c.state)).values(values)
+
+
+def _none(column: Any) -> ColumnElement[bool]:
+    """No value in a JSON column: SQL NULL, JSON null or an empty list (both engines
+    store JSON as text that reads back so)."""
+    empty: tuple[Any, ...] = (literal_column("'null'"), literal_column("'[]'"))
+    return column.is_(None) | cast(column, Text).in_(empty)  # type: ignore[no-any-return]
+
+
+# The due jobs that a queue whose chain is only the time windows stage (no throttlers,
+# no capacity: ``Admission.claims_at_scan``) admits whatever else is due or running:
+# without windows (``throttlers.windows`` admits those) and without flags (which an
+# operator may forbid on the queue: ``hipq.forbidden_flags``). Others go through the
+# chain in a tick of the loop.
+ADMITTED_UNSEEN = _none(jobs.c.windows) & _none(jobs.c.flags)
+
+
+def claim_at_scan(due: Select[Any]) -> Select[Any]:
+    """The fence, the due scan and the claim in one statement (PostgreSQL: a
+    data-modifying WITH, which commits on its own when sent outside a transaction).
+
+    The lease fence renews the lease and reads the queue's paused and forbidden flags;
+    the due jobs of ``due`` are locked (skipping those another transaction holds), and
+    of them those in ``ADMITTED_UNSEEN`` are claimed, each with its own timeout. The one
+    row per claimed job (or one with NULL job columns when none was) carries paused,
+    forbidden flags, the next run_at after ``b_after``, how many due jobs the scan read,
+    then the claimed job's columns (table order). No row: the fence matched none, and
+    nothing was written."""
+    fence = FENCE.cte("fence")
+    running = select(true()).select_from(fence).where(not_(fence.c.paused)).exists()
+    picked = (
+        due.with_only_columns(jobs.c.id, ADMITTED_UNSEEN.label("unseen"))
+        .where(running)
+        .with_for_update(skip_locked=True, of=jobs)
+        .cte("picked")
+    )
+    now = bindparam("b_now", type_=jobs.c.claimed_at.type)
+    deadline = now + literal_column("interval '1 second'") * jobs.c.timeout_seconds
+    claimed = (
+        claim((jobs.c.id == picked.c.id) & picked.c.unseen, deadline)
+        .returning(*jobs.c)
+        .cte("claimed")
+    )
+    read = select(func.count()).select_from(picked).scalar_subquery()
+    next_run_at = NEXT_RUN_AT.lateral("n")
+    columns = (fence.c.paused, fence.c.forbidden_flags, next_run_at.c.next_run_at, read, claimed)
+    joined = fence.join(next_run_at, true()).outerjoin(claimed, true())
+    return select(*columns).select_from(joined)
 
 
 _FIELD_AT = {name: i for i, name in enumerate(Job._fields)}

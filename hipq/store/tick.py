@@ -42,6 +42,18 @@ class DueRead:
 
 
 @dataclass(frozen=True, slots=True)
+class ClaimRead:
+    """What a claim at the scan did (``hipq.store.statements.claim_at_scan``): the
+    queue's row, when the next job falls due after now, how many due jobs it read, and
+    those it claimed (none if the queue is paused)."""
+
+    queue_row: Any
+    next_run_at: datetime | None
+    read: int
+    claimed: list[Job]
+
+
+@dataclass(frozen=True, slots=True)
 class DueScanOf:
     """One due scan's terms (``hipq.store.statements.due_query``)."""
 

@@ -31,7 +31,15 @@ from hipq.store import unnest
 from hipq.store.driver import DriverStatement
 from hipq.store.rows import row_to_job
 from hipq.store.schema import jobs
-from hipq.store.tick import DueRead, DueScanOf, Fence, Tick, fence_params, read_due
+from hipq.store.tick import (
+    ClaimRead,
+    DueRead,
+    DueScanOf,
+    Fence,
+    Tick,
+    fence_params,
+    read_due,
+)
 
 _FENCE = DriverStatement(st.FENCE)
 _NEXT_RUN_AT = DriverStatement(st.NEXT_RUN_AT)
@@ -45,20 +53,33 @@ def _epoch(column: Any) -> Any:
     return func.extract("epoch", column)
 
 
-_scans: dict[tuple[str, float | None, bool], tuple[Any, DriverStatement, DriverStatement]] = {}
+_Scans = tuple[Any, DriverStatement, DriverStatement, DriverStatement]
+_scans: dict[tuple[str, float | None, bool], _Scans] = {}
 
 
-def _scans_of(of: DueScanOf) -> tuple[Any, DriverStatement, DriverStatement]:
-    """The due query of ``of``'s queue order, and its due scan without and with the
-    fence, compiled once."""
+def _scans_of(of: DueScanOf) -> _Scans:
+    """The due query of ``of``'s queue order, its due scan without and with the fence,
+    and its claim at the scan, compiled once."""
     key = (of.order, of.aging, of.max_weight is not None)
     built = _scans.get(key)
     if built is None:
         due = st.due_query(*key, epoch=_epoch(jobs.c.run_at))
         plain = DriverStatement(st.due_scan(due))
         fenced = DriverStatement(st.due_scan(due, fenced=True))
-        built = _scans[key] = (due, plain, fenced)
+        claiming = DriverStatement(st.claim_at_scan(due))
+        built = _scans[key] = (due, plain, fenced, claiming)
     return built
+
+
+async def claim_at_scan(driver: Any, scan: DueScanOf, fence: Fence) -> ClaimRead:
+    """The fence, the due scan and the claim as one statement on ``driver`` (an asyncpg
+    connection outside any transaction: the statement commits on its own)."""
+    rows = await _scans_of(scan)[3].fetch_on(driver, {**scan.params(), **fence_params(fence)})
+    if not rows:
+        return ClaimRead(None, None, 0, [])
+    first = rows[0]
+    claimed = [row_to_job(r, 4) for r in rows if r[4] is not None]
+    return ClaimRead(first, first[2], first[3], claimed)
 
 
 class PostgresTick(Tick):
@@ -77,7 +98,7 @@ class PostgresTick(Tick):
         return await unnest.job_settle(self._driver, settlements, now, fence)
 
     async def due(self, scan: DueScanOf, fence: Fence | None) -> DueRead:
-        due, plain, fenced = _scans_of(scan)
+        due, plain, fenced, _ = _scans_of(scan)
         if scan.where is not None:  # a label's value: a statement of its own each time
             return await read_due(self._conn, self, st.due_scan(due.where(scan.where)), scan, fence)
         params = scan.params()

@@ -45,6 +45,21 @@ def test_the_owner_keeps_its_sends_until_it_has_keep_below_running() -> None:
     assert chosen == {12: "b", 13: "b", 14: "b", 15: "b", 17: "b", 19: "b"}
 
 
+def test_the_owner_keeps_as_many_claims_as_choose_leaves_to_it() -> None:
+    hand = HandOff("a", keep_below=4)
+    assert hand.keeps({}, 1000) == 1000  # alone: all of them
+    hand.serve_with(["a", "b"], ["a", "b"])
+    running = {1: numbered_job(1), 2: numbered_job(2), 3: numbered_job(3)}
+    hand.handed = {3: "b"}
+    kept = hand.keeps(running, 1000)
+    assert kept == 2
+    assert hand.choose([numbered_job(i) for i in range(10, 10 + kept)], running) == {}
+    assert hand.choose([numbered_job(i) for i in range(10, 11 + kept)], running) != {}
+    running[4] = numbered_job(4)
+    running[5] = numbered_job(5)
+    assert hand.keeps(running, 1000) == 0
+
+
 def test_jobs_of_an_executor_gone_are_the_owner_s_to_send_once_read() -> None:
     hand = HandOff("a")
     hand.serve_with(["a", "b"], ["a", "b"])

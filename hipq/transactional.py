@@ -70,6 +70,7 @@ def add_job(
     max_attempts: int | None = None,
     critical: bool | None = None,
     correlation_key: str | None = None,
+    flags: Sequence[str] | None = None,
 ) -> int:
     """Add one job in ``conn``'s transaction; its id. Unset fields take the job type's."""
     job = _job_of(locals())
@@ -96,6 +97,7 @@ async def add_job_async(
     max_attempts: int | None = None,
     critical: bool | None = None,
     correlation_key: str | None = None,
+    flags: Sequence[str] | None = None,
 ) -> int:
     """:func:`add_job` for an asyncio connection or session."""
     job = _job_of(locals())

@@ -25,9 +25,12 @@ __all__ = ["FIELDS", "EnqueueError", "mirror_from_rows", "resolve"]
 # The fields of a job as hipq_add_jobs takes them (JSON); ``type`` is required.
 FIELDS = (
     "type payload queue run_at priority weight labels timeout_seconds max_attempts critical "
-    "correlation_key"
+    "correlation_key flags"
 ).split()
 _INT32 = 2147483647
+# A job's flags, as the API takes them (hipq.api.models.FlagName).
+MAX_FLAGS, MAX_FLAG_LENGTH = 20, 100
+_FLAG_CONTROL = re.compile(r"[\x00-\x1f]")
 _RFC3339 = re.compile(r"^\d{4}-\d\d-\d\d[Tt ]\d\d:\d\d(:\d\d(\.\d+)?)?([Zz]|[+-]\d\d(:?\d\d)?)$")
 NAIVE = "needs a time zone (an aware datetime)"
 
@@ -156,6 +159,7 @@ def _resolve_one(
     if not isinstance(critical, bool):
         raise refuse("critical", "must be true or false")
     key = _correlation_key(job, jt, payload, labels, refuse)
+    flags = _flags(job.get("flags"), refuse)
     return {
         "queue": queue,
         "type": name,
@@ -175,7 +179,29 @@ def _resolve_one(
         "created_at": now,
         "updated_at": now,
         "cancel_requested": False,
+        "flags": flags,
     }
+
+
+def _flags(value: Any, refuse: Any) -> list[str] | None:
+    """Sorted, once each; None for none (as the API stores them)."""
+    if value is None:
+        return None
+    if isinstance(value, str | bytes) or not isinstance(value, Sequence):
+        raise refuse("flags", "must be a list of flag names")
+    if len(value) > MAX_FLAGS:
+        raise refuse("flags", f"must hold at most {MAX_FLAGS} flags")
+    for i, flag in enumerate(value):
+        if (
+            not isinstance(flag, str)
+            or not 1 <= len(flag) <= MAX_FLAG_LENGTH
+            or _FLAG_CONTROL.search(flag)
+        ):
+            raise refuse(
+                f"flags[{i}]",
+                f"must be a flag name: 1 to {MAX_FLAG_LENGTH} characters, no control characters",
+            )
+    return sorted(set(value)) or None
 
 
 def _run_at(value: Any, now: datetime, refuse: Any) -> datetime:

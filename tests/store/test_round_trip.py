@@ -233,14 +233,13 @@ async def test_every_schedule_field_round_trips(store: Store) -> None:
     assert await store.schedule_get("nightly") == schedule
 
 
-# What the SQL function of transactional enqueue (``hipq_insert_jobs``, alembic 0007:
-# history, not rewritten) leaves NULL of a new job's columns. A column added to the
+# What the SQL function of transactional enqueue (``hipq_insert_jobs``, alembic 0023)
+# leaves NULL of a new job's columns. A column added to the
 # jobs and ``NewJob`` fails the test below until a new migration redefines the
 # function to set it, or it is named here as one that transactional enqueue leaves unset.
 # after, after_failed, batch_id: a job added in an application's transaction waits for
 # no job and belongs to no batch (docs/howto-transactional-enqueue.md).
 TRANSACTIONAL_LEAVES_UNSET = {
-    "flags",
     "trace_context",
     "notify",
     "after",

@@ -47,6 +47,11 @@ REFUSED = [
     ({**OK, "payload": {"order": None}}, "payload", "payload.order is missing"),
     ({**OK, "payload": {"order": {"a": 1}}}, "payload", "is an object"),
     ({**OK, "payload": {"order": [1]}}, "payload", "is a list"),
+    ({**OK, "flags": "urgent"}, "flags", "must be a list of flag names"),
+    ({**OK, "flags": ["ok", ""]}, "flags[1]", "must be a flag name"),
+    ({**OK, "flags": [7]}, "flags[0]", "must be a flag name"),
+    ({**OK, "flags": ["a\tb"]}, "flags[0]", "no control characters"),
+    ({**OK, "flags": ["f"] * 21}, "flags", "must hold at most 20 flags"),
     (
         {"type": "per_attempt", "payload": {"order": 1}, "correlation_key": "mine"},
         "correlation_key",
@@ -145,3 +150,12 @@ async def test_unset_fields_take_the_job_types_defaults(service: Service) -> Non
     assert (job.queue, job.priority, job.weight, job.timeout_seconds) == ("mail", 7, 2, 90.0)
     assert job.retry == {"strategy": "fixed", "delay": "1s", "max_attempts": 4}
     assert job.windows is None and job.job_key is None and not job.critical
+    assert job.flags is None
+
+
+async def test_flags_are_stored_as_a_post_stores_them(service: Service) -> None:
+    flags = ["urgent", "b", "urgent", "A", "é"]
+    [job_id] = await add(service, [{**OK, "flags": flags}])
+    stored = (await service.store.job_get(job_id)).flags
+    assert stored == ["A", "b", "urgent", "é"]
+    assert service.intake.resolve({**OK, "flags": flags}, datetime.now(UTC)).flags == stored

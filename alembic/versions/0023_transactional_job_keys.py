@@ -1,0 +1,309 @@
+"""job keys, flags and unique_for in the SQL functions of transactional enqueue
+
+Revision ID: 0023
+Revises: 0022
+Create Date: 2026-11-26
+
+``hipq_add_job`` and ``hipq_add_jobs`` (0007) take a job's ``flags``, as
+graphile-worker's ``add_job`` does. ``hipq_add_job`` gains a parameter, so it is
+dropped and created again (CREATE OR REPLACE with another parameter list would make
+a second function beside the first). The downgrade restores 0007's functions.
+"""
+
+# The PL/pgSQL below keeps a check on one line where wrapping would hide its shape.
+# ruff: noqa: E501
+
+import importlib.util
+from pathlib import Path
+from types import ModuleType
+
+import sqlalchemy as sa
+
+from alembic import op
+
+revision = "0023"
+down_revision = "0022"
+branch_labels = None
+depends_on = None
+
+
+def _revision_0007() -> ModuleType:
+    """0007's module, whose functions the downgrade restores (one copy of them)."""
+    path = Path(__file__).with_name("0007_transactional_enqueue.py")
+    spec = importlib.util.spec_from_file_location("hipq_alembic_0007", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+# A job's flags as the API takes them: a list of at most 20 names of 1 to 100
+# characters without control characters, stored sorted and once each (NULL for none).
+FLAGS = r"""
+CREATE FUNCTION hipq_flags(flags jsonb, p text) RETURNS jsonb LANGUAGE plpgsql IMMUTABLE AS $fn$
+DECLARE
+  flag jsonb;
+  idx bigint;
+BEGIN
+  IF flags IS NULL OR jsonb_typeof(flags) = 'null' THEN
+    RETURN NULL;
+  END IF;
+  IF jsonb_typeof(flags) <> 'array' THEN
+    PERFORM hipq_refuse(p || 'flags', 'must be a list of flag names');
+  END IF;
+  IF jsonb_array_length(flags) > 20 THEN
+    PERFORM hipq_refuse(p || 'flags', 'must hold at most 20 flags');
+  END IF;
+  FOR flag, idx IN SELECT f, n - 1 FROM jsonb_array_elements(flags) WITH ORDINALITY AS t(f, n) LOOP
+    IF jsonb_typeof(flag) <> 'string' OR length(flag #>> '{}') NOT BETWEEN 1 AND 100 OR (flag #>> '{}') ~ '[\x01-\x1f]' THEN
+      PERFORM hipq_refuse(p || 'flags[' || idx || ']', 'must be a flag name: 1 to 100 characters, no control characters');
+    END IF;
+  END LOOP;
+  RETURN (SELECT jsonb_agg(f ORDER BY f) FROM (SELECT DISTINCT value COLLATE "C" AS f FROM jsonb_array_elements_text(flags)) AS d);
+END
+$fn$;
+"""
+
+INSERT = r"""
+CREATE OR REPLACE FUNCTION hipq_insert_jobs(jobs jsonb, many boolean)
+RETURNS bigint[] LANGUAGE plpgsql VOLATILE AS $fn$
+DECLARE
+  allowed constant text[] := ARRAY['type', 'payload', 'queue', 'run_at', 'priority', 'weight',
+    'labels', 'timeout_seconds', 'max_attempts', 'critical', 'correlation_key', 'flags'];
+  job jsonb;
+  idx bigint;
+  p text;
+  extra text;
+  jt hipq_job_types%ROWTYPE;
+  known text;
+  v_queue text;
+  v_capacity integer;
+  v_payload jsonb;
+  v_labels jsonb;
+  v_run_at timestamptz;
+  v_priority bigint;
+  v_weight bigint;
+  v_timeout double precision;
+  v_retry jsonb;
+  v_attempts bigint;
+  v_critical boolean;
+  v_key text;
+  v_flags jsonb;
+  v_now timestamptz := now();
+  new_id bigint;
+  ids bigint[] := '{}';
+  queues text[] := '{}';
+BEGIN
+  IF jobs IS NULL OR jsonb_typeof(jobs) <> 'array' THEN
+    PERFORM hipq_refuse('jobs', 'must be a JSON array of job objects');
+  END IF;
+  IF jsonb_array_length(jobs) = 0 THEN
+    PERFORM hipq_refuse('jobs', 'must hold at least one job');
+  END IF;
+  FOR job, idx IN SELECT j, n - 1 FROM jsonb_array_elements(jobs) WITH ORDINALITY AS t(j, n)
+                  ORDER BY n LOOP
+    p := CASE WHEN many THEN 'jobs[' || idx || '].' ELSE '' END;
+    IF jsonb_typeof(job) <> 'object' THEN
+      PERFORM hipq_refuse(rtrim(p, '.'), 'must be a JSON object');
+    END IF;
+    SELECT k INTO extra FROM jsonb_object_keys(job) AS k WHERE k <> ALL (allowed) ORDER BY k LIMIT 1;
+    IF extra IS NOT NULL THEN
+      PERFORM hipq_refuse(p || extra, 'unknown field (known: ' || array_to_string(allowed, ', ') || ')');
+    END IF;
+    -- The job type, and its defaults.
+    IF jsonb_typeof(job -> 'type') IS DISTINCT FROM 'string' THEN
+      PERFORM hipq_refuse(p || 'type', 'must be the name of a job type');
+    END IF;
+    SELECT * INTO jt FROM hipq_job_types WHERE name = job ->> 'type';
+    IF NOT FOUND THEN
+      SELECT coalesce(string_agg(name, ', ' ORDER BY name), 'none: no hipq process has started on this database yet')
+        INTO known FROM hipq_job_types;
+      PERFORM hipq_refuse(p || 'type',
+        'unknown job type ' || quote_literal(job ->> 'type') || ' (known: ' || known || ')');
+    END IF;
+    -- The queue: the job's or its type's, one of the configured queues.
+    IF job ? 'queue' AND jsonb_typeof(job -> 'queue') NOT IN ('string', 'null') THEN
+      PERFORM hipq_refuse(p || 'queue', 'must be a string');
+    END IF;
+    v_queue := coalesce(job ->> 'queue', jt.queue);
+    SELECT concurrency INTO v_capacity FROM hipq_queue_capacities WHERE name = v_queue;
+    IF NOT FOUND THEN
+      PERFORM hipq_refuse(p || 'queue', 'unknown queue ' || quote_literal(v_queue));
+    END IF;
+    -- payload and labels: JSON objects; labels map names to strings.
+    v_payload := coalesce(nullif(job -> 'payload', 'null'), '{}');
+    IF jsonb_typeof(v_payload) <> 'object' THEN
+      PERFORM hipq_refuse(p || 'payload', 'must be a JSON object');
+    END IF;
+    v_labels := coalesce(nullif(job -> 'labels', 'null'), '{}');
+    IF jsonb_typeof(v_labels) <> 'object' THEN
+      PERFORM hipq_refuse(p || 'labels', 'must be a JSON object of strings');
+    END IF;
+    SELECT key INTO extra FROM jsonb_each(v_labels) WHERE jsonb_typeof(value) <> 'string' ORDER BY key LIMIT 1;
+    IF extra IS NOT NULL THEN
+      PERFORM hipq_refuse(p || 'labels.' || extra, 'must be a string');
+    END IF;
+    -- run_at: an instant with its offset (RFC 3339); default now.
+    IF nullif(job -> 'run_at', 'null') IS NULL THEN
+      v_run_at := v_now;
+    ELSIF jsonb_typeof(job -> 'run_at') <> 'string'
+       OR (job ->> 'run_at') !~ '^\d{4}-\d\d-\d\d[Tt ]\d\d:\d\d(:\d\d(\.\d+)?)?([Zz]|[+-]\d\d(:?\d\d)?)$' THEN
+      PERFORM hipq_refuse(p || 'run_at', 'must be an RFC 3339 instant with an offset, e.g. 2026-01-05T12:00:00Z');
+    ELSE
+      BEGIN
+        v_run_at := (job ->> 'run_at')::timestamptz;
+      EXCEPTION WHEN datetime_field_overflow OR invalid_datetime_format THEN
+        PERFORM hipq_refuse(p || 'run_at', 'is not a valid instant');
+      END;
+    END IF;
+    -- Integers, in the ranges the API allows.
+    v_priority := jt.priority;
+    IF nullif(job -> 'priority', 'null') IS NOT NULL THEN
+      IF jsonb_typeof(job -> 'priority') <> 'number' OR (job ->> 'priority')::numeric <> trunc((job ->> 'priority')::numeric)
+         OR abs((job ->> 'priority')::numeric) > 2147483647 THEN
+        PERFORM hipq_refuse(p || 'priority', 'must be an integer between -2147483647 and 2147483647');
+      END IF;
+      v_priority := (job ->> 'priority')::numeric;
+    END IF;
+    v_weight := jt.weight;
+    IF nullif(job -> 'weight', 'null') IS NOT NULL THEN
+      IF jsonb_typeof(job -> 'weight') <> 'number' OR (job ->> 'weight')::numeric <> trunc((job ->> 'weight')::numeric)
+         OR (job ->> 'weight')::numeric NOT BETWEEN 1 AND 1000000 THEN
+        PERFORM hipq_refuse(p || 'weight', 'must be an integer between 1 and 1000000');
+      END IF;
+      v_weight := (job ->> 'weight')::numeric;
+    END IF;
+    IF v_capacity IS NOT NULL AND v_weight > v_capacity THEN
+      PERFORM hipq_refuse(p || 'weight', v_weight || ' exceeds the capacity ' || v_capacity || ' of queue ' || v_queue);
+    END IF;
+    v_timeout := jt.timeout_seconds;
+    IF nullif(job -> 'timeout_seconds', 'null') IS NOT NULL THEN
+      IF jsonb_typeof(job -> 'timeout_seconds') <> 'number' THEN
+        PERFORM hipq_refuse(p || 'timeout_seconds', 'must be a number of seconds');
+      END IF;
+      v_timeout := (job ->> 'timeout_seconds')::double precision;
+      IF v_timeout <= 0 THEN
+        PERFORM hipq_refuse(p || 'timeout_seconds', 'must be greater than zero');
+      ELSIF v_timeout > 3650 * 86400 THEN
+        PERFORM hipq_refuse(p || 'timeout_seconds', 'must be at most 3650d');
+      END IF;
+    END IF;
+    v_retry := jt.retry;
+    IF nullif(job -> 'max_attempts', 'null') IS NOT NULL THEN
+      IF jsonb_typeof(job -> 'max_attempts') <> 'number' OR (job ->> 'max_attempts')::numeric <> trunc((job ->> 'max_attempts')::numeric)
+         OR (job ->> 'max_attempts')::numeric NOT BETWEEN 1 AND 10000 THEN
+        PERFORM hipq_refuse(p || 'max_attempts', 'must be an integer between 1 and 10000');
+      END IF;
+      v_attempts := (job ->> 'max_attempts')::numeric;
+      IF v_retry ->> 'strategy' = 'none' AND v_attempts > 1 THEN
+        PERFORM hipq_refuse(p || 'max_attempts', 'job type ' || jt.name || ' never retries (retry strategy none)');
+      END IF;
+      v_retry := v_retry || jsonb_build_object('max_attempts', v_attempts);
+    END IF;
+    v_critical := false;
+    IF nullif(job -> 'critical', 'null') IS NOT NULL THEN
+      IF jsonb_typeof(job -> 'critical') <> 'boolean' THEN
+        PERFORM hipq_refuse(p || 'critical', 'must be true or false');
+      END IF;
+      v_critical := (job -> 'critical')::boolean;
+    END IF;
+    -- The correlation key: the job's own, or rendered from its type's template now;
+    -- a template that needs the job's id or attempt is rendered by the loop at claim.
+    v_key := NULL;
+    IF nullif(job -> 'correlation_key', 'null') IS NOT NULL THEN
+      IF jsonb_typeof(job -> 'correlation_key') <> 'string' THEN
+        PERFORM hipq_refuse(p || 'correlation_key', 'must be a string');
+      END IF;
+      IF jt.key_at_dispatch THEN
+        PERFORM hipq_refuse(p || 'correlation_key',
+          'job type ' || jt.name || ' builds its key per attempt (' || jt.correlation_key || ')');
+      END IF;
+      v_key := job ->> 'correlation_key';
+    ELSIF jsonb_typeof(jt.key_parts) = 'array' AND NOT jt.key_at_dispatch THEN
+      v_key := hipq_render_key(jt.key_parts,
+        jsonb_build_object('payload', v_payload, 'labels', v_labels, 'type', jt.name), p || 'payload');
+    END IF;
+    IF v_key IS NOT NULL THEN
+      IF v_key = '' THEN
+        PERFORM hipq_refuse(p || 'correlation_key', 'a correlation key must not be empty');
+      ELSIF v_key ~ '[\x01-\x1f\x7f-\x9f]' THEN
+        PERFORM hipq_refuse(p || 'correlation_key',
+          'a correlation key must not contain control characters (such as a newline)');
+      ELSIF length(v_key) > 500 THEN
+        PERFORM hipq_refuse(p || 'correlation_key', 'must be at most 500 characters');
+      END IF;
+      -- The unique index would refuse it too; this names the field (a race still
+      -- ends in the index's unique_violation).
+      IF EXISTS (SELECT 1 FROM hipq_jobs WHERE correlation_key = v_key
+                  AND state IN ('scheduled', 'running', 'awaiting')) THEN
+        PERFORM hipq_refuse(p || 'correlation_key', 'correlation_key is already used by an open job', 'HQ409');
+      END IF;
+    END IF;
+    v_flags := hipq_flags(job -> 'flags', p);
+    INSERT INTO hipq_jobs (queue, type, state, payload, labels, windows, retry, run_at, priority,
+        weight, timeout_seconds, critical, correlation_key, job_key, attempt, created_at,
+        updated_at, cancel_requested, flags)
+      VALUES (v_queue, jt.name, 'scheduled', v_payload, v_labels, NULL, v_retry, v_run_at,
+        v_priority, v_weight, v_timeout, v_critical, v_key, NULL, 0, v_now, v_now, false, v_flags)
+      RETURNING id INTO new_id;
+    ids := ids || new_id;
+    IF NOT v_queue = ANY (queues) THEN
+      queues := queues || v_queue;
+    END IF;
+  END LOOP;
+  -- Delivered at COMMIT, and never for a transaction that rolls back (hipq.batch_loop.wakeup).
+  PERFORM pg_notify('hipq_jobs', q) FROM unnest(queues) AS q;
+  RETURN ids;
+END
+$fn$;
+"""
+
+
+ADD_JOB = r"""
+CREATE FUNCTION hipq_add_job(
+  job_type text,
+  payload jsonb DEFAULT NULL,
+  queue text DEFAULT NULL,
+  run_at timestamptz DEFAULT NULL,
+  priority integer DEFAULT NULL,
+  weight integer DEFAULT NULL,
+  labels jsonb DEFAULT NULL,
+  timeout_seconds double precision DEFAULT NULL,
+  max_attempts integer DEFAULT NULL,
+  critical boolean DEFAULT NULL,
+  correlation_key text DEFAULT NULL,
+  flags text[] DEFAULT NULL
+) RETURNS bigint LANGUAGE sql VOLATILE AS $fn$
+  SELECT (hipq_insert_jobs(jsonb_build_array((
+    SELECT coalesce(jsonb_object_agg(key, value), '{}') FROM jsonb_each(jsonb_build_object(
+      'type', job_type, 'payload', payload, 'queue', queue,
+      'run_at', to_jsonb(run_at), 'priority', priority, 'weight', weight, 'labels', labels,
+      'timeout_seconds', timeout_seconds, 'max_attempts', max_attempts,
+      'critical', critical, 'correlation_key', correlation_key, 'flags', to_jsonb(flags)))
+    WHERE value <> 'null'::jsonb)), false))[1]
+$fn$;
+"""
+
+ADD_JOB_0007 = (
+    "hipq_add_job(text, jsonb, text, timestamptz, integer, integer, jsonb, double precision,"
+    " integer, boolean, text)"
+)
+ADD_JOB_0023 = ADD_JOB_0007.replace("text)", "text, text[])")
+
+
+def upgrade() -> None:
+    if op.get_bind().dialect.name != "postgresql":
+        return
+    op.execute(sa.text(f"DROP FUNCTION {ADD_JOB_0007}"))
+    for ddl in (FLAGS, INSERT, ADD_JOB):
+        op.execute(sa.text(ddl))
+
+
+def downgrade() -> None:
+    if op.get_bind().dialect.name != "postgresql":
+        return
+    old = _revision_0007()
+    op.execute(sa.text(f"DROP FUNCTION {ADD_JOB_0023}"))
+    op.execute(sa.text(old.INSERT.replace("CREATE FUNCTION", "CREATE OR REPLACE FUNCTION")))
+    op.execute(sa.text("DROP FUNCTION hipq_flags(jsonb, text)"))
+    op.execute(sa.text(old.ADD_JOB))

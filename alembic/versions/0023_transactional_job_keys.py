@@ -4,10 +4,13 @@ Revision ID: 0023
 Revises: 0022
 Create Date: 2026-11-26
 
-``hipq_add_job`` and ``hipq_add_jobs`` (0007) take a job's ``flags``, as
-graphile-worker's ``add_job`` does. ``hipq_add_job`` gains a parameter, so it is
-dropped and created again (CREATE OR REPLACE with another parameter list would make
-a second function beside the first). The downgrade restores 0007's functions.
+``hipq_add_job`` and ``hipq_add_jobs`` (0007) take a job's ``flags``, ``job_key``,
+``job_key_mode`` and ``unique_for``, as graphile-worker's ``add_job`` takes the first
+three, with the semantics a POST has (docs/job-keys.md): ``hipq_key_action`` is
+``hipq.job_keys.key_action`` in SQL, and a keyed add returns the id of the job its key
+decided on. ``hipq_add_job`` gains parameters, so it is dropped and created again
+(CREATE OR REPLACE with another parameter list would make a second function beside
+the first). The downgrade restores 0007's functions.
 """
 
 # The PL/pgSQL below keeps a check on one line where wrapping would hide its shape.
@@ -64,12 +67,133 @@ END
 $fn$;
 """
 
+# A duration as the API takes it: seconds, or text such as '1h30m' (hipq.durations;
+# hipq.ingest.mirrored_intake checks the same form).
+UNIQUE_FOR = r"""
+CREATE FUNCTION hipq_unique_for(value jsonb, field text) RETURNS double precision
+LANGUAGE plpgsql IMMUTABLE AS $fn$
+DECLARE
+  t text := replace(value #>> '{}', ' ', '');
+  part text[];
+  s double precision := 0;
+BEGIN
+  IF jsonb_typeof(value) = 'number' THEN
+    s := t::double precision;
+  ELSIF jsonb_typeof(value) = 'string' AND t ~ '^\d+(\.\d+)?$' THEN
+    s := t::double precision;
+  ELSIF jsonb_typeof(value) = 'string' AND t ~ '^(\d+(\.\d+)?(ms|s|m|h|d))+$' THEN
+    FOR part IN SELECT regexp_matches(t, '(\d+(?:\.\d+)?)(ms|s|m|h|d)', 'g') LOOP
+      s := s + part[1]::double precision
+        * CASE part[2] WHEN 'ms' THEN 0.001 WHEN 's' THEN 1 WHEN 'm' THEN 60 WHEN 'h' THEN 3600 ELSE 86400 END;
+    END LOOP;
+  ELSE
+    PERFORM hipq_refuse(field, 'must be a number of seconds or a duration such as ''1h'' or ''90s''');
+  END IF;
+  IF NOT (s > 0 AND s <= 3650 * 86400) THEN
+    PERFORM hipq_refuse(field, 'must be greater than zero and at most 3650d');
+  END IF;
+  RETURN s;
+END
+$fn$;
+"""
+
+# hipq.job_keys.key_action, the one decision of a keyed add, in SQL (tests/transactional/
+# test_job_keys.py compares the two over every input).
+KEY_ACTION = r"""
+CREATE FUNCTION hipq_key_action(mode text, holder_state text, holder_attempt bigint, in_period boolean)
+RETURNS text LANGUAGE sql IMMUTABLE AS $fn$
+  SELECT CASE
+    WHEN in_period THEN 'return'
+    WHEN holder_state IS NULL OR NOT (holder_state IN ('scheduled', 'running', 'awaiting')
+      OR (mode = 'unsafe_dedupe' AND holder_state = 'failed')) THEN 'insert'
+    WHEN mode = 'unsafe_dedupe' THEN 'return'
+    WHEN holder_state <> 'scheduled' THEN 'take_over'
+    WHEN mode = 'preserve_run_at' AND holder_attempt = 0 THEN 'replace_keep_run_at'
+    ELSE 'replace'
+  END
+$fn$;
+"""
+
+# The columns of a new row that this path sets (the rest stay NULL), in table order;
+# a replacement writes those of them a new job takes but job_key and queue
+# (hipq.job_keys.replacing).
+ROW_COLUMNS = (
+    "queue type state payload labels windows retry run_at priority weight timeout_seconds"
+    " critical correlation_key job_key attempt created_at updated_at cancel_requested flags"
+).split()
+REPLACED = (
+    "type payload labels windows retry priority weight timeout_seconds critical"
+    " correlation_key flags"
+).split()
+
+# The one insert of a job row; a key an open job took meanwhile inserts nothing (NULL).
+INSERT_ROW = f"""
+CREATE FUNCTION hipq_insert_row(r hipq_jobs) RETURNS bigint LANGUAGE sql VOLATILE AS $fn$
+  INSERT INTO hipq_jobs ({", ".join(ROW_COLUMNS)})
+    VALUES ({", ".join("r." + c for c in ROW_COLUMNS)})
+    ON CONFLICT (job_key) WHERE job_key IS NOT NULL AND state IN ('scheduled', 'running', 'awaiting')
+    DO NOTHING RETURNING id
+$fn$;
+"""
+
+# A keyed add, as the store's (hipq.store.jobs): the period's first job, else the
+# holder of the key, locked, and the decision applied to it. An insert that meets a
+# key another transaction took meanwhile waits for it, and the next round looks again.
+INSERT_KEYED = f"""
+CREATE FUNCTION hipq_insert_keyed(r hipq_jobs, mode text, unique_for double precision)
+RETURNS bigint LANGUAGE plpgsql VOLATILE AS $fn$
+DECLARE
+  earlier bigint;
+  holder hipq_jobs%ROWTYPE;
+  action text;
+  new_id bigint;
+BEGIN
+  FOR round IN 1..5 LOOP
+    earlier := NULL;
+    holder := NULL;
+    IF unique_for IS NOT NULL THEN
+      SELECT id INTO earlier FROM hipq_jobs WHERE job_key = r.job_key
+        AND created_at >= r.created_at - make_interval(secs => unique_for)
+        ORDER BY created_at, id LIMIT 1;
+    END IF;
+    IF earlier IS NULL THEN
+      SELECT * INTO holder FROM hipq_jobs WHERE job_key = r.job_key
+        AND (state IN ('scheduled', 'running', 'awaiting') OR (mode = 'unsafe_dedupe' AND state = 'failed'))
+        ORDER BY state IN ('scheduled', 'running', 'awaiting') DESC, id DESC LIMIT 1 FOR UPDATE;
+    END IF;
+    action := hipq_key_action(mode, holder.state, holder.attempt, earlier IS NOT NULL);
+    IF action = 'return' THEN
+      RETURN coalesce(earlier, holder.id);
+    ELSIF action = 'take_over' THEN
+      UPDATE hipq_jobs SET job_key = NULL, retry = '{{"strategy": "none"}}', updated_at = r.updated_at
+        WHERE id = holder.id;
+    ELSIF action <> 'insert' THEN
+      UPDATE hipq_jobs SET {", ".join(f"{c} = r.{c}" for c in REPLACED)},
+          run_at = CASE WHEN action = 'replace_keep_run_at' THEN hipq_jobs.run_at ELSE r.run_at END,
+          updated_at = r.updated_at, waiting_reason = NULL, last_error = NULL
+        WHERE id = holder.id AND state = 'scheduled';
+      RETURN holder.id;
+    END IF;
+    new_id := hipq_insert_row(r);
+    IF new_id IS NOT NULL THEN
+      RETURN new_id;
+    END IF;
+  END LOOP;
+  PERFORM hipq_refuse('job_key', 'job_key ' || quote_literal(r.job_key) || ' is contended; try again', 'HQ409');
+  RETURN NULL;
+END
+$fn$;
+"""
+
+# 0007's function, with a job's flags and its job_key; ``prefix`` names a job of a
+# list in the errors ("jobs[3].") as the batch API does.
 INSERT = r"""
 CREATE OR REPLACE FUNCTION hipq_insert_jobs(jobs jsonb, many boolean)
 RETURNS bigint[] LANGUAGE plpgsql VOLATILE AS $fn$
 DECLARE
   allowed constant text[] := ARRAY['type', 'payload', 'queue', 'run_at', 'priority', 'weight',
-    'labels', 'timeout_seconds', 'max_attempts', 'critical', 'correlation_key', 'flags'];
+    'labels', 'timeout_seconds', 'max_attempts', 'critical', 'correlation_key', 'flags', 'job_key',
+    'job_key_mode', 'unique_for'];
   job jsonb;
   idx bigint;
   p text;
@@ -89,6 +213,10 @@ DECLARE
   v_critical boolean;
   v_key text;
   v_flags jsonb;
+  v_job_key text;
+  v_mode text;
+  v_unique_for double precision;
+  r hipq_jobs%ROWTYPE;
   v_now timestamptz := now();
   new_id bigint;
   ids bigint[] := '{}';
@@ -232,20 +360,54 @@ BEGIN
       ELSIF length(v_key) > 500 THEN
         PERFORM hipq_refuse(p || 'correlation_key', 'must be at most 500 characters');
       END IF;
-      -- The unique index would refuse it too; this names the field (a race still
-      -- ends in the index's unique_violation).
-      IF EXISTS (SELECT 1 FROM hipq_jobs WHERE correlation_key = v_key
-                  AND state IN ('scheduled', 'running', 'awaiting')) THEN
-        PERFORM hipq_refuse(p || 'correlation_key', 'correlation_key is already used by an open job', 'HQ409');
-      END IF;
     END IF;
     v_flags := hipq_flags(job -> 'flags', p);
-    INSERT INTO hipq_jobs (queue, type, state, payload, labels, windows, retry, run_at, priority,
-        weight, timeout_seconds, critical, correlation_key, job_key, attempt, created_at,
-        updated_at, cancel_requested, flags)
-      VALUES (v_queue, jt.name, 'scheduled', v_payload, v_labels, NULL, v_retry, v_run_at,
-        v_priority, v_weight, v_timeout, v_critical, v_key, NULL, 0, v_now, v_now, false, v_flags)
-      RETURNING id INTO new_id;
+    -- The job_key, its mode and its period, as the API checks them.
+    v_job_key := NULL;
+    IF nullif(job -> 'job_key', 'null') IS NOT NULL THEN
+      IF jsonb_typeof(job -> 'job_key') <> 'string' THEN
+        PERFORM hipq_refuse(p || 'job_key', 'must be a string');
+      END IF;
+      v_job_key := job ->> 'job_key';
+      IF v_job_key = '' THEN
+        PERFORM hipq_refuse(p || 'job_key', 'a job_key must not be empty');
+      ELSIF v_job_key ~ '[\x01-\x1f\x7f-\x9f]' THEN
+        PERFORM hipq_refuse(p || 'job_key', 'a job_key must not contain control characters (such as a newline)');
+      ELSIF v_job_key IN ('.', '..') THEN
+        PERFORM hipq_refuse(p || 'job_key', 'a job_key cannot be ''.'' or ''..'' (clients remove such a URL path segment)');
+      ELSIF length(v_job_key) > 500 THEN
+        PERFORM hipq_refuse(p || 'job_key', 'must be at most 500 characters');
+      END IF;
+    END IF;
+    v_mode := coalesce(nullif(job -> 'job_key_mode', 'null') #>> '{}', 'replace');
+    IF v_mode NOT IN ('replace', 'preserve_run_at', 'unsafe_dedupe') OR jsonb_typeof(job -> 'job_key_mode') NOT IN ('string', 'null') THEN
+      PERFORM hipq_refuse(p || 'job_key_mode', 'must be one of replace, preserve_run_at, unsafe_dedupe');
+    END IF;
+    v_unique_for := NULL;
+    IF nullif(job -> 'unique_for', 'null') IS NOT NULL THEN
+      IF v_job_key IS NULL THEN
+        PERFORM hipq_refuse(p || 'unique_for', 'needs a job_key: the key is what is unique');
+      END IF;
+      v_unique_for := hipq_unique_for(job -> 'unique_for', p || 'unique_for');
+    END IF;
+    -- The unique index would refuse the key too; this names the field (a race still
+    -- ends in the index's unique_violation). A keyed job's own holder may hold it:
+    -- it is replaced or returned (a take-over's insert meets the index).
+    IF v_key IS NOT NULL AND EXISTS (SELECT 1 FROM hipq_jobs WHERE correlation_key = v_key
+        AND state IN ('scheduled', 'running', 'awaiting')
+        AND (v_job_key IS NULL OR job_key IS DISTINCT FROM v_job_key)) THEN
+      PERFORM hipq_refuse(p || 'correlation_key', 'correlation_key is already used by an open job', 'HQ409');
+    END IF;
+    r.queue := v_queue; r.type := jt.name; r.state := 'scheduled'; r.payload := v_payload;
+    r.labels := v_labels; r.retry := v_retry; r.run_at := v_run_at; r.priority := v_priority;
+    r.weight := v_weight; r.timeout_seconds := v_timeout; r.critical := v_critical;
+    r.correlation_key := v_key; r.job_key := v_job_key; r.attempt := 0; r.created_at := v_now;
+    r.updated_at := v_now; r.cancel_requested := false; r.flags := v_flags;
+    IF v_job_key IS NULL THEN
+      new_id := hipq_insert_row(r);
+    ELSE
+      new_id := hipq_insert_keyed(r, v_mode, v_unique_for);
+    END IF;
     ids := ids || new_id;
     IF NOT v_queue = ANY (queues) THEN
       queues := queues || v_queue;
@@ -272,14 +434,19 @@ CREATE FUNCTION hipq_add_job(
   max_attempts integer DEFAULT NULL,
   critical boolean DEFAULT NULL,
   correlation_key text DEFAULT NULL,
-  flags text[] DEFAULT NULL
+  flags text[] DEFAULT NULL,
+  job_key text DEFAULT NULL,
+  job_key_mode text DEFAULT NULL,
+  unique_for interval DEFAULT NULL
 ) RETURNS bigint LANGUAGE sql VOLATILE AS $fn$
   SELECT (hipq_insert_jobs(jsonb_build_array((
     SELECT coalesce(jsonb_object_agg(key, value), '{}') FROM jsonb_each(jsonb_build_object(
       'type', job_type, 'payload', payload, 'queue', queue,
       'run_at', to_jsonb(run_at), 'priority', priority, 'weight', weight, 'labels', labels,
       'timeout_seconds', timeout_seconds, 'max_attempts', max_attempts,
-      'critical', critical, 'correlation_key', correlation_key, 'flags', to_jsonb(flags)))
+      'critical', critical, 'correlation_key', correlation_key, 'flags', to_jsonb(flags),
+      'job_key', job_key, 'job_key_mode', job_key_mode,
+      'unique_for', extract(epoch FROM unique_for)))
     WHERE value <> 'null'::jsonb)), false))[1]
 $fn$;
 """
@@ -288,14 +455,22 @@ ADD_JOB_0007 = (
     "hipq_add_job(text, jsonb, text, timestamptz, integer, integer, jsonb, double precision,"
     " integer, boolean, text)"
 )
-ADD_JOB_0023 = ADD_JOB_0007.replace("text)", "text, text[])")
+ADD_JOB_0023 = ADD_JOB_0007.replace("text)", "text, text[], text, text, interval)")
+# Created by this revision, dropped by its downgrade (hipq_add_job apart).
+FUNCTIONS = (
+    "hipq_insert_keyed(hipq_jobs, text, double precision)",
+    "hipq_insert_row(hipq_jobs)",
+    "hipq_key_action(text, text, bigint, boolean)",
+    "hipq_unique_for(jsonb, text)",
+    "hipq_flags(jsonb, text)",
+)
 
 
 def upgrade() -> None:
     if op.get_bind().dialect.name != "postgresql":
         return
     op.execute(sa.text(f"DROP FUNCTION {ADD_JOB_0007}"))
-    for ddl in (FLAGS, INSERT, ADD_JOB):
+    for ddl in (FLAGS, UNIQUE_FOR, KEY_ACTION, INSERT_ROW, INSERT_KEYED, INSERT, ADD_JOB):
         op.execute(sa.text(ddl))
 
 
@@ -305,5 +480,6 @@ def downgrade() -> None:
     old = _revision_0007()
     op.execute(sa.text(f"DROP FUNCTION {ADD_JOB_0023}"))
     op.execute(sa.text(old.INSERT.replace("CREATE FUNCTION", "CREATE OR REPLACE FUNCTION")))
-    op.execute(sa.text("DROP FUNCTION hipq_flags(jsonb, text)"))
+    for signature in FUNCTIONS:
+        op.execute(sa.text(f"DROP FUNCTION {signature}"))
     op.execute(sa.text(old.ADD_JOB))

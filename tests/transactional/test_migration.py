@@ -60,7 +60,8 @@ def test_upgrade_replaces_and_downgrade_restores(libpq: str) -> None:
     assert [f for f in after if f.startswith("hipq_add_job(")] == [
         "hipq_add_job(job_type text, payload jsonb, queue text, run_at timestamp with time zone,"
         " priority integer, weight integer, labels jsonb, timeout_seconds double precision,"
-        " max_attempts integer, critical boolean, correlation_key text, flags text[])"
+        " max_attempts integer, critical boolean, correlation_key text, flags text[],"
+        " job_key text, job_key_mode text, unique_for interval)"
     ]
     migrate(libpq, "0022", down=True)
     assert functions(libpq) == before

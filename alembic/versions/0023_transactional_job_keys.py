@@ -89,10 +89,7 @@ BEGIN
   ELSE
     PERFORM hipq_refuse(field, 'must be a number of seconds or a duration such as ''1h'' or ''90s''');
   END IF;
-  IF NOT (s > 0 AND s <= 3650 * 86400) THEN
-    PERFORM hipq_refuse(field, 'must be greater than zero and at most 3650d');
-  END IF;
-  RETURN s;
+  RETURN s;  -- its range: hipq_job_row's
 END
 $fn$;
 """
@@ -126,13 +123,25 @@ REPLACED = (
     " correlation_key flags"
 ).split()
 
-# The one insert of a job row; a key an open job took meanwhile inserts nothing (NULL).
+# The one insert of a job row (the same statement twice): with a job_key, a key an open
+# job took meanwhile inserts nothing (NULL); without one, no arbiter index is checked.
+_INSERT_SQL = f"""INSERT INTO hipq_jobs ({", ".join(ROW_COLUMNS)})
+      VALUES ({", ".join("r." + c for c in ROW_COLUMNS)})"""
 INSERT_ROW = f"""
-CREATE FUNCTION hipq_insert_row(r hipq_jobs) RETURNS bigint LANGUAGE sql VOLATILE AS $fn$
-  INSERT INTO hipq_jobs ({", ".join(ROW_COLUMNS)})
-    VALUES ({", ".join("r." + c for c in ROW_COLUMNS)})
-    ON CONFLICT (job_key) WHERE job_key IS NOT NULL AND state IN ('scheduled', 'running', 'awaiting')
-    DO NOTHING RETURNING id
+CREATE FUNCTION hipq_insert_row(r hipq_jobs) RETURNS bigint LANGUAGE plpgsql VOLATILE AS $fn$
+DECLARE
+  new_id bigint;
+BEGIN
+  IF r.job_key IS NULL THEN
+    {_INSERT_SQL}
+      RETURNING id INTO new_id;
+  ELSE
+    {_INSERT_SQL}
+      ON CONFLICT (job_key) WHERE job_key IS NOT NULL AND state IN ('scheduled', 'running', 'awaiting')
+      DO NOTHING RETURNING id INTO new_id;
+  END IF;
+  RETURN new_id;
+END
 $fn$;
 """
 
@@ -185,8 +194,157 @@ END
 $fn$;
 """
 
-# 0007's function, with a job's flags and its job_key; ``prefix`` names a job of a
-# list in the errors ("jobs[3].") as the batch API does.
+# One job's row from its values (NULL: the job type's default), checked as a POST is:
+# the one definition of a new job's defaults and checks, behind both entry points.
+# ``p`` names a job of a list in the errors ("jobs[3].") as the batch API does. The
+# parameters carry a prefix: unprefixed, they would clash with hipq_jobs' columns.
+ROW = r"""
+CREATE FUNCTION hipq_job_row(p text, a_type text, a_payload jsonb, a_queue text,
+  a_run_at timestamptz, a_priority numeric, a_weight numeric, a_labels jsonb,
+  a_timeout double precision, a_max_attempts numeric, a_critical boolean, a_key text,
+  a_flags jsonb, a_job_key text, a_mode text, a_unique_for double precision)
+RETURNS hipq_jobs LANGUAGE plpgsql VOLATILE AS $fn$
+DECLARE
+  jt hipq_job_types%ROWTYPE;
+  r hipq_jobs%ROWTYPE;
+  v_capacity integer;
+  v_key text;
+  extra text;
+  known text;
+BEGIN
+  -- The job type, and its defaults.
+  SELECT * INTO jt FROM hipq_job_types WHERE name = a_type;
+  IF NOT FOUND THEN
+    SELECT coalesce(string_agg(name, ', ' ORDER BY name), 'none: no hipq process has started on this database yet')
+      INTO known FROM hipq_job_types;
+    PERFORM hipq_refuse(p || 'type',
+      'unknown job type ' || quote_literal(a_type) || ' (known: ' || known || ')');
+  END IF;
+  -- The queue: the job's or its type's, one of the configured queues.
+  r.queue := coalesce(a_queue, jt.queue);
+  SELECT concurrency INTO v_capacity FROM hipq_queue_capacities WHERE name = r.queue;
+  IF NOT FOUND THEN
+    PERFORM hipq_refuse(p || 'queue', 'unknown queue ' || quote_literal(r.queue));
+  END IF;
+  -- payload and labels: JSON objects; labels map names to strings.
+  r.payload := coalesce(a_payload, '{}');
+  IF jsonb_typeof(r.payload) <> 'object' THEN
+    PERFORM hipq_refuse(p || 'payload', 'must be a JSON object');
+  END IF;
+  r.labels := coalesce(a_labels, '{}');
+  IF jsonb_typeof(r.labels) <> 'object' THEN
+    PERFORM hipq_refuse(p || 'labels', 'must be a JSON object of strings');
+  END IF;
+  IF r.labels <> '{}' THEN
+    SELECT key INTO extra FROM jsonb_each(r.labels) WHERE jsonb_typeof(value) <> 'string' ORDER BY key LIMIT 1;
+    IF extra IS NOT NULL THEN
+      PERFORM hipq_refuse(p || 'labels.' || extra, 'must be a string');
+    END IF;
+  END IF;
+  r.run_at := coalesce(a_run_at, now());
+  -- Integers, in the ranges the API allows.
+  r.priority := jt.priority;
+  IF a_priority IS NOT NULL THEN
+    IF a_priority <> trunc(a_priority) OR abs(a_priority) > 2147483647 THEN
+      PERFORM hipq_refuse(p || 'priority', 'must be an integer between -2147483647 and 2147483647');
+    END IF;
+    r.priority := a_priority;
+  END IF;
+  r.weight := jt.weight;
+  IF a_weight IS NOT NULL THEN
+    IF a_weight <> trunc(a_weight) OR a_weight NOT BETWEEN 1 AND 1000000 THEN
+      PERFORM hipq_refuse(p || 'weight', 'must be an integer between 1 and 1000000');
+    END IF;
+    r.weight := a_weight;
+  END IF;
+  IF v_capacity IS NOT NULL AND r.weight > v_capacity THEN
+    PERFORM hipq_refuse(p || 'weight', r.weight || ' exceeds the capacity ' || v_capacity || ' of queue ' || r.queue);
+  END IF;
+  r.timeout_seconds := coalesce(a_timeout, jt.timeout_seconds);
+  IF a_timeout <= 0 THEN
+    PERFORM hipq_refuse(p || 'timeout_seconds', 'must be greater than zero');
+  ELSIF a_timeout > 3650 * 86400 THEN
+    PERFORM hipq_refuse(p || 'timeout_seconds', 'must be at most 3650d');
+  END IF;
+  r.retry := jt.retry;
+  IF a_max_attempts IS NOT NULL THEN
+    IF a_max_attempts <> trunc(a_max_attempts) OR a_max_attempts NOT BETWEEN 1 AND 10000 THEN
+      PERFORM hipq_refuse(p || 'max_attempts', 'must be an integer between 1 and 10000');
+    END IF;
+    IF jt.retry ->> 'strategy' = 'none' AND a_max_attempts > 1 THEN
+      PERFORM hipq_refuse(p || 'max_attempts', 'job type ' || jt.name || ' never retries (retry strategy none)');
+    END IF;
+    r.retry := jt.retry || jsonb_build_object('max_attempts', a_max_attempts::bigint);
+  END IF;
+  r.critical := coalesce(a_critical, false);
+  -- The correlation key: the job's own, or rendered from its type's template now;
+  -- a template that needs the job's id or attempt is rendered by the loop at claim.
+  IF a_key IS NOT NULL THEN
+    IF jt.key_at_dispatch THEN
+      PERFORM hipq_refuse(p || 'correlation_key',
+        'job type ' || jt.name || ' builds its key per attempt (' || jt.correlation_key || ')');
+    END IF;
+    v_key := a_key;
+  ELSIF jsonb_typeof(jt.key_parts) = 'array' AND NOT jt.key_at_dispatch THEN
+    v_key := hipq_render_key(jt.key_parts,
+      jsonb_build_object('payload', r.payload, 'labels', r.labels, 'type', jt.name), p || 'payload');
+  END IF;
+  IF v_key IS NOT NULL THEN
+    IF v_key = '' THEN
+      PERFORM hipq_refuse(p || 'correlation_key', 'a correlation key must not be empty');
+    ELSIF v_key ~ '[\x01-\x1f\x7f-\x9f]' THEN
+      PERFORM hipq_refuse(p || 'correlation_key',
+        'a correlation key must not contain control characters (such as a newline)');
+    ELSIF length(v_key) > 500 THEN
+      PERFORM hipq_refuse(p || 'correlation_key', 'must be at most 500 characters');
+    END IF;
+  END IF;
+  r.correlation_key := v_key;  -- checked: it fits its column
+  IF a_flags IS NOT NULL THEN
+    r.flags := hipq_flags(a_flags, p);
+  END IF;
+  -- The job_key, its mode and its period, as the API checks them.
+  IF a_job_key IS NOT NULL THEN
+    IF a_job_key = '' THEN
+      PERFORM hipq_refuse(p || 'job_key', 'a job_key must not be empty');
+    ELSIF a_job_key ~ '[\x01-\x1f\x7f-\x9f]' THEN
+      PERFORM hipq_refuse(p || 'job_key', 'a job_key must not contain control characters (such as a newline)');
+    ELSIF a_job_key IN ('.', '..') THEN
+      PERFORM hipq_refuse(p || 'job_key', 'a job_key cannot be ''.'' or ''..'' (clients remove such a URL path segment)');
+    ELSIF length(a_job_key) > 500 THEN
+      PERFORM hipq_refuse(p || 'job_key', 'must be at most 500 characters');
+    END IF;
+  END IF;
+  IF a_mode NOT IN ('replace', 'preserve_run_at', 'unsafe_dedupe') THEN
+    PERFORM hipq_refuse(p || 'job_key_mode', 'must be one of replace, preserve_run_at, unsafe_dedupe');
+  END IF;
+  IF a_unique_for IS NOT NULL AND a_job_key IS NULL THEN
+    PERFORM hipq_refuse(p || 'unique_for', 'needs a job_key: the key is what is unique');
+  ELSIF NOT (a_unique_for > 0 AND a_unique_for <= 3650 * 86400) THEN
+    PERFORM hipq_refuse(p || 'unique_for', 'must be greater than zero and at most 3650d');
+  END IF;
+  -- The unique index would refuse the key too; this names the field (a race still
+  -- ends in the index's unique_violation). A keyed job's own holder may hold it: it
+  -- is replaced or returned (a take-over's insert meets the index).
+  IF r.correlation_key IS NOT NULL AND EXISTS (SELECT 1 FROM hipq_jobs WHERE correlation_key = r.correlation_key
+      AND state IN ('scheduled', 'running', 'awaiting')
+      AND (a_job_key IS NULL OR job_key IS DISTINCT FROM a_job_key)) THEN
+    PERFORM hipq_refuse(p || 'correlation_key', 'correlation_key is already used by an open job', 'HQ409');
+  END IF;
+  r.type := jt.name;
+  r.state := 'scheduled';
+  r.job_key := a_job_key;
+  r.attempt := 0;
+  r.created_at := now();
+  r.updated_at := r.created_at;
+  r.cancel_requested := false;
+  RETURN r;
+END
+$fn$;
+"""
+
+# The jobs of a JSON list, each checked for its JSON shape and made a row by
+# hipq_job_row (0007's function, now with a job's flags and its job_key).
 INSERT = r"""
 CREATE OR REPLACE FUNCTION hipq_insert_jobs(jobs jsonb, many boolean)
 RETURNS bigint[] LANGUAGE plpgsql VOLATILE AS $fn$
@@ -198,26 +356,10 @@ DECLARE
   idx bigint;
   p text;
   extra text;
-  jt hipq_job_types%ROWTYPE;
-  known text;
-  v_queue text;
-  v_capacity integer;
-  v_payload jsonb;
-  v_labels jsonb;
   v_run_at timestamptz;
-  v_priority bigint;
-  v_weight bigint;
-  v_timeout double precision;
-  v_retry jsonb;
-  v_attempts bigint;
-  v_critical boolean;
-  v_key text;
-  v_flags jsonb;
-  v_job_key text;
   v_mode text;
   v_unique_for double precision;
   r hipq_jobs%ROWTYPE;
-  v_now timestamptz := now();
   new_id bigint;
   ids bigint[] := '{}';
   queues text[] := '{}';
@@ -238,179 +380,60 @@ BEGIN
     IF extra IS NOT NULL THEN
       PERFORM hipq_refuse(p || extra, 'unknown field (known: ' || array_to_string(allowed, ', ') || ')');
     END IF;
-    -- The job type, and its defaults.
     IF jsonb_typeof(job -> 'type') IS DISTINCT FROM 'string' THEN
       PERFORM hipq_refuse(p || 'type', 'must be the name of a job type');
     END IF;
-    SELECT * INTO jt FROM hipq_job_types WHERE name = job ->> 'type';
-    IF NOT FOUND THEN
-      SELECT coalesce(string_agg(name, ', ' ORDER BY name), 'none: no hipq process has started on this database yet')
-        INTO known FROM hipq_job_types;
-      PERFORM hipq_refuse(p || 'type',
-        'unknown job type ' || quote_literal(job ->> 'type') || ' (known: ' || known || ')');
-    END IF;
-    -- The queue: the job's or its type's, one of the configured queues.
-    IF job ? 'queue' AND jsonb_typeof(job -> 'queue') NOT IN ('string', 'null') THEN
+    IF jsonb_typeof(job -> 'queue') NOT IN ('string', 'null') THEN
       PERFORM hipq_refuse(p || 'queue', 'must be a string');
     END IF;
-    v_queue := coalesce(job ->> 'queue', jt.queue);
-    SELECT concurrency INTO v_capacity FROM hipq_queue_capacities WHERE name = v_queue;
-    IF NOT FOUND THEN
-      PERFORM hipq_refuse(p || 'queue', 'unknown queue ' || quote_literal(v_queue));
-    END IF;
-    -- payload and labels: JSON objects; labels map names to strings.
-    v_payload := coalesce(nullif(job -> 'payload', 'null'), '{}');
-    IF jsonb_typeof(v_payload) <> 'object' THEN
-      PERFORM hipq_refuse(p || 'payload', 'must be a JSON object');
-    END IF;
-    v_labels := coalesce(nullif(job -> 'labels', 'null'), '{}');
-    IF jsonb_typeof(v_labels) <> 'object' THEN
-      PERFORM hipq_refuse(p || 'labels', 'must be a JSON object of strings');
-    END IF;
-    SELECT key INTO extra FROM jsonb_each(v_labels) WHERE jsonb_typeof(value) <> 'string' ORDER BY key LIMIT 1;
-    IF extra IS NOT NULL THEN
-      PERFORM hipq_refuse(p || 'labels.' || extra, 'must be a string');
-    END IF;
     -- run_at: an instant with its offset (RFC 3339); default now.
-    IF nullif(job -> 'run_at', 'null') IS NULL THEN
-      v_run_at := v_now;
-    ELSIF jsonb_typeof(job -> 'run_at') <> 'string'
-       OR (job ->> 'run_at') !~ '^\d{4}-\d\d-\d\d[Tt ]\d\d:\d\d(:\d\d(\.\d+)?)?([Zz]|[+-]\d\d(:?\d\d)?)$' THEN
-      PERFORM hipq_refuse(p || 'run_at', 'must be an RFC 3339 instant with an offset, e.g. 2026-01-05T12:00:00Z');
-    ELSE
+    v_run_at := NULL;
+    IF nullif(job -> 'run_at', 'null') IS NOT NULL THEN
+      IF jsonb_typeof(job -> 'run_at') <> 'string'
+         OR (job ->> 'run_at') !~ '^\d{4}-\d\d-\d\d[Tt ]\d\d:\d\d(:\d\d(\.\d+)?)?([Zz]|[+-]\d\d(:?\d\d)?)$' THEN
+        PERFORM hipq_refuse(p || 'run_at', 'must be an RFC 3339 instant with an offset, e.g. 2026-01-05T12:00:00Z');
+      END IF;
       BEGIN
         v_run_at := (job ->> 'run_at')::timestamptz;
       EXCEPTION WHEN datetime_field_overflow OR invalid_datetime_format THEN
         PERFORM hipq_refuse(p || 'run_at', 'is not a valid instant');
       END;
     END IF;
-    -- Integers, in the ranges the API allows.
-    v_priority := jt.priority;
-    IF nullif(job -> 'priority', 'null') IS NOT NULL THEN
-      IF jsonb_typeof(job -> 'priority') <> 'number' OR (job ->> 'priority')::numeric <> trunc((job ->> 'priority')::numeric)
-         OR abs((job ->> 'priority')::numeric) > 2147483647 THEN
-        PERFORM hipq_refuse(p || 'priority', 'must be an integer between -2147483647 and 2147483647');
-      END IF;
-      v_priority := (job ->> 'priority')::numeric;
+    IF jsonb_typeof(job -> 'priority') NOT IN ('number', 'null') THEN
+      PERFORM hipq_refuse(p || 'priority', 'must be an integer between -2147483647 and 2147483647');
+    ELSIF jsonb_typeof(job -> 'weight') NOT IN ('number', 'null') THEN
+      PERFORM hipq_refuse(p || 'weight', 'must be an integer between 1 and 1000000');
+    ELSIF jsonb_typeof(job -> 'timeout_seconds') NOT IN ('number', 'null') THEN
+      PERFORM hipq_refuse(p || 'timeout_seconds', 'must be a number of seconds');
+    ELSIF jsonb_typeof(job -> 'max_attempts') NOT IN ('number', 'null') THEN
+      PERFORM hipq_refuse(p || 'max_attempts', 'must be an integer between 1 and 10000');
+    ELSIF jsonb_typeof(job -> 'critical') NOT IN ('boolean', 'null') THEN
+      PERFORM hipq_refuse(p || 'critical', 'must be true or false');
+    ELSIF jsonb_typeof(job -> 'correlation_key') NOT IN ('string', 'null') THEN
+      PERFORM hipq_refuse(p || 'correlation_key', 'must be a string');
+    ELSIF jsonb_typeof(job -> 'job_key') NOT IN ('string', 'null') THEN
+      PERFORM hipq_refuse(p || 'job_key', 'must be a string');
     END IF;
-    v_weight := jt.weight;
-    IF nullif(job -> 'weight', 'null') IS NOT NULL THEN
-      IF jsonb_typeof(job -> 'weight') <> 'number' OR (job ->> 'weight')::numeric <> trunc((job ->> 'weight')::numeric)
-         OR (job ->> 'weight')::numeric NOT BETWEEN 1 AND 1000000 THEN
-        PERFORM hipq_refuse(p || 'weight', 'must be an integer between 1 and 1000000');
-      END IF;
-      v_weight := (job ->> 'weight')::numeric;
-    END IF;
-    IF v_capacity IS NOT NULL AND v_weight > v_capacity THEN
-      PERFORM hipq_refuse(p || 'weight', v_weight || ' exceeds the capacity ' || v_capacity || ' of queue ' || v_queue);
-    END IF;
-    v_timeout := jt.timeout_seconds;
-    IF nullif(job -> 'timeout_seconds', 'null') IS NOT NULL THEN
-      IF jsonb_typeof(job -> 'timeout_seconds') <> 'number' THEN
-        PERFORM hipq_refuse(p || 'timeout_seconds', 'must be a number of seconds');
-      END IF;
-      v_timeout := (job ->> 'timeout_seconds')::double precision;
-      IF v_timeout <= 0 THEN
-        PERFORM hipq_refuse(p || 'timeout_seconds', 'must be greater than zero');
-      ELSIF v_timeout > 3650 * 86400 THEN
-        PERFORM hipq_refuse(p || 'timeout_seconds', 'must be at most 3650d');
-      END IF;
-    END IF;
-    v_retry := jt.retry;
-    IF nullif(job -> 'max_attempts', 'null') IS NOT NULL THEN
-      IF jsonb_typeof(job -> 'max_attempts') <> 'number' OR (job ->> 'max_attempts')::numeric <> trunc((job ->> 'max_attempts')::numeric)
-         OR (job ->> 'max_attempts')::numeric NOT BETWEEN 1 AND 10000 THEN
-        PERFORM hipq_refuse(p || 'max_attempts', 'must be an integer between 1 and 10000');
-      END IF;
-      v_attempts := (job ->> 'max_attempts')::numeric;
-      IF v_retry ->> 'strategy' = 'none' AND v_attempts > 1 THEN
-        PERFORM hipq_refuse(p || 'max_attempts', 'job type ' || jt.name || ' never retries (retry strategy none)');
-      END IF;
-      v_retry := v_retry || jsonb_build_object('max_attempts', v_attempts);
-    END IF;
-    v_critical := false;
-    IF nullif(job -> 'critical', 'null') IS NOT NULL THEN
-      IF jsonb_typeof(job -> 'critical') <> 'boolean' THEN
-        PERFORM hipq_refuse(p || 'critical', 'must be true or false');
-      END IF;
-      v_critical := (job -> 'critical')::boolean;
-    END IF;
-    -- The correlation key: the job's own, or rendered from its type's template now;
-    -- a template that needs the job's id or attempt is rendered by the loop at claim.
-    v_key := NULL;
-    IF nullif(job -> 'correlation_key', 'null') IS NOT NULL THEN
-      IF jsonb_typeof(job -> 'correlation_key') <> 'string' THEN
-        PERFORM hipq_refuse(p || 'correlation_key', 'must be a string');
-      END IF;
-      IF jt.key_at_dispatch THEN
-        PERFORM hipq_refuse(p || 'correlation_key',
-          'job type ' || jt.name || ' builds its key per attempt (' || jt.correlation_key || ')');
-      END IF;
-      v_key := job ->> 'correlation_key';
-    ELSIF jsonb_typeof(jt.key_parts) = 'array' AND NOT jt.key_at_dispatch THEN
-      v_key := hipq_render_key(jt.key_parts,
-        jsonb_build_object('payload', v_payload, 'labels', v_labels, 'type', jt.name), p || 'payload');
-    END IF;
-    IF v_key IS NOT NULL THEN
-      IF v_key = '' THEN
-        PERFORM hipq_refuse(p || 'correlation_key', 'a correlation key must not be empty');
-      ELSIF v_key ~ '[\x01-\x1f\x7f-\x9f]' THEN
-        PERFORM hipq_refuse(p || 'correlation_key',
-          'a correlation key must not contain control characters (such as a newline)');
-      ELSIF length(v_key) > 500 THEN
-        PERFORM hipq_refuse(p || 'correlation_key', 'must be at most 500 characters');
-      END IF;
-    END IF;
-    v_flags := hipq_flags(job -> 'flags', p);
-    -- The job_key, its mode and its period, as the API checks them.
-    v_job_key := NULL;
-    IF nullif(job -> 'job_key', 'null') IS NOT NULL THEN
-      IF jsonb_typeof(job -> 'job_key') <> 'string' THEN
-        PERFORM hipq_refuse(p || 'job_key', 'must be a string');
-      END IF;
-      v_job_key := job ->> 'job_key';
-      IF v_job_key = '' THEN
-        PERFORM hipq_refuse(p || 'job_key', 'a job_key must not be empty');
-      ELSIF v_job_key ~ '[\x01-\x1f\x7f-\x9f]' THEN
-        PERFORM hipq_refuse(p || 'job_key', 'a job_key must not contain control characters (such as a newline)');
-      ELSIF v_job_key IN ('.', '..') THEN
-        PERFORM hipq_refuse(p || 'job_key', 'a job_key cannot be ''.'' or ''..'' (clients remove such a URL path segment)');
-      ELSIF length(v_job_key) > 500 THEN
-        PERFORM hipq_refuse(p || 'job_key', 'must be at most 500 characters');
-      END IF;
-    END IF;
-    v_mode := coalesce(nullif(job -> 'job_key_mode', 'null') #>> '{}', 'replace');
-    IF v_mode NOT IN ('replace', 'preserve_run_at', 'unsafe_dedupe') OR jsonb_typeof(job -> 'job_key_mode') NOT IN ('string', 'null') THEN
-      PERFORM hipq_refuse(p || 'job_key_mode', 'must be one of replace, preserve_run_at, unsafe_dedupe');
-    END IF;
-    v_unique_for := NULL;
-    IF nullif(job -> 'unique_for', 'null') IS NOT NULL THEN
-      IF v_job_key IS NULL THEN
-        PERFORM hipq_refuse(p || 'unique_for', 'needs a job_key: the key is what is unique');
-      END IF;
-      v_unique_for := hipq_unique_for(job -> 'unique_for', p || 'unique_for');
-    END IF;
-    -- The unique index would refuse the key too; this names the field (a race still
-    -- ends in the index's unique_violation). A keyed job's own holder may hold it:
-    -- it is replaced or returned (a take-over's insert meets the index).
-    IF v_key IS NOT NULL AND EXISTS (SELECT 1 FROM hipq_jobs WHERE correlation_key = v_key
-        AND state IN ('scheduled', 'running', 'awaiting')
-        AND (v_job_key IS NULL OR job_key IS DISTINCT FROM v_job_key)) THEN
-      PERFORM hipq_refuse(p || 'correlation_key', 'correlation_key is already used by an open job', 'HQ409');
-    END IF;
-    r.queue := v_queue; r.type := jt.name; r.state := 'scheduled'; r.payload := v_payload;
-    r.labels := v_labels; r.retry := v_retry; r.run_at := v_run_at; r.priority := v_priority;
-    r.weight := v_weight; r.timeout_seconds := v_timeout; r.critical := v_critical;
-    r.correlation_key := v_key; r.job_key := v_job_key; r.attempt := 0; r.created_at := v_now;
-    r.updated_at := v_now; r.cancel_requested := false; r.flags := v_flags;
-    IF v_job_key IS NULL THEN
+    -- A mode that is not a string is no mode: hipq_job_row refuses it.
+    v_mode := CASE WHEN jsonb_typeof(job -> 'job_key_mode') = 'string' THEN job ->> 'job_key_mode'
+                   WHEN nullif(job -> 'job_key_mode', 'null') IS NOT NULL THEN '' END;
+    -- A period without a key: hipq_job_row says that the key is missing.
+    v_unique_for := CASE WHEN nullif(job -> 'unique_for', 'null') IS NULL THEN NULL
+                         WHEN nullif(job -> 'job_key', 'null') IS NULL THEN 1
+                         ELSE hipq_unique_for(job -> 'unique_for', p || 'unique_for') END;
+    r := hipq_job_row(p, job ->> 'type', nullif(job -> 'payload', 'null'), job ->> 'queue', v_run_at,
+      (job ->> 'priority')::numeric, (job ->> 'weight')::numeric, nullif(job -> 'labels', 'null'),
+      (job ->> 'timeout_seconds')::double precision, (job ->> 'max_attempts')::numeric,
+      (job ->> 'critical')::boolean, job ->> 'correlation_key', nullif(job -> 'flags', 'null'),
+      job ->> 'job_key', v_mode, v_unique_for);
+    IF r.job_key IS NULL THEN
       new_id := hipq_insert_row(r);
     ELSE
-      new_id := hipq_insert_keyed(r, v_mode, v_unique_for);
+      new_id := hipq_insert_keyed(r, coalesce(v_mode, 'replace'), v_unique_for);
     END IF;
     ids := ids || new_id;
-    IF NOT v_queue = ANY (queues) THEN
-      queues := queues || v_queue;
+    IF NOT r.queue = ANY (queues) THEN
+      queues := queues || r.queue;
     END IF;
   END LOOP;
   -- Delivered at COMMIT, and never for a transaction that rolls back (hipq.batch_loop.wakeup).
@@ -420,7 +443,8 @@ END
 $fn$;
 """
 
-
+# One job from typed arguments: no JSON between the caller and the row, and nothing
+# of job keys on the way of a job without one.
 ADD_JOB = r"""
 CREATE FUNCTION hipq_add_job(
   job_type text,
@@ -438,16 +462,27 @@ CREATE FUNCTION hipq_add_job(
   job_key text DEFAULT NULL,
   job_key_mode text DEFAULT NULL,
   unique_for interval DEFAULT NULL
-) RETURNS bigint LANGUAGE sql VOLATILE AS $fn$
-  SELECT (hipq_insert_jobs(jsonb_build_array((
-    SELECT coalesce(jsonb_object_agg(key, value), '{}') FROM jsonb_each(jsonb_build_object(
-      'type', job_type, 'payload', payload, 'queue', queue,
-      'run_at', to_jsonb(run_at), 'priority', priority, 'weight', weight, 'labels', labels,
-      'timeout_seconds', timeout_seconds, 'max_attempts', max_attempts,
-      'critical', critical, 'correlation_key', correlation_key, 'flags', to_jsonb(flags),
-      'job_key', job_key, 'job_key_mode', job_key_mode,
-      'unique_for', extract(epoch FROM unique_for)))
-    WHERE value <> 'null'::jsonb)), false))[1]
+) RETURNS bigint LANGUAGE plpgsql VOLATILE AS $fn$
+DECLARE
+  r hipq_jobs%ROWTYPE;
+  period double precision := extract(epoch FROM unique_for);
+  new_id bigint;
+BEGIN
+  IF job_type IS NULL THEN
+    PERFORM hipq_refuse('type', 'must be the name of a job type');
+  END IF;
+  r := hipq_job_row('', job_type, nullif(payload, 'null'), queue, run_at, priority, weight,
+    nullif(labels, 'null'), timeout_seconds, max_attempts, critical, correlation_key,
+    to_jsonb(flags), job_key, job_key_mode, period);
+  IF job_key IS NULL THEN
+    new_id := hipq_insert_row(r);
+  ELSE
+    new_id := hipq_insert_keyed(r, coalesce(job_key_mode, 'replace'), period);
+  END IF;
+  -- Delivered at COMMIT, and never for a transaction that rolls back (hipq.batch_loop.wakeup).
+  PERFORM pg_notify('hipq_jobs', r.queue);
+  RETURN new_id;
+END
 $fn$;
 """
 
@@ -458,6 +493,8 @@ ADD_JOB_0007 = (
 ADD_JOB_0023 = ADD_JOB_0007.replace("text)", "text, text[], text, text, interval)")
 # Created by this revision, dropped by its downgrade (hipq_add_job apart).
 FUNCTIONS = (
+    "hipq_job_row(text, text, jsonb, text, timestamptz, numeric, numeric, jsonb, double precision,"
+    " numeric, boolean, text, jsonb, text, text, double precision)",
     "hipq_insert_keyed(hipq_jobs, text, double precision)",
     "hipq_insert_row(hipq_jobs)",
     "hipq_key_action(text, text, bigint, boolean)",
@@ -470,8 +507,9 @@ def upgrade() -> None:
     if op.get_bind().dialect.name != "postgresql":
         return
     op.execute(sa.text(f"DROP FUNCTION {ADD_JOB_0007}"))
-    for ddl in (FLAGS, UNIQUE_FOR, KEY_ACTION, INSERT_ROW, INSERT_KEYED, INSERT, ADD_JOB):
-        op.execute(sa.text(ddl))
+    ddl = (FLAGS, UNIQUE_FOR, KEY_ACTION, INSERT_ROW, INSERT_KEYED, ROW, INSERT, ADD_JOB)
+    for statement in ddl:
+        op.execute(sa.text(statement))
 
 
 def downgrade() -> None:

@@ -266,7 +266,7 @@ async def test_the_transactional_sql_function_sets_every_new_job_column(
             ]
     finally:
         await store.close()
-    assert inserts  # hipq_insert_row's, and hipq_add_job's copy of it
+    assert len(inserts) == 3  # hipq_add_job, hipq_insert_jobs, hipq_insert_keyed
     for columns in inserts:
         written = {c.strip() for c in columns.split(",")}
         assert written == set(JOB_INSERT_COLUMNS) - TRANSACTIONAL_LEAVES_UNSET

@@ -10,7 +10,8 @@ the queue's owner is woken at the commit (PostgreSQL NOTIFY). ::
 
 A job added so is resolved and checked as a POST to ``/v1/jobs`` is: the job type's
 defaults (queue, priority, weight, timeout, retry), the correlation key built from
-its template, the same refusals. On PostgreSQL the SQL function ``hipq_add_jobs``
+its template, the same refusals, and a ``job_key`` decides as for a POST
+(``hipq.job_keys``). On PostgreSQL the SQL function ``hipq_add_jobs``
 does it (an application may also call ``hipq_add_job(...)`` in SQL directly); on
 SQLite, which has no SQL functions, this module does it against the job types the
 serving hipq process mirrored into the database (``hipq_job_types``).
@@ -29,16 +30,18 @@ forms, ``psycopg`` connections (sync and async), ``asyncpg`` connections, and
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
-from datetime import UTC, datetime
+from collections.abc import Generator, Mapping, Sequence
+from datetime import UTC, datetime, timedelta
 from functools import cache
 from typing import Any
 
+from hipq.batch_loop.operator_requests import key_taken_over
 from hipq.ingest.app_connections import AsyncRunner, SyncRunner, async_runner, sync_runner
 from hipq.ingest.mirrored_intake import (
     FIELDS,
     NAIVE,
     EnqueueError,
+    Resolved,
     field_name,
     key_in_use,
     mirror_from_rows,
@@ -46,6 +49,9 @@ from hipq.ingest.mirrored_intake import (
     sqlite_conflict,
     sqlite_row,
 )
+from hipq.job_keys import KeyAction, holder_states, key_action, replacing
+from hipq.lifecycle import State
+from hipq.store.rows import NEW_JOB_COLUMNS
 from hipq.store.schema import jobs
 from hipq.store.state_guards import OPEN_STATES_SQL
 from hipq.store.statements import insert_sql
@@ -70,8 +76,15 @@ def add_job(
     max_attempts: int | None = None,
     critical: bool | None = None,
     correlation_key: str | None = None,
+    flags: Sequence[str] | None = None,
+    job_key: str | None = None,
+    job_key_mode: str | None = None,
+    unique_for: float | str | timedelta | None = None,
 ) -> int:
-    """Add one job in ``conn``'s transaction; its id. Unset fields take the job type's."""
+    """Add one job in ``conn``'s transaction; its id. Unset fields take the job type's.
+
+    With a ``job_key``, the id is that of the job the key decides on, as for a POST
+    (docs/job-keys.md): a new job, the replaced one, or the one returned unchanged."""
     job = _job_of(locals())
     return _add_sync(sync_runner(conn), [job], many=False)[0]
 
@@ -96,6 +109,10 @@ async def add_job_async(
     max_attempts: int | None = None,
     critical: bool | None = None,
     correlation_key: str | None = None,
+    flags: Sequence[str] | None = None,
+    job_key: str | None = None,
+    job_key_mode: str | None = None,
+    unique_for: float | str | timedelta | None = None,
 ) -> int:
     """:func:`add_job` for an asyncio connection or session."""
     job = _job_of(locals())
@@ -119,13 +136,42 @@ _READ_TYPES = (
     " key_parts, key_at_dispatch FROM hipq_job_types"
 )
 _READ_QUEUES = "SELECT name, concurrency FROM hipq_queue_capacities"
-_KEY_IN_USE = f"SELECT 1 FROM hipq_jobs WHERE correlation_key = :key AND {OPEN_STATES_SQL}"
+# An open job holding the key; a keyed job's own holder may keep it (it is replaced or
+# returned; a take-over's insert meets the unique index instead).
+_KEY_IN_USE = (
+    f"SELECT 1 FROM hipq_jobs WHERE correlation_key = :key AND {OPEN_STATES_SQL}"
+    " AND (:job_key IS NULL OR job_key IS NOT :job_key)"
+)
+_KEY_CREATED_SINCE = (
+    "SELECT id FROM hipq_jobs WHERE job_key = :job_key AND created_at >= :since"
+    " ORDER BY created_at, id LIMIT 1"
+)
+_KEY_HOLDER = (
+    "SELECT id, state, attempt FROM hipq_jobs WHERE job_key = :job_key AND state IN ({states})"
+    f" ORDER BY CASE WHEN {OPEN_STATES_SQL} THEN 0 ELSE 1 END, id DESC LIMIT 1"
+)
+# (RETURNING: every runner fetches the rows of its statement.)
+_TAKE_OVER = (
+    "UPDATE hipq_jobs SET job_key = NULL, retry = :retry, updated_at = :now WHERE id = :id"
+    " RETURNING id"
+)
+
+# One statement to run, and the rows it gave back.
+Step = tuple[str, dict[str, Any]]
+Steps = Generator[Step, list[Sequence[Any]], list[int]]
 
 
 @cache
 def _insert(columns: tuple[str, ...]) -> str:
     """The store's insert of a job row with these columns (the resolved row's)."""
     return insert_sql(jobs, columns, "named", returning_id=True)[0]
+
+
+@cache
+def _replace(columns: tuple[str, ...]) -> str:
+    """A keyed replacement of a scheduled job's columns (hipq.job_keys.replacing)."""
+    sets = ", ".join(f"{c} = :{c}" for c in columns)
+    return f"UPDATE hipq_jobs SET {sets} WHERE id = :id AND state = 'scheduled' RETURNING id"
 
 
 def _add_sync(run: SyncRunner, jobs: list[Mapping[str, Any]], many: bool) -> list[int]:
@@ -138,19 +184,18 @@ def _add_sync(run: SyncRunner, jobs: list[Mapping[str, Any]], many: bool) -> lis
                 raise
             raise refused from exc
         return list(rows[0][0])
-    types, queues = mirror_from_rows(run(_READ_TYPES, {}), run(_READ_QUEUES, {}))
-    ids = []
-    for i, row in enumerate(resolve(jobs, types, queues, datetime.now(UTC), many)):
-        if row["correlation_key"] is not None and run(_KEY_IN_USE, {"key": row["correlation_key"]}):
-            raise key_in_use(i, many)
-        try:
-            ids.append(run(_insert(tuple(row)), sqlite_row(row))[0][0])
-        except Exception as exc:
-            taken = sqlite_conflict(exc, i, many)
-            if taken is None:
-                raise
-            raise taken from exc
-    return ids
+    steps = _sqlite_steps(jobs, many)
+    try:
+        step = next(steps)
+        while True:
+            try:
+                rows = run(*step)
+            except Exception as exc:
+                step = steps.throw(exc)
+            else:
+                step = steps.send(rows)
+    except StopIteration as done:
+        return list(done.value)
 
 
 async def _add_async(run: AsyncRunner, jobs: list[Mapping[str, Any]], many: bool) -> list[int]:
@@ -164,20 +209,73 @@ async def _add_async(run: AsyncRunner, jobs: list[Mapping[str, Any]], many: bool
                 raise
             raise refused from exc
         return list(rows[0][0])
-    types, queues = mirror_from_rows(await run(_READ_TYPES, {}), await run(_READ_QUEUES, {}))
+    steps = _sqlite_steps(jobs, many)
+    try:
+        step = next(steps)
+        while True:
+            try:
+                rows = await run(*step)
+            except Exception as exc:
+                step = steps.throw(exc)
+            else:
+                step = steps.send(rows)
+    except StopIteration as done:
+        return list(done.value)
+
+
+def _sqlite_steps(jobs: list[Mapping[str, Any]], many: bool) -> Steps:
+    """SQLite's path, as the statements to run (one copy for sync and async callers):
+    the jobs resolved against the mirror, each inserted, or decided by its job_key."""
+    types, queues = mirror_from_rows((yield _READ_TYPES, {}), (yield _READ_QUEUES, {}))
+    now = datetime.now(UTC)
     ids = []
-    for i, row in enumerate(resolve(jobs, types, queues, datetime.now(UTC), many)):
+    for i, job in enumerate(resolve(jobs, types, queues, now, many)):
+        row = job.row
         key = row["correlation_key"]
-        if key is not None and await run(_KEY_IN_USE, {"key": key}):
+        if key is not None and (yield _KEY_IN_USE, {"key": key, "job_key": row["job_key"]}):
             raise key_in_use(i, many)
+        if row["job_key"] is not None:
+            found = yield from _keyed(job, now)
+            if found is not None:
+                ids.append(found)
+                continue
         try:
-            ids.append((await run(_insert(tuple(row)), sqlite_row(row)))[0][0])
+            ids.append((yield _insert(tuple(row)), sqlite_row(row))[0][0])
         except Exception as exc:
             taken = sqlite_conflict(exc, i, many)
             if taken is None:
                 raise
             raise taken from exc
     return ids
+
+
+def _keyed(job: Resolved, now: datetime) -> Generator[Step, list[Sequence[Any]], int | None]:
+    """The job of its key that a keyed job is (hipq.job_keys), or None when it is to be
+    inserted. SQLite has one writer at a time: no other transaction adds the key between
+    this look and the insert."""
+    row, key = job.row, job.row["job_key"]
+    earlier: list[Sequence[Any]] = []
+    if job.unique_for_seconds is not None:
+        since = now - timedelta(seconds=job.unique_for_seconds)
+        earlier = yield _KEY_CREATED_SINCE, sqlite_row({"job_key": key, "since": since})
+    holder: list[Sequence[Any]] = []
+    if not earlier:
+        states = ", ".join(f"'{s.value}'" for s in sorted(holder_states(job.job_key_mode)))
+        holder = yield _KEY_HOLDER.format(states=states), {"job_key": key}
+    state = (State(holder[0][1]), holder[0][2]) if holder else None
+    action = key_action(job.job_key_mode, state, in_period=bool(earlier))
+    if action is KeyAction.RETURN:
+        return int((earlier or holder)[0][0])
+    if action is KeyAction.INSERT:
+        return None
+    holder_id = int(holder[0][0])
+    if action is KeyAction.TAKE_OVER:
+        params = {"id": holder_id, "retry": key_taken_over({}), "now": now}
+        yield _TAKE_OVER, sqlite_row(params)
+        return None
+    changes = replacing({k: v for k, v in row.items() if k in NEW_JOB_COLUMNS}, action, now)
+    yield _replace(tuple(changes)), sqlite_row({**changes, "id": holder_id})
+    return holder_id
 
 
 def _json_jobs(jobs: list[Mapping[str, Any]], many: bool) -> str:
@@ -187,9 +285,11 @@ def _json_jobs(jobs: list[Mapping[str, Any]], many: bool) -> str:
         if isinstance(run_at, datetime) and run_at.tzinfo is None:
             raise EnqueueError(field_name(i, many, "run_at"), NAIVE)
 
-    def instant(value: Any) -> str:
+    def instant(value: Any) -> str | float:
         if isinstance(value, datetime):
             return value.isoformat()
+        if isinstance(value, timedelta):  # unique_for
+            return value.total_seconds()
         raise TypeError(f"{type(value).__name__} is not JSON serializable")
 
     return json.dumps([dict(j) if isinstance(j, Mapping) else j for j in jobs], default=instant)

@@ -32,7 +32,7 @@ from alembic import context, op
 from hipq.store.schema import UTCDateTime
 
 revision = "0024"
-down_revision = "0022"
+down_revision = "0023"
 branch_labels = None
 depends_on = None
 

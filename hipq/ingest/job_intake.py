@@ -15,6 +15,7 @@ from typing import Any
 from hipq.config import Settings
 from hipq.durations import parse_duration
 from hipq.ingest.response_intake import callback_key_problem, route_key_problem
+from hipq.job_keys import JOB_KEY_MODES
 from hipq.job_types import JobTypeInfo, JobTypes
 from hipq.jobs import Job, NewJob
 from hipq.plugins import PluginError, RetryStrategies
@@ -23,7 +24,6 @@ from hipq.templates import TemplateError, new_job_context
 from hipq.windows import Window, WindowError, next_opening, parse_windows
 
 MAX_RUN_IN_SECONDS = 3650 * 86400
-JOB_KEY_MODES = ("replace", "preserve_run_at", "unsafe_dedupe")
 # Longer is a client bug, and the deadline (claimed_at + timeout) must stay a valid date.
 MAX_TIMEOUT_SECONDS = 3650 * 86400.0
 

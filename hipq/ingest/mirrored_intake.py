@@ -11,25 +11,42 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping, Sequence
-from datetime import UTC, datetime
-from typing import Any
+from datetime import UTC, datetime, timedelta
+from typing import Any, NamedTuple
 
-from hipq.ingest.job_intake import MAX_TIMEOUT_SECONDS
-from hipq.ingest.response_intake import callback_key_problem
+from hipq.durations import parse_duration
+from hipq.ingest.job_intake import MAX_RUN_IN_SECONDS, MAX_TIMEOUT_SECONDS
+from hipq.ingest.response_intake import callback_key_problem, route_key_problem
+from hipq.job_keys import JOB_KEY_MODES
 from hipq.store.job_types_mirror import MirroredJobType, MirroredQueue
 from hipq.store.schema import KEY_MAX_LENGTH
 from hipq.templates import JOB_ROOTS, TemplateError, compile_template, new_job_context
 
-__all__ = ["FIELDS", "EnqueueError", "mirror_from_rows", "resolve"]
+__all__ = ["FIELDS", "EnqueueError", "Resolved", "mirror_from_rows", "resolve"]
 
 # The fields of a job as hipq_add_jobs takes them (JSON); ``type`` is required.
 FIELDS = (
     "type payload queue run_at priority weight labels timeout_seconds max_attempts critical "
-    "correlation_key"
+    "correlation_key flags job_key job_key_mode unique_for"
 ).split()
 _INT32 = 2147483647
+# A job's flags, as the API takes them (hipq.api.models.FlagName).
+MAX_FLAGS, MAX_FLAG_LENGTH = 20, 100
+_FLAG_CONTROL = re.compile(r"[\x00-\x1f]")
 _RFC3339 = re.compile(r"^\d{4}-\d\d-\d\d[Tt ]\d\d:\d\d(:\d\d(\.\d+)?)?([Zz]|[+-]\d\d(:?\d\d)?)$")
 NAIVE = "needs a time zone (an aware datetime)"
+# A duration as text: seconds, or parts with a unit (hipq.durations); the SQL functions
+# parse the same form (alembic 0023, hipq_duration_seconds).
+_DURATION = re.compile(r"\d+(\.\d+)?|(\d+(\.\d+)?(ms|s|m|h|d))+")
+UNIQUE_FOR_FORM = "must be a number of seconds or a duration such as '1h' or '90s'"
+
+
+class Resolved(NamedTuple):
+    """A job ready to insert: its row, and how its ``job_key`` decides (hipq.job_keys)."""
+
+    row: dict[str, Any]
+    job_key_mode: str = "replace"
+    unique_for_seconds: float | None = None
 
 
 class EnqueueError(ValueError):
@@ -82,7 +99,7 @@ def resolve(
     queues: Mapping[str, MirroredQueue],
     now: datetime,
     many: bool = True,
-) -> list[dict[str, Any]]:
+) -> list[Resolved]:
     """Each job as the row ``hipq_insert_jobs`` would insert, or the same refusal."""
     if not jobs:
         raise EnqueueError("jobs", "must hold at least one job")
@@ -96,7 +113,7 @@ def _resolve_one(
     types: Mapping[str, MirroredJobType],
     queues: Mapping[str, MirroredQueue],
     now: datetime,
-) -> dict[str, Any]:
+) -> Resolved:
     def refuse(name: str, message: str) -> EnqueueError:
         return EnqueueError(field_name(index, many, name), message)
 
@@ -156,7 +173,9 @@ def _resolve_one(
     if not isinstance(critical, bool):
         raise refuse("critical", "must be true or false")
     key = _correlation_key(job, jt, payload, labels, refuse)
-    return {
+    flags = _flags(job.get("flags"), refuse)
+    job_key, mode, unique_for = _job_key(job, refuse)
+    row = {
         "queue": queue,
         "type": name,
         "state": "scheduled",
@@ -170,12 +189,66 @@ def _resolve_one(
         "timeout_seconds": float(timeout),
         "critical": critical,
         "correlation_key": key,
-        "job_key": None,
+        "job_key": job_key,
         "attempt": 0,
         "created_at": now,
         "updated_at": now,
         "cancel_requested": False,
+        "flags": flags,
     }
+    return Resolved(row, mode, unique_for)
+
+
+def _job_key(job: Mapping[str, Any], refuse: Any) -> tuple[str | None, str, float | None]:
+    """The job_key, its mode and its period of uniqueness (seconds), as the API checks them."""
+    key = job.get("job_key")
+    if key is not None:
+        if not isinstance(key, str):
+            raise refuse("job_key", "must be a string")
+        if problem := route_key_problem(key, "job_key"):
+            raise refuse("job_key", problem)
+        if len(key) > KEY_MAX_LENGTH:
+            raise refuse("job_key", f"must be at most {KEY_MAX_LENGTH} characters")
+    mode = job.get("job_key_mode", "replace")
+    if mode not in JOB_KEY_MODES:
+        raise refuse("job_key_mode", f"must be one of {', '.join(JOB_KEY_MODES)}")
+    raw = job.get("unique_for")
+    if raw is None:
+        return key, mode, None
+    if key is None:
+        raise refuse("unique_for", "needs a job_key: the key is what is unique")
+    if isinstance(raw, timedelta):
+        raw = raw.total_seconds()
+    if isinstance(raw, str) and _DURATION.fullmatch(raw.replace(" ", "")):
+        seconds = parse_duration(raw)
+    elif isinstance(raw, int | float) and not isinstance(raw, bool):
+        seconds = float(raw)
+    else:
+        raise refuse("unique_for", UNIQUE_FOR_FORM)
+    if not 0 < seconds <= MAX_RUN_IN_SECONDS:
+        raise refuse("unique_for", "must be greater than zero and at most 3650d")
+    return key, mode, seconds
+
+
+def _flags(value: Any, refuse: Any) -> list[str] | None:
+    """Sorted, once each; None for none (as the API stores them)."""
+    if value is None:
+        return None
+    if isinstance(value, str | bytes) or not isinstance(value, Sequence):
+        raise refuse("flags", "must be a list of flag names")
+    if len(value) > MAX_FLAGS:
+        raise refuse("flags", f"must hold at most {MAX_FLAGS} flags")
+    for i, flag in enumerate(value):
+        if (
+            not isinstance(flag, str)
+            or not 1 <= len(flag) <= MAX_FLAG_LENGTH
+            or _FLAG_CONTROL.search(flag)
+        ):
+            raise refuse(
+                f"flags[{i}]",
+                f"must be a flag name: 1 to {MAX_FLAG_LENGTH} characters, no control characters",
+            )
+    return sorted(set(value)) or None
 
 
 def _run_at(value: Any, now: datetime, refuse: Any) -> datetime:

@@ -19,6 +19,7 @@ from hipq.batch_loop.operator_requests import key_taken_over
 from hipq.batch_loop.wakeup import jobs_payload
 from hipq.batches import NewBatch
 from hipq.dependencies import DependencyError, in_request, job_field
+from hipq.job_keys import KeyAction, holder_states, key_action, replacing
 from hipq.jobs import Attempt, Job, NewJob
 from hipq.lifecycle import TERMINAL, State, check_transition
 from hipq.store import state_guards as guards
@@ -40,10 +41,6 @@ from hipq.store.transactions import Transactions
 
 # One request of ``job_insert_each``: its jobs, and its (Idempotency-Key, request hash).
 InsertRequest = tuple[Sequence[NewJob], tuple[str, str] | None]
-
-# The jobs an ``unsafe_dedupe`` insert returns: an open one, or (as graphile-worker,
-# whose failed jobs keep their key) one that failed for good.
-DEDUPE_HOLDERS_SQL = [*OPEN_SQL, const(State.FAILED.value)]
 
 # A keyed insert that lost the race for its key looks again; each round waits for the
 # transaction that won, so a second round is the rule and more are rare.
@@ -335,35 +332,26 @@ class JobTable(Transactions):
         """
         row = new_row(job, now)
         for _round in range(KEYED_INSERT_ROUNDS):
+            earlier = None
             if job.unique_for_seconds is not None:
-                earlier = await self._key_created_since(
-                    conn, job.job_key, now - timedelta(seconds=job.unique_for_seconds)
-                )
-                if earlier is not None:
-                    return earlier
-            holders = OPEN_SQL if job.job_key_mode != "unsafe_dedupe" else DEDUPE_HOLDERS_SQL
-            query = (
-                select(jobs)
-                .where(jobs.c.job_key == job.job_key, jobs.c.state.in_(holders))
-                # An open holder first (the one the index allows), else the latest failed.
-                .order_by(case((jobs.c.state.in_(OPEN_SQL), 0), else_=1), jobs.c.id.desc())
-                .limit(1)
-            )
-            existing = (await conn.execute(self.dialect.for_update(query))).first()
-            if existing is not None:
-                current = row_to_job(existing)
-                if job.job_key_mode == "unsafe_dedupe":
-                    return current
-                if current.state == State.SCHEDULED:
-                    return await self._job_update_guarded(
-                        conn, current.id, guards.KEYED_REPLACE, _replacing(current, row, job, now)
-                    )
-                # In flight: the running job lets go of the key and a new job takes it;
-                # the old one is not retried after this attempt (as graphile-worker).
+                since = now - timedelta(seconds=job.unique_for_seconds)
+                earlier = await self._key_created_since(conn, job.job_key, since)
+            current = None if earlier is not None else await self._key_holder(conn, job)
+            holder = None if current is None else (current.state, current.attempt)
+            action = key_action(job.job_key_mode, holder, in_period=earlier is not None)
+            answer = earlier or current
+            if action is KeyAction.RETURN and answer is not None:
+                return answer
+            if current is not None and action is KeyAction.TAKE_OVER:
                 await conn.execute(
                     update(jobs)
                     .where(jobs.c.id == current.id)
                     .values(job_key=None, retry=key_taken_over(current.retry), updated_at=now)
+                )
+            elif current is not None and action is not KeyAction.INSERT:
+                new = {k: row[k] for k in NEW_JOB_COLUMNS}
+                return await self._job_update_guarded(
+                    conn, current.id, guards.KEYED_REPLACE, replacing(new, action, now)
                 )
             stmt = (
                 self.dialect.insert(jobs)
@@ -377,6 +365,19 @@ class JobTable(Transactions):
             if job_id is not None:
                 return job_from_new(job_id, row)
         raise Conflict(f"job_key {job.job_key!r} is contended; try again", field="job_key")
+
+    async def _key_holder(self, conn: AsyncConnection, job: NewJob) -> Job | None:
+        """The job holding ``job``'s key for its mode, locked: an open one first (the one
+        the open-key index allows), else the latest that failed for good."""
+        holders = [const(s.value) for s in sorted(holder_states(job.job_key_mode))]
+        query = (
+            select(jobs)
+            .where(jobs.c.job_key == job.job_key, jobs.c.state.in_(holders))
+            .order_by(case((jobs.c.state.in_(OPEN_SQL), 0), else_=1), jobs.c.id.desc())
+            .limit(1)
+        )
+        existing = (await conn.execute(self.dialect.for_update(query))).first()
+        return None if existing is None else row_to_job(existing)
 
     async def _key_created_since(
         self, conn: AsyncConnection, job_key: str | None, since: datetime
@@ -516,23 +517,6 @@ class JobTable(Transactions):
                 await conn.execute(delete(notifications).where(notifications.c.job_id.in_(ids)))
                 await conn.execute(delete(jobs).where(jobs.c.id.in_(ids)))
         return len(ids)
-
-
-def _replacing(current: Job, row: dict[str, Any], job: NewJob, now: datetime) -> dict[str, Any]:
-    """The columns a replace (or preserve_run_at) writes over a scheduled job.
-
-    As graphile-worker: the job no longer carries the error of an attempt made before
-    the replacement, and ``preserve_run_at`` keeps ``run_at`` only while the job has
-    not been attempted (a retry's back-off is not a run time to preserve). Unlike
-    graphile-worker, ``attempt`` is kept: it numbers the job's attempt history, which
-    hipq keeps (docs/job-keys.md).
-    """
-    # A job stays in its batch (a batch counts the jobs that joined it).
-    changes = {k: row[k] for k in NEW_JOB_COLUMNS if k not in ("job_key", "queue", "batch_id")}
-    if job.job_key_mode == "preserve_run_at" and current.attempt == 0:
-        changes.pop("run_at")
-    changes.update(updated_at=now, waiting_reason=None, last_error=None)
-    return changes
 
 
 def _may_be_refused_alone(new_jobs: Sequence[NewJob]) -> bool:

@@ -3,13 +3,15 @@ resolve what they accept: the same on both engines, and as a POST does."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
+from sqlalchemy import update
 from sqlalchemy.ext.asyncio import create_async_engine
 
 from hipq.service import Service
+from hipq.store.schema import jobs
 from hipq.transactional import EnqueueError, add_job_async, add_jobs_async
 
 OK = {"type": "receipt", "payload": {"order": 1}, "labels": {"region": "east"}}
@@ -47,6 +49,25 @@ REFUSED = [
     ({**OK, "payload": {"order": None}}, "payload", "payload.order is missing"),
     ({**OK, "payload": {"order": {"a": 1}}}, "payload", "is an object"),
     ({**OK, "payload": {"order": [1]}}, "payload", "is a list"),
+    ({**OK, "flags": "urgent"}, "flags", "must be a list of flag names"),
+    ({**OK, "flags": ["ok", ""]}, "flags[1]", "must be a flag name"),
+    ({**OK, "flags": [7]}, "flags[0]", "must be a flag name"),
+    ({**OK, "flags": ["a\tb"]}, "flags[0]", "no control characters"),
+    ({**OK, "flags": ["f"] * 21}, "flags", "must hold at most 20 flags"),
+    ({**OK, "job_key": 7}, "job_key", "must be a string"),
+    ({**OK, "job_key": ""}, "job_key", "a job_key must not be empty"),
+    ({**OK, "job_key": "a\nb"}, "job_key", "must not contain control characters"),
+    ({**OK, "job_key": ".."}, "job_key", "cannot be '.' or '..'"),
+    ({**OK, "job_key": "k" * 501}, "job_key", "must be at most 500 characters"),
+    ({**OK, "job_key": "k", "job_key_mode": "keep"}, "job_key_mode", "must be one of replace"),
+    ({**OK, "job_key": "k", "job_key_mode": 1}, "job_key_mode", "must be one of replace"),
+    ({**OK, "unique_for": "1h"}, "unique_for", "needs a job_key"),
+    ({**OK, "job_key": "k", "unique_for": -5}, "unique_for", "must be greater than zero"),
+    ({**OK, "job_key": "k", "unique_for": 0}, "unique_for", "must be greater than zero"),
+    ({**OK, "job_key": "k", "unique_for": "3651d"}, "unique_for", "at most 3650d"),
+    ({**OK, "job_key": "k", "unique_for": "soon"}, "unique_for", "a duration such as '1h'"),
+    ({**OK, "job_key": "k", "unique_for": "-5"}, "unique_for", "a duration such as '1h'"),
+    ({**OK, "job_key": "k", "unique_for": True}, "unique_for", "a duration such as '1h'"),
     (
         {"type": "per_attempt", "payload": {"order": 1}, "correlation_key": "mine"},
         "correlation_key",
@@ -145,3 +166,30 @@ async def test_unset_fields_take_the_job_types_defaults(service: Service) -> Non
     assert (job.queue, job.priority, job.weight, job.timeout_seconds) == ("mail", 7, 2, 90.0)
     assert job.retry == {"strategy": "fixed", "delay": "1s", "max_attempts": 4}
     assert job.windows is None and job.job_key is None and not job.critical
+    assert job.flags is None
+
+
+@pytest.mark.parametrize("period", [90, 90.0, "90", "1m30s", "1m 30s", "1500ms 88.5s"])
+async def test_unique_for_is_read_as_the_api_reads_it(service: Service, period: Any) -> None:
+    fields = {**OK, "job_key": "p", "unique_for": period}
+    assert service.intake.resolve(dict(fields), datetime.now(UTC)).unique_for_seconds == 90
+    [first] = await add(service, [fields])
+    # A job created 89 s ago is within the period; one created 91 s ago is not.
+    engine = create_async_engine(service.settings.database_url)
+    try:
+        for ago, same in ((89, True), (91, False)):
+            async with engine.begin() as conn:
+                created = datetime.now(UTC) - timedelta(seconds=ago)
+                await conn.execute(update(jobs).values(created_at=created, state="completed"))
+            [again] = await add(service, [fields])
+            assert (again == first) is same
+    finally:
+        await engine.dispose()
+
+
+async def test_flags_are_stored_as_a_post_stores_them(service: Service) -> None:
+    flags = ["urgent", "b", "urgent", "A", "é"]
+    [job_id] = await add(service, [{**OK, "flags": flags}])
+    stored = (await service.store.job_get(job_id)).flags
+    assert stored == ["A", "b", "urgent", "é"]
+    assert service.intake.resolve({**OK, "flags": flags}, datetime.now(UTC)).flags == stored

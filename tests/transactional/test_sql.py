@@ -32,10 +32,12 @@ async def test_named_arguments_and_a_trigger(postgres_url_fresh: str) -> None:
     try:
         job_id = await conn.fetchval(
             "SELECT hipq_add_job('receipt', '{\"order\": 1}', labels => '{\"region\": \"e\"}',"
-            " run_at => now() + interval '2 days', max_attempts => 2)"
+            " run_at => now() + interval '2 days', max_attempts => 2,"
+            " flags => ARRAY['slow', 'eu'])"
         )
         job = await svc.store.job_get(job_id)
         assert (job.correlation_key, job.retry["max_attempts"]) == ("receipt-1:e", 2)
+        assert job.flags == ["eu", "slow"]
         assert (job.run_at - job.created_at).days == 2
         await conn.execute(TRIGGER)
         async with conn.transaction():

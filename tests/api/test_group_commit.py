@@ -75,3 +75,24 @@ async def test_job_keys_inside_a_group(api: Api) -> None:
     assert len({a.json()["id"] for a in answers}) == 1
     job = await api.job(answers[0].json()["id"])
     assert job["payload"] == {"v": 3}
+
+
+async def test_a_post_after_the_database_ended_its_connections_is_stored(api: Api) -> None:
+    # On PostgreSQL the single-job insert keeps its connection between requests
+    # (hipq.store.held_connections): one the server ended is replaced, not reused.
+    if api.service.store.dialect.name != "postgresql":
+        await api.post_job(type="ok")
+        await api.post_job(type="ok")
+        assert await api.count_jobs() == 2
+        return
+    await api.post_job(type="ok", payload={"n": 1})
+    async with api.service.store.engine.connect() as conn:
+        ended = await conn.exec_driver_sql(
+            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity"
+            " WHERE datname = current_database() AND pid <> pg_backend_pid()"
+        )
+        assert ended.scalar_one() >= 1
+    for n in (2, 3):
+        job = await api.post_job(type="ok", payload={"n": n})
+        assert (await api.job(job["id"]))["payload"] == {"n": n}
+    assert await api.count_jobs() == 3

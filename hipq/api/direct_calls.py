@@ -18,11 +18,13 @@ parameter FastAPI makes up (background tasks, a sub-response, security scopes).
 
 from __future__ import annotations
 
+import copy
 import inspect
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 from fastapi import routing as fastapi_routing
+from fastapi._compat import ModelField
 from fastapi.dependencies.models import Dependant
 from fastapi.dependencies.utils import (
     get_typed_return_annotation,
@@ -63,6 +65,34 @@ def _returns_response(call: Callable[..., Any]) -> bool:
     return inspect.isclass(annotation) and issubclass(annotation, Response)
 
 
+class _AbsentHeaders:
+    """Optional header parameters, and every name FastAPI may read each one under: when
+    a request sends none of them, each takes its default, as FastAPI gives it (a copy,
+    unvalidated), without FastAPI's lookup of each one."""
+
+    def __init__(self, fields: list[ModelField], names: frozenset[bytes]) -> None:
+        self.fields, self.names = fields, names
+
+    def none_in(self, headers: list[tuple[bytes, bytes]]) -> bool:
+        return not any(name in self.names for name, _ in headers)
+
+    def defaults(self) -> dict[str, Any]:
+        return {field.name: copy.deepcopy(field.default) for field in self.fields}
+
+
+def _absent_headers(fields: list[ModelField]) -> _AbsentHeaders | None:
+    names: set[bytes] = set()
+    for field in fields:
+        info = field.field_info
+        extra = info.validation_alias
+        if info.is_required() or info.validate_default or not isinstance(extra, str | None):
+            return None  # FastAPI reads or checks more than a name: its own lookup
+        for name in (field.name, field.alias or field.name, extra or field.name):
+            for spelling in (name, name.replace("_", "-")):
+                names.add(spelling.lower().encode("latin-1"))
+    return _AbsentHeaders(fields, frozenset(names))
+
+
 def direct_call(route: APIRoute) -> DirectCall | None:
     """The direct call of ``route`` (while FastAPI builds its handler), or None when
     FastAPI must handle it."""
@@ -84,18 +114,24 @@ def direct_call(route: APIRoute) -> DirectCall | None:
     ):
         return None
 
+    absent = _absent_headers(dependant.header_params)
+
     async def called(request: Request, body: Any) -> Response | None:
         # Scopes are taken out after the handlers are built (``solved_by_middleware``):
         # a dependency still here is one FastAPI must solve.
         if dependant.dependencies:
             return None
         values: dict[str, Any] = {}
-        for params, received in (
-            (dependant.path_params, request.path_params),
-            (dependant.header_params, request.headers),
-        ):
-            if params:
-                found, errors = request_params_to_args(params, received)
+        if dependant.path_params:
+            found, errors = request_params_to_args(dependant.path_params, request.path_params)
+            if errors:
+                return None
+            values.update(found)
+        if dependant.header_params:
+            if absent is not None and absent.none_in(request.scope["headers"]):
+                values.update(absent.defaults())
+            else:
+                found, errors = request_params_to_args(dependant.header_params, request.headers)
                 if errors:
                     return None
                 values.update(found)

@@ -521,6 +521,7 @@ class PostgresDialect(Dialect):
                     engine.url, self, pool_size=2, max_overflow=MAX_CONCURRENT_PLAIN_INSERTS
                 ),
                 _usable_without_ping,
+                PG_CONNECT_TIMEOUT_SECONDS,
             )
             self._insert_engines[id(engine)] = inserts
         async with inserts.connection() as held:

@@ -7,12 +7,12 @@ connection, a third for the checkin, and the pool's events. Here a connection,
 once drawn, stays out of the pool and goes back to the list of ``HeldConnections``
 after each statement; the next statement takes it again in a few attribute reads.
 
-The pool's own rules still decide when a connection may be dead: one that waited
+The pool's own rule still decides when a connection may be dead: one that waited
 longer than the engine's ping delay, or whose socket has something to read, is
-returned to the pool and drawn again, which pings it (``_checkout_ping``). One that
-an error may have left unusable (a lost connection, a cancelled statement) is
-invalidated, so that the pool opens another. The engine's pool bounds how many are
-out at once.
+pinged before it is used, as the pool's checkout pings (``_checkout_ping``), and
+invalidated if it does not answer. So is one that an error may have left unusable
+(a lost connection, a cancelled statement): the pool opens another. The engine's pool
+bounds how many are out at once.
 """
 
 from __future__ import annotations
@@ -57,9 +57,15 @@ class HeldConnections:
     ``fresh(held)``: whether a connection given back ``idle`` seconds ago may be used
     again without the pool's check."""
 
-    def __init__(self, engine: AsyncEngine, fresh: Callable[[Held, float], bool]) -> None:
+    def __init__(
+        self,
+        engine: AsyncEngine,
+        fresh: Callable[[Held, float], bool],
+        ping_timeout_seconds: float,
+    ) -> None:
         self.engine = engine
         self._fresh = fresh
+        self._ping_timeout = ping_timeout_seconds
         self._idle: list[Held] = []
 
     @asynccontextmanager
@@ -80,9 +86,9 @@ class HeldConnections:
         now = time.monotonic()
         while self._idle:
             held = self._idle.pop()  # the most recently used: the warmest
-            if self._fresh(held, now - held.returned_at):
+            if self._fresh(held, now - held.returned_at) or await self._answers(held):
                 return held
-            await held.conn.close()  # back to the pool, whose checkout checks it
+            await _discard(held)
         conn = await self.engine.connect()
         try:
             raw = await conn.get_raw_connection()
@@ -90,6 +96,15 @@ class HeldConnections:
             await conn.close()
             raise
         return Held(conn, raw, raw.driver_connection)
+
+    async def _answers(self, held: Held) -> bool:
+        """The pool's ping (an empty statement), bounded: a server that went away
+        without the end reaching us may not answer at all."""
+        try:
+            await held.driver.fetchrow(";", timeout=self._ping_timeout)
+        except Exception:
+            return False
+        return True
 
     def _give_back(self, held: Held) -> None:
         held.returned_at = time.monotonic()

@@ -187,6 +187,7 @@ def create_app(
     async def metrics() -> Response:
         return Response(generate_latest(app.state.metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
+    app.include_router(jobs.creating)  # see there
     app.include_router(bulk.router)  # before jobs: /v1/jobs/bulk is not a job id
     app.include_router(jobs.router)
     app.include_router(batches.router)

@@ -216,8 +216,12 @@ def solved_by_middleware(app: FastAPI) -> None:
     and ``document`` read it."""
     for context in routes(app):
         route = context.original_route
-        if isinstance(route, APIRoute):
-            solved = route.dependant.dependencies
+        if not isinstance(route, APIRoute):
+            continue
+        # A route of an included router is served with the dependant of its inclusion
+        # (FastAPI builds one per include, the router's dependencies added): both.
+        for dependant in {id(d): d for d in (route.dependant, context.dependant)}.values():
+            solved = dependant.dependencies
             solved[:] = [d for d in solved if not isinstance(d.call, Requires)]
 
 

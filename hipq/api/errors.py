@@ -174,7 +174,10 @@ class BodyLimit:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        declared = dict(scope.get("headers") or []).get(b"content-length")
+        declared = None
+        for name, value in scope.get("headers") or ():
+            if name == b"content-length":
+                declared = value  # the last, as a dict of the headers would keep
         if declared is not None and declared.isdigit() and int(declared) > self.max_bytes:
             await self._refuse(send)
             return

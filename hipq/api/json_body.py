@@ -27,6 +27,7 @@ from fastapi.routing import APIRoute
 from starlette.requests import Request
 from starlette.responses import Response
 
+from hipq.api.direct_calls import direct_call
 from hipq.api.errors import InvalidParameter
 
 __all__ = [
@@ -225,12 +226,14 @@ class JSONBodyRoute(APIRoute):
 
     A big body is also validated against the route's body model in the worker thread;
     FastAPI then receives the model instance, which it passes through without
-    validating it again.
+    validating it again. A JSON body that the route's parameters accept as they are
+    goes to the endpoint directly (``hipq.api.direct_calls``).
     """
 
     def get_route_handler(self) -> Callable[[Request], Any]:
         handler = super().get_route_handler()
         field = self.body_field
+        direct = direct_call(self)  # built in the same inclusion as ``handler``
 
         def parse(raw: bytes) -> Any:
             try:
@@ -249,7 +252,10 @@ class JSONBodyRoute(APIRoute):
                 raw = await request.body()
                 if raw:
                     # Starlette's own cache of the decoded body, read by FastAPI.
-                    request._json = await off_loop(len(raw), lambda: parse(raw))
+                    body = request._json = await off_loop(len(raw), lambda: parse(raw))
+                    answer = None if direct is None else await direct(request, body)
+                    if answer is not None:
+                        return answer
             return await handler(request)
 
         return parsed_handler

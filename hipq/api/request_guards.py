@@ -10,6 +10,7 @@ need the same allow-list, so the three live here together.
 from __future__ import annotations
 
 import asyncio
+from functools import lru_cache
 from urllib.parse import urlsplit
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -59,6 +60,7 @@ def possible_refusals(path: str, method: str, reads_body: bool) -> dict[int, str
     return refusals
 
 
+@lru_cache(maxsize=256)
 def _host_name(value: str) -> str:
     """``example.com:8000`` -> ``example.com``; ``[::1]:8000`` -> ``::1``; "" if
     it is no host name at all (``[::1``)."""
@@ -99,9 +101,9 @@ class RequestGuards:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
-        # Two Host headers: the dict kept the last, a proxy may have checked the first.
-        if len(headers) < len(scope["headers"]) and _hosts(scope) > 1:
+        headers = _checked_headers(scope)
+        # Two Host headers: a proxy may have checked the first, hipq would see the last.
+        if headers is None:
             await send_error(send, 400, _CODES[400], "host", "more than one Host header")
             return
         refusal = self._refusal(scope, headers)
@@ -178,5 +180,20 @@ class RequestGuards:
         return allowed and sent_to.hostname == name and sent_port == port
 
 
-def _hosts(scope: Scope) -> int:
-    return sum(1 for k, _ in scope["headers"] if k.lower() == b"host")
+# The request headers the guards read (ASGI servers send names in lower case).
+_READ = frozenset({b"host", b"origin", b"content-type"})
+
+
+def _checked_headers(scope: Scope) -> dict[str, str] | None:
+    """The headers the guards read, decoded (the last of a repeated one); None when the
+    request has more than one Host header. Only these are decoded: every request
+    passes here."""
+    found: dict[str, str] = {}
+    hosts = 0
+    for name, value in scope["headers"]:
+        if name in _READ:
+            key = name.decode("latin-1")
+            if key == "host":
+                hosts += 1
+            found[key] = value.decode("latin-1")
+    return None if hosts > 1 else found

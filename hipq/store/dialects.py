@@ -35,6 +35,7 @@ from sqlalchemy.sql import text
 from hipq.batch_loop.wakeup import CHANNEL
 from hipq.store import tick_sql, unnest
 from hipq.store.asyncpg_adapter import driver_in_transaction, pooled_socket
+from hipq.store.held_connections import Held, HeldConnections
 from hipq.store.process_guard import PgListener, ProcessGuard, SqliteFileLock
 from hipq.store.records import StoreSetupError
 from hipq.store.schema import attempts, jobs, responses
@@ -400,6 +401,13 @@ def _checkout_ping(engine: AsyncEngine) -> None:
             raise sa_exc.DisconnectionError(str(exc)) from exc
 
 
+def _usable_without_ping(held: Held, idle_seconds: float) -> bool:
+    """A held connection may be used again as the checkout ping would let it pass."""
+    return idle_seconds < PING_AFTER_IDLE_SECONDS and _quiet(
+        pooled_socket(held.raw.dbapi_connection)
+    )
+
+
 def _quiet(sock: Any | None) -> bool:
     """An open connection's socket with nothing waiting on it."""
     if sock is None:
@@ -419,7 +427,7 @@ class PostgresDialect(Dialect):
 
     def __init__(self) -> None:
         # The one-statement insert's own small pool (``job_insert_committed``).
-        self._insert_engines: dict[int, AsyncEngine] = {}
+        self._insert_engines: dict[int, HeldConnections] = {}
         # The API's transactions' own pool (``budgeted``).
         self._budget_engines: dict[int, AsyncEngine] = {}
 
@@ -513,42 +521,45 @@ class PostgresDialect(Dialect):
     async def job_insert_committed(
         self, engine: AsyncEngine, rows: list[dict[str, Any]], payloads: Sequence[str]
     ) -> list[int] | None:
-        async with self._autocommit(engine) as conn:
-            return await unnest.insert_rows_notify(conn, jobs, rows, CHANNEL, list(payloads))
+        async with self._autocommit(engine) as driver:
+            return await unnest.insert_rows_notify(driver, jobs, rows, CHANNEL, list(payloads))
 
     async def response_insert_committed(
         self, engine: AsyncEngine, rows: list[dict[str, Any]], payload: str
     ) -> list[int] | None:
-        async with self._autocommit(engine) as conn:
-            return await unnest.insert_rows_notify(conn, responses, rows, CHANNEL, [payload])
+        async with self._autocommit(engine) as driver:
+            return await unnest.insert_rows_notify(driver, responses, rows, CHANNEL, [payload])
 
     @asynccontextmanager
-    async def _autocommit(self, engine: AsyncEngine) -> AsyncIterator[AsyncConnection]:
-        """A connection for one statement that commits on its own, run on its driver
-        connection (``hipq.store.driver``) with the request's budget in force.
+    async def _autocommit(self, engine: AsyncEngine) -> AsyncIterator[Any]:
+        """An asyncpg connection for one statement that commits on its own
+        (``hipq.store.driver``), with the request's budget in force.
 
         One autocommit statement is as durable as a transaction of one statement.
         These connections are a pool of their own: the budget is a session setting
         here, which a transaction without one would reset (a round trip each, and one
-        more to set it again) on a connection the two shared."""
+        more to set it again) on a connection the two shared. Between statements they
+        stay out of that pool (``hipq.store.held_connections``)."""
         inserts = self._insert_engines.get(id(engine))
         if inserts is None:
             # Group commit writes one group at a time, per writer (jobs, responses).
-            inserts = create_engine(
-                engine.url, self, pool_size=2, max_overflow=MAX_CONCURRENT_PLAIN_INSERTS
+            inserts = HeldConnections(
+                create_engine(
+                    engine.url, self, pool_size=2, max_overflow=MAX_CONCURRENT_PLAIN_INSERTS
+                ),
+                _usable_without_ping,
+                PG_CONNECT_TIMEOUT_SECONDS,
             )
             self._insert_engines[id(engine)] = inserts
-        async with inserts.connect() as conn:
+        async with inserts.connection() as held:
             # asyncpg runs a statement outside a transaction as its own. SQLAlchemy
-            # begins nothing on this connection, so its ``begin`` event does not set
-            # the budget: done here, when it changes.
-            raw = await conn.get_raw_connection()
+            # begins nothing here, so its ``begin`` event does not set the budget: done
+            # here, when it changes.
             budget_ms = _budget_ms()
-            if raw.info.get(_SESSION_BUDGET) != budget_ms:
-                driver: Any = raw.driver_connection
-                await driver.execute(_timeouts_sql(budget_ms, local=False))
-                raw.info[_SESSION_BUDGET] = budget_ms
-            yield conn
+            if held.raw.info.get(_SESSION_BUDGET) != budget_ms:
+                await held.driver.execute(_timeouts_sql(budget_ms, local=False))
+                held.raw.info[_SESSION_BUDGET] = budget_ms
+            yield held.driver
 
     def process_guard(self, database_url: str, on_payload: Callable[[str], None]) -> ProcessGuard:
         return PgListener(database_url, on_payload)
@@ -570,8 +581,11 @@ class PostgresDialect(Dialect):
         return budgeted
 
     async def close(self) -> None:
-        engines = [*self._insert_engines.values(), *self._budget_engines.values()]
+        held = list(self._insert_engines.values())
+        engines = [*(h.engine for h in held), *self._budget_engines.values()]
         self._insert_engines, self._budget_engines = {}, {}
+        for connections in held:
+            await connections.close()
         for own in engines:
             await own.dispose()
 

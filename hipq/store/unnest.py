@@ -246,14 +246,15 @@ async def job_insert_rows(conn: AsyncConnection, rows: list[dict[str, Any]]) -> 
 
 
 async def insert_rows_notify(
-    conn: AsyncConnection,
+    driver: Any,
     table: Table,
     rows: list[dict[str, Any]],
     channel: str,
     notices: list[str],
 ) -> list[int]:
-    """Insert rows of ``table`` (jobs, responses) and NOTIFY ``notices``, in one statement
-    that commits on its own; their ids in the order given."""
+    """Insert rows of ``table`` (jobs, responses) and NOTIFY ``notices`` on an asyncpg
+    connection outside any transaction, in one statement that commits on its own;
+    their ids in the order given."""
     insert = _insert_of(table, rows)
     params = {**insert.params(rows), "channel": channel, "notices": notices}
-    return sorted(row[0] for row in await insert.notifying.fetch(conn, params))
+    return sorted(row[0] for row in await insert.notifying.fetch_on(driver, params))

@@ -6,8 +6,12 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import pytest
+
 from hipq.store import Store
+from hipq.store.dialects import PING_AFTER_IDLE_SECONDS
 from tests.api.conftest import Api
+from tests.support import eventually
 
 
 def count_groups(api: Api) -> list[int]:
@@ -75,3 +79,45 @@ async def test_job_keys_inside_a_group(api: Api) -> None:
     assert len({a.json()["id"] for a in answers}) == 1
     job = await api.job(answers[0].json()["id"])
     assert job["payload"] == {"v": 3}
+
+
+@pytest.mark.parametrize("idle", [False, True], ids=["at-once", "after-the-ping-delay"])
+async def test_a_post_after_the_database_ended_its_connections_is_stored(
+    api: Api, idle: bool
+) -> None:
+    # On PostgreSQL the single-job insert keeps its connection between requests
+    # (hipq.store.held_connections): one the server ended is replaced, not reused;
+    # one that idled past the ping delay is pinged first (a live one is kept).
+    if api.service.store.dialect.name != "postgresql":
+        await api.post_job(type="ok")
+        await api.post_job(type="ok")
+        assert await api.count_jobs() == 2
+        return
+    await api.post_job(type="ok", payload={"n": 1})
+    if idle:
+        await asyncio.sleep(PING_AFTER_IDLE_SECONDS + 0.2)
+        await api.post_job(type="ok", payload={"n": 0})
+        await asyncio.sleep(PING_AFTER_IDLE_SECONDS + 0.2)
+    async with api.service.store.engine.connect() as conn:
+        others = (
+            "FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()"
+        )
+        pids = (await conn.exec_driver_sql(f"SELECT array_agg(pid) {others}")).scalar_one()
+        assert pids
+        await conn.exec_driver_sql(
+            "SELECT pg_terminate_backend(pid) FROM unnest(CAST($1 AS int[])) AS pid", (pids,)
+        )
+
+        async def gone() -> bool:  # each backend ends after the call returns
+            await conn.exec_driver_sql("SELECT pg_stat_clear_snapshot()")  # see it anew
+            left = await conn.exec_driver_sql(
+                "SELECT count(*) FROM pg_stat_activity WHERE pid = ANY(CAST($1 AS int[]))",
+                (pids,),
+            )
+            return left.scalar_one() == 0
+
+        await eventually(gone)
+    for n in (2, 3):
+        job = await api.post_job(type="ok", payload={"n": n})
+        assert (await api.job(job["id"]))["payload"] == {"n": n}
+    assert await api.count_jobs() == (4 if idle else 3)

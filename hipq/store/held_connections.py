@@ -1,0 +1,128 @@
+"""Connections kept checked out of their pool between one-statement writes.
+
+A single-job POST on PostgreSQL is one autocommit statement (``hipq.store.unnest``).
+Drawing its connection from SQLAlchemy's pool and giving it back cost more CPU than
+the statement itself: a greenlet hop for the checkout, another for the raw
+connection, a third for the checkin, and the pool's events. Here a connection,
+once drawn, stays out of the pool and goes back to the list of ``HeldConnections``
+after each statement; the next statement takes it again in a few attribute reads.
+
+The pool's own rule still decides when a connection may be dead: one that waited
+longer than the engine's ping delay, or whose socket has something to read, is
+pinged before it is used, as the pool's checkout pings (``_checkout_ping``), and
+invalidated if it does not answer. So is one that an error may have left unusable
+(a lost connection, a cancelled statement): the pool opens another. The engine's pool
+bounds how many are out at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import asyncpg  # type: ignore[import-untyped]
+from sqlalchemy import exc as sa_exc
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+
+__all__ = ["Held", "HeldConnections"]
+
+
+@dataclass(eq=False)
+class Held:
+    """One connection out of the pool: SQLAlchemy's, its pooled record (whose ``info``
+    carries the session's settings) and the asyncpg connection under it."""
+
+    conn: AsyncConnection
+    raw: Any
+    driver: Any
+    returned_at: float = field(default=0.0)
+
+
+def _leaves_connection_usable(exc: BaseException) -> bool:
+    """An error the server reported for the statement (a constraint, a timeout): it
+    ended, and outside a transaction nothing is left open. Anything else (the
+    connection lost, the statement cancelled while under way) may have left it busy
+    or broken."""
+    orig = getattr(exc, "orig", None) if isinstance(exc, sa_exc.DBAPIError) else exc
+    return isinstance(orig, asyncpg.PostgresError)
+
+
+class HeldConnections:
+    """``engine``'s connections, each kept out of the pool while it stays fresh.
+
+    ``fresh(held)``: whether a connection given back ``idle`` seconds ago may be used
+    again without the pool's check."""
+
+    def __init__(
+        self,
+        engine: AsyncEngine,
+        fresh: Callable[[Held, float], bool],
+        ping_timeout_seconds: float,
+    ) -> None:
+        self.engine = engine
+        self._fresh = fresh
+        self._ping_timeout = ping_timeout_seconds
+        self._idle: list[Held] = []
+
+    @asynccontextmanager
+    async def connection(self) -> AsyncIterator[Held]:
+        """A connection for statements outside any transaction, given back after."""
+        held = await self._take()
+        try:
+            yield held
+        except BaseException as exc:
+            if _leaves_connection_usable(exc):
+                self._give_back(held)
+            else:
+                await _discard(held)
+            raise
+        self._give_back(held)
+
+    async def _take(self) -> Held:
+        now = time.monotonic()
+        while self._idle:
+            held = self._idle.pop()  # the most recently used: the warmest
+            if self._fresh(held, now - held.returned_at) or await self._answers(held):
+                return held
+            await _discard(held)
+        conn = await self.engine.connect()
+        try:
+            raw = await conn.get_raw_connection()
+        except BaseException:
+            await conn.close()
+            raise
+        return Held(conn, raw, raw.driver_connection)
+
+    async def _answers(self, held: Held) -> bool:
+        """The pool's ping (an empty statement), bounded: a server that went away
+        without the end reaching us may not answer at all."""
+        try:
+            await held.driver.fetchrow(";", timeout=self._ping_timeout)
+        except Exception:
+            return False
+        return True
+
+    def _give_back(self, held: Held) -> None:
+        held.returned_at = time.monotonic()
+        self._idle.append(held)
+
+    async def close(self) -> None:
+        """Return every idle connection to the pool (before the engine is disposed)."""
+        idle, self._idle = self._idle, []
+        for held in idle:
+            await held.conn.close()
+
+
+async def _discard(held: Held) -> None:
+    # Shielded: a cancelled caller must not leave the connection out of the pool.
+    async def invalidate() -> None:
+        try:
+            await held.conn.invalidate()
+        finally:
+            await held.conn.close()
+
+    await asyncio.shield(invalidate())

@@ -64,9 +64,9 @@ async def test_connections_to_the_bound_socket_send_without_waiting_for_acks() -
     # hipq binds its listening socket itself; asyncio turns Nagle's algorithm off only on
     # connections of a socket that says it is TCP. With Nagle on, every answer waited
     # ~40 ms for the client's delayed ACK (25 requests a second on one connection).
-    from hipq.commands.main import _listen
+    from hipq.commands.main import listen
 
-    listener = _listen("127.0.0.1", 0)
+    listener = listen("127.0.0.1", 0)
     port = listener.getsockname()[1]
     nodelay: asyncio.Future[int] = asyncio.get_running_loop().create_future()
 

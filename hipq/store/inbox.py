@@ -11,7 +11,7 @@ from dataclasses import asdict, fields
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import and_, case, delete, exists, func, or_, select, update
+from sqlalchemy import Integer, and_, bindparam, case, delete, exists, func, or_, select, update
 from sqlalchemy.sql.expression import ColumnElement, Exists, FromClause, ScalarSelect
 
 from hipq.batch_loop.wakeup import responses_payload
@@ -190,35 +190,10 @@ class InboxTable(Transactions):
         meanwhile is left alone. The counts are
         of the rows written.
         """
-        page = responses.alias("page")
-        chosen = (
-            select(page.c.id)
-            .where(page.c.status == PENDING_SQL, _settleable(page, now))
-            .order_by(page.c.id)
-            .limit(limit)
-        )
-        copied, last_job = _copied_job(responses), _last_job(responses)
-        status = case(
-            (copied.is_not(None), "duplicate"),
-            (last_job.is_(None), "expired"),
-            (_answered(last_job), "duplicate"),
-            else_="late",
-        )
-        stmt = (
-            update(responses)
-            .where(
-                responses.c.id.in_(chosen),
-                responses.c.status == PENDING_SQL,
-                # Checked again with the status: a match by hand committed while this
-                # waited for the row's lock reopens the row as pending, for the loop.
-                responses.c.forced_job_id.is_(None),
-            )
-            .values(status=status, job_id=func.coalesce(copied, last_job), settled_at=now)
-            .returning(responses.c.status)
-        )
         counts = {"duplicate": 0, "late": 0, "expired": 0}
         async with self._write() as conn:
-            for written in (await conn.execute(stmt)).scalars():
+            classified = await conn.execute(_CLASSIFY, {"now": now, "limit": limit})
+            for written in classified.scalars():
                 counts[written] += 1
         return counts
 
@@ -281,7 +256,7 @@ def _answered(job_id: ScalarSelect[Any]) -> Exists:
     )
 
 
-def _settleable(row: FromClause, now: datetime) -> ColumnElement[bool]:
+def _settleable(row: FromClause, now: ColumnElement[Any]) -> ColumnElement[bool]:
     """Whether upkeep can settle pending ``row`` now: a copy of a matched response,
     or no open job holds its key and it has a finished job or is past its TTL.
     An operator's match by hand is the loop's to settle."""
@@ -298,3 +273,38 @@ def _settleable(row: FromClause, now: datetime) -> ColumnElement[bool]:
             and_(~open_job, or_(_last_job(row).is_not(None), row.c.expires_at <= now)),
         ),
     )
+
+
+def _classify_statement() -> Any:
+    """``response_classify``'s statement, built once: its aliases of two wide tables
+    cost about as much to build as the statement costs to run, every upkeep."""
+    now = bindparam("now", type_=responses.c.received_at.type)
+    page = responses.alias("page")
+    chosen = (
+        select(page.c.id)
+        .where(page.c.status == PENDING_SQL, _settleable(page, now))
+        .order_by(page.c.id)
+        .limit(bindparam("limit", type_=Integer))
+    )
+    copied, last_job = _copied_job(responses), _last_job(responses)
+    status = case(
+        (copied.is_not(None), "duplicate"),
+        (last_job.is_(None), "expired"),
+        (_answered(last_job), "duplicate"),
+        else_="late",
+    )
+    return (
+        update(responses)
+        .where(
+            responses.c.id.in_(chosen),
+            responses.c.status == PENDING_SQL,
+            # Checked again with the status: a match by hand committed while this
+            # waited for the row's lock reopens the row as pending, for the loop.
+            responses.c.forced_job_id.is_(None),
+        )
+        .values(status=status, job_id=func.coalesce(copied, last_job), settled_at=now)
+        .returning(responses.c.status)
+    )
+
+
+_CLASSIFY = _classify_statement()

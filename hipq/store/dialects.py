@@ -562,7 +562,13 @@ class PostgresDialect(Dialect):
             yield held.driver
 
     def process_guard(self, database_url: str, on_payload: Callable[[str], None]) -> ProcessGuard:
-        return PgListener(database_url, on_payload)
+        return PgListener(database_url, on_payload, self._delivered_in_process)
+
+    def _delivered_in_process(self, backend: int) -> bool:
+        """Whether a NOTIFY from server process ``backend`` came from this process's own
+        one-statement writes, whose callers deliver their wake-ups in process once
+        committed (``JobTable``, ``InboxTable``): the echo would wake the loops twice."""
+        return any(backend in held.backends for held in self._insert_engines.values())
 
     def budgeted(self, engine: AsyncEngine) -> AsyncEngine:
         # A transaction-local budget cost a round trip (``set_config``) at every BEGIN

@@ -7,6 +7,10 @@ connection, a third for the checkin, and the pool's events. Here a connection,
 once drawn, stays out of the pool and goes back to the list of ``HeldConnections``
 after each statement; the next statement takes it again in a few attribute reads.
 
+The backends of the connections out of the pool are known (``backends``): what they
+NOTIFY this process has delivered to itself already, and its LISTEN connection can
+leave their echo alone.
+
 The pool's own rule still decides when a connection may be dead: one that waited
 longer than the engine's ping delay, or whose socket has something to read, is
 pinged before it is used, as the pool's checkout pings (``_checkout_ping``), and
@@ -39,6 +43,7 @@ class Held:
     conn: AsyncConnection
     raw: Any
     driver: Any
+    backend: int
     returned_at: float = field(default=0.0)
 
 
@@ -67,6 +72,8 @@ class HeldConnections:
         self._fresh = fresh
         self._ping_timeout = ping_timeout_seconds
         self._idle: list[Held] = []
+        # The server process ids of the connections out of the pool, idle or in use.
+        self.backends: set[int] = set()
 
     @asynccontextmanager
     async def connection(self) -> AsyncIterator[Held]:
@@ -78,7 +85,7 @@ class HeldConnections:
             if _leaves_connection_usable(exc):
                 self._give_back(held)
             else:
-                await _discard(held)
+                await self._discard(held)
             raise
         self._give_back(held)
 
@@ -88,14 +95,17 @@ class HeldConnections:
             held = self._idle.pop()  # the most recently used: the warmest
             if self._fresh(held, now - held.returned_at) or await self._answers(held):
                 return held
-            await _discard(held)
+            await self._discard(held)
         conn = await self.engine.connect()
         try:
             raw = await conn.get_raw_connection()
         except BaseException:
             await conn.close()
             raise
-        return Held(conn, raw, raw.driver_connection)
+        driver: Any = raw.driver_connection
+        held = Held(conn, raw, driver, driver.get_server_pid())
+        self.backends.add(held.backend)
+        return held
 
     async def _answers(self, held: Held) -> bool:
         """The pool's ping (an empty statement), bounded: a server that went away
@@ -114,15 +124,17 @@ class HeldConnections:
         """Return every idle connection to the pool (before the engine is disposed)."""
         idle, self._idle = self._idle, []
         for held in idle:
+            self.backends.discard(held.backend)
             await held.conn.close()
 
+    async def _discard(self, held: Held) -> None:
+        self.backends.discard(held.backend)
 
-async def _discard(held: Held) -> None:
-    # Shielded: a cancelled caller must not leave the connection out of the pool.
-    async def invalidate() -> None:
-        try:
-            await held.conn.invalidate()
-        finally:
-            await held.conn.close()
+        # Shielded: a cancelled caller must not leave the connection out of the pool.
+        async def invalidate() -> None:
+            try:
+                await held.conn.invalidate()
+            finally:
+                await held.conn.close()
 
-    await asyncio.shield(invalidate())
+        await asyncio.shield(invalidate())

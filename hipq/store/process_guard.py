@@ -116,13 +116,21 @@ def asyncpg_connect_kwargs(sqlalchemy_url: str) -> dict[str, Any]:
 
 
 class PgListener:
-    """LISTEN for the wake-ups other processes NOTIFY; ``on_payload`` gets each payload."""
+    """LISTEN for the wake-ups other processes NOTIFY; ``on_payload`` gets each payload,
+    but for those whose sender ``delivered`` says this process delivered already."""
 
     name = "pg-listener"
 
-    def __init__(self, database_url: str, on_payload: Callable[[str], None]) -> None:
+    def __init__(
+        self,
+        database_url: str,
+        on_payload: Callable[[str], None],
+        delivered: Callable[[int], bool] = lambda _backend: False,
+    ) -> None:
         self._dsn = asyncpg_dsn(database_url)
         self._on_payload = on_payload
+        # Whether a server process's NOTIFYs were delivered in this process already.
+        self._delivered = delivered
         self._task: asyncio.Task[None] | None = None
         self.connected = asyncio.Event()
 
@@ -172,5 +180,6 @@ class PgListener:
             await asyncio.sleep(delay)
             delay = min(delay * 2, RECONNECT_MAX_SECONDS)
 
-    def _notified(self, _conn: object, _pid: int, _channel: str, payload: str) -> None:
-        self._on_payload(payload)
+    def _notified(self, _conn: object, pid: int, _channel: str, payload: str) -> None:
+        if not self._delivered(pid):
+            self._on_payload(payload)

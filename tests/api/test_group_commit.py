@@ -121,3 +121,33 @@ async def test_a_post_after_the_database_ended_its_connections_is_stored(
         job = await api.post_job(type="ok", payload={"n": n})
         assert (await api.job(job["id"]))["payload"] == {"n": n}
     assert await api.count_jobs() == (4 if idle else 3)
+
+
+async def test_a_caller_that_gives_up_leaves_its_group_to_be_written(api: Api) -> None:
+    """A request cancelled while its group's transaction runs (its client went away)
+    loses its own answer only: the transaction commits, its own job included, and
+    the other requests of the group get theirs."""
+    store: Store = api.service.store
+    insert_each = store.job_insert_each
+    writing, release = asyncio.Event(), asyncio.Event()
+
+    async def held(requests: Any, now: Any) -> Any:
+        writing.set()
+        await release.wait()
+        return await insert_each(requests, now)
+
+    store.job_insert_each = held  # type: ignore[method-assign]
+    writer, now = api.service.job_writer, api.service.clock()
+    new = [api.service.intake.resolve({"type": "ok", "payload": {"i": i}}, now) for i in range(3)]
+    first = asyncio.create_task(writer.insert([new[0]]))
+    await asyncio.wait_for(writing.wait(), 30)
+    # Two more wait for the next transaction; the first is given up mid-write.
+    others = [asyncio.create_task(writer.insert([job])) for job in new[1:]]
+    first.cancel()
+    release.set()
+    results = await asyncio.wait_for(asyncio.gather(*others), 30)
+    assert [r.jobs[0].payload for r in results] == [{"i": 1}, {"i": 2}]
+    with pytest.raises(asyncio.CancelledError):
+        await first
+    await writer.close()
+    assert await api.count_jobs() == 3

@@ -1,0 +1,69 @@
+"""The LISTEN connection leaves alone the echo of this process's own one-statement
+inserts (delivered in process at their commit) and delivers every other NOTIFY."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import UTC, datetime
+
+import asyncpg
+import pytest
+from sqlalchemy.exc import DBAPIError
+
+from hipq.batch_loop import wakeup
+from hipq.jobs import NewJob
+from hipq.store import InsertResult, Store
+from hipq.store.process_guard import asyncpg_dsn
+from tests.support import eventually
+
+pytestmark = pytest.mark.postgres
+
+T0 = datetime(2026, 1, 5, 12, 0, tzinfo=UTC)
+
+
+async def test_own_inserts_wake_once_and_other_senders_are_heard(postgres_url_fresh: str) -> None:
+    store = Store.from_url(postgres_url_fresh)
+    in_process: list[str] = []
+    heard: list[str] = []
+    store.listeners.append(in_process.append)
+    guard = store.process_guard(postgres_url_fresh, heard.append)
+    await guard.start()
+    other = await asyncpg.connect(asyncpg_dsn(postgres_url_fresh))
+    try:
+        assert await eventually(guard.run_once, timeout=30)
+        job = NewJob(type="ok", queue="default", payload={}, run_at=T0)
+        [mine] = await store.job_insert_each([([job], None)], T0)
+        assert isinstance(mine, InsertResult)
+        assert in_process == [wakeup.jobs_payload("default")]
+        # Another process's job: NOTIFYs reach the listener in commit order, so once
+        # this one is heard the echo of the insert above has come and gone.
+        await other.execute("SELECT pg_notify($1, $2)", wakeup.CHANNEL, "jobs:mail")
+        await eventually(lambda: heard, timeout=30)
+        await asyncio.sleep(0.1)
+        assert heard == ["jobs:mail"]
+        # The insert's connection lost: its replacement's backend is known too, and the
+        # lost one's is forgotten (another process may be given its id).
+        backends = {b for held in store.dialect._insert_engines.values() for b in held.backends}
+        assert len(backends) == 1
+        lost = backends.pop()
+        await other.execute("SELECT pg_terminate_backend($1)", lost)
+
+        async def stored() -> bool:
+            try:  # the first statement may meet the ended connection before its end
+                [result] = await store.job_insert_each([([job], None)], T0)
+            except DBAPIError:
+                return False
+            return isinstance(result, InsertResult)
+
+        assert await eventually(stored, timeout=30)
+        held = {b for each in store.dialect._insert_engines.values() for b in each.backends}
+        assert lost not in held and len(held) == 1
+        await other.execute("SELECT pg_notify($1, $2)", wakeup.CHANNEL, "jobs:other")
+        await eventually(lambda: len(heard) == 2, timeout=30)
+        await asyncio.sleep(0.1)
+        assert heard == ["jobs:mail", "jobs:other"]
+        assert len(in_process) == 2
+    finally:
+        await other.close()
+        await guard.stop()
+        await store.close()

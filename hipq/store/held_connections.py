@@ -47,13 +47,18 @@ class Held:
     returned_at: float = field(default=0.0)
 
 
-def _leaves_connection_usable(exc: BaseException) -> bool:
+def _leaves_connection_usable(exc: BaseException, held: Held) -> bool:
     """An error the server reported for the statement (a constraint, a timeout): it
     ended, and outside a transaction nothing is left open. Anything else (the
     connection lost, the statement cancelled while under way) may have left it busy
-    or broken."""
+    or broken, and so has an error that ended the session (FATAL: the server's
+    process was terminated), though the server reported it too."""
     orig = getattr(exc, "orig", None) if isinstance(exc, sa_exc.DBAPIError) else exc
-    return isinstance(orig, asyncpg.PostgresError)
+    return (
+        isinstance(orig, asyncpg.PostgresError)
+        and getattr(orig, "severity", None) not in ("FATAL", "PANIC")
+        and not held.driver.is_closed()
+    )
 
 
 class HeldConnections:
@@ -82,7 +87,7 @@ class HeldConnections:
         try:
             yield held
         except BaseException as exc:
-            if _leaves_connection_usable(exc):
+            if _leaves_connection_usable(exc, held):
                 self._give_back(held)
             else:
                 await self._discard(held)

@@ -67,3 +67,40 @@ async def test_own_inserts_wake_once_and_other_senders_are_heard(postgres_url_fr
         await other.close()
         await guard.stop()
         await store.close()
+
+
+async def test_a_statement_whose_server_process_ends_gives_up_its_connection(
+    postgres_url_fresh: str,
+) -> None:
+    """The server ends the session under a running statement (FATAL, reported like a
+    statement's error): the connection is thrown away at once, not kept for the next
+    statement, and its server process id is forgotten."""
+    store = Store.from_url(postgres_url_fresh)
+    dialect = store.dialect
+    held = dialect._insert_engines  # type: ignore[attr-defined]
+    other = await asyncpg.connect(asyncpg_dsn(postgres_url_fresh))
+
+    async def sleep_there() -> None:
+        async with dialect._autocommit(store.engine) as driver:  # type: ignore[attr-defined]
+            await driver.execute("SELECT pg_sleep(60)")
+
+    try:
+        sleeping = asyncio.create_task(sleep_there())
+
+        async def asleep() -> int | None:
+            return await other.fetchval(
+                "SELECT pid FROM pg_stat_activity WHERE query = 'SELECT pg_sleep(60)'"
+            )
+
+        pid = await eventually(asleep, timeout=30)
+        assert pid in {b for each in held.values() for b in each.backends}
+        await other.execute("SELECT pg_terminate_backend($1)", pid)
+        with pytest.raises((asyncpg.PostgresError, asyncpg.InterfaceError, OSError)):
+            await asyncio.wait_for(sleeping, 30)
+        assert pid not in {b for each in held.values() for b in each.backends}
+        async with dialect._autocommit(store.engine) as driver:  # type: ignore[attr-defined]
+            assert await driver.fetchval("SELECT 1") == 1
+            assert driver.get_server_pid() != pid
+    finally:
+        await other.close()
+        await store.close()

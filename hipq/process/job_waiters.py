@@ -3,7 +3,8 @@
 A waiter reads nothing of its own. Waiters register here, in the process; a check
 reads the jobs of every new waiter and of every waiter whose job may have finished
 (their state and queue first; in full, with attempts and heartbeat, only those
-finished) and of every waiter whose wait ended (in full), in one read transaction of
+finished) and of every waiter whose wait ended or whose job this process saw finish
+(in full at once: no statement for their state first), in one read transaction of
 a few statements for up to ``CHECK_AT_MOST`` jobs, and hands each waiter what it
 answers: a thousand waiters cost a few statements, not a thousand reads queued on the
 connection pool. A waiter's end is a timer of the event loop, not a task of its own.
@@ -65,6 +66,8 @@ class JobWaiters(Loop):
         self._queue_of: dict[int, str] = {}
         self._due: set[int] = set()  # job ids to read at the next check
         self._new: set[int] = set()  # job ids of new waiters: whether finished, which queue
+        # Job ids whose ``job_settled`` event said finished: read in full at once.
+        self._finished: set[int] = set()
         # Waiters whose wait ended: answered at the next check whatever their job's state.
         self._ended: list[tuple[int, asyncio.Future[JobView | None]]] = []
         self.checks = 0  # queries the checks ran (for the benchmark)
@@ -119,6 +122,7 @@ class JobWaiters(Loop):
                 if not waiting:
                     del self._futures[job_id]
                     self._queue_of.pop(job_id, None)
+                    self._finished.discard(job_id)
             if not future.done():
                 future.cancel()
 
@@ -141,6 +145,7 @@ class JobWaiters(Loop):
             job_id = fields.get("job_id")
             if job_id in self._futures:
                 self._due.add(job_id)
+                self._finished.add(job_id)
                 self.wake.set()
 
     def on_settled(self, queue: str) -> None:
@@ -185,10 +190,14 @@ class JobWaiters(Loop):
             ended_ids -= later
             self.wake.set()
         self.checks += 1
+        # A wait that ended needs its job in full whatever its state; a job this process
+        # saw finish is read in full at once (if it changed again since, its full read
+        # says so: not finished, it is not answered).
+        finished = self._finished & due
+        self._finished -= finished
         try:
-            # Only a wait that ended needs its job in full whatever its state.
             views, open_queues = await self.store.job_views(
-                sorted(due), if_finished=due - ended_ids
+                sorted(due), if_finished=due - ended_ids - finished
             )
         except BaseException:
             # Each reads its own, and answers that read's error.
@@ -222,6 +231,7 @@ class JobWaiters(Loop):
         _read_alone(f for futures in self._futures.values() for f in futures)
         self._ended.clear()
         self._new.clear()
+        self._finished.clear()
 
     async def stop(self) -> None:
         self.release_all()

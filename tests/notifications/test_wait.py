@@ -254,3 +254,36 @@ async def test_job_views_reads_open_jobs_of_if_finished_as_their_queue_alone(
         # Without if_finished, each found job in full, whatever its state.
         views, open_queues = await api.service.store.job_views(ids)
         assert sorted(v.job.id for v in views) == sorted(ids[:2]) and open_queues == {}
+
+
+async def test_a_job_this_process_saw_finish_is_read_in_full_at_once(database_url: str) -> None:
+    async with open_api(database_url) as api:
+        waiters = api.service.waiters
+        waiters.recheck_seconds = 3600  # only the settle's event may wake it
+        # (not the settled:<queue> wake-up PostgreSQL also sends, which reads the
+        # waiters of the queue as their state and queue first)
+        api.service.wakeups.settled.remove(waiters.on_settled)
+        job = await api.post_job(type="ok")
+        reads: list[tuple[list[int], set[int]]] = []
+        job_views = api.service.store.job_views
+
+        async def recorded(job_ids: Any, *, if_finished: Any = ()) -> JobViews:
+            reads.append((list(job_ids), set(if_finished)))
+            return await job_views(job_ids, if_finished=if_finished)
+
+        api.service.store.job_views = recorded  # type: ignore[method-assign]
+        waiting = asyncio.create_task(get_waiting(api, job["id"]))
+        await started(api, 1)
+        for _ in range(500):  # its first read: open, read as its state and queue
+            if reads and waiters._queue_of.get(job["id"]):
+                break
+            await asyncio.sleep(0.01)
+        assert reads[0] == ([job["id"]], {job["id"]})
+        await api.tick()  # the loop runs it: its job_settled event wakes the waiter
+        answer = await waiting
+        assert answer["state"] == "completed"
+        assert answer["attempts"][0]["outcome"] == "completed"
+        # The event said finished: the read that answered it had no statement for its
+        # state first.
+        assert reads[1:] == [([job["id"]], set())]
+        assert waiters.waiting == 0 and not waiters._finished

@@ -18,6 +18,7 @@ from hipq.process.job_waiters import JobWaiters
 from hipq.store import JobViews, Store
 from tests.api.conftest import Api, open_api
 from tests.peers import serve_app
+from tests.support import eventually
 
 
 async def get_waiting(api: Api, job_id: int, wait: str = "30s") -> dict:
@@ -274,10 +275,8 @@ async def test_a_job_this_process_saw_finish_is_read_in_full_at_once(database_ur
         api.service.store.job_views = recorded  # type: ignore[method-assign]
         waiting = asyncio.create_task(get_waiting(api, job["id"]))
         await started(api, 1)
-        for _ in range(500):  # its first read: open, read as its state and queue
-            if reads and waiters._queue_of.get(job["id"]):
-                break
-            await asyncio.sleep(0.01)
+        # Its first read: open, read as its state and queue.
+        await eventually(lambda: reads and waiters._queue_of.get(job["id"]), timeout=30)
         assert reads[0] == ([job["id"]], {job["id"]})
         await api.tick()  # the loop runs it: its job_settled event wakes the waiter
         answer = await waiting

@@ -73,3 +73,47 @@ def test_upgrade_replaces_and_downgrade_restores(libpq: str) -> None:
         assert row.fetchone() == (3, None)
         with pytest.raises(psycopg.errors.UndefinedFunction):
             conn.execute("SELECT hipq_add_job('echo', flags => ARRAY['x'])")
+
+
+ROW_DEFINITION = """SELECT pg_get_functiondef(oid) FROM pg_proc WHERE proname = 'hipq_job_row'"""
+
+
+def job_row_definition(libpq: str) -> str:
+    with psycopg.connect(libpq) as conn:
+        row = conn.execute(ROW_DEFINITION).fetchone()
+        assert row is not None
+        return str(row[0])
+
+
+def test_0025_replaces_the_job_row_and_its_downgrade_restores_0023s(libpq: str) -> None:
+    """0025 redefines hipq_job_row in place (one function, the same signature); its
+    downgrade gives 0023's back, and a job added either way has the same row."""
+    migrate(libpq, "0024")
+    functions_before, row_before = functions(libpq), job_row_definition(libpq)
+    migrate(libpq, "0025")
+    assert functions(libpq) == functions_before
+    assert job_row_definition(libpq) != row_before
+    added = [add_echo(libpq)]
+    migrate(libpq, "0024", down=True)
+    assert functions(libpq) == functions_before
+    assert job_row_definition(libpq) == row_before
+    added.append(add_echo(libpq))
+    assert added[0] == added[1]
+
+
+def add_echo(libpq: str) -> tuple[object, ...]:
+    """The stored columns of a job added by hipq_add_job with the type's defaults."""
+    with psycopg.connect(libpq) as conn:
+        if conn.execute("SELECT 1 FROM hipq_job_types").fetchone() is None:
+            conn.execute(MIRROR)
+        added = conn.execute("""SELECT hipq_add_job('echo', '{"n": 1}')""").fetchone()
+        assert added is not None
+        row = conn.execute(
+            """SELECT queue, type, state, payload, labels, retry, priority, weight,
+                 timeout_seconds, critical, correlation_key, job_key, attempt, flags,
+                 cancel_requested, run_at = created_at, updated_at = created_at
+               FROM hipq_jobs WHERE id = %s""",
+            added,
+        ).fetchone()
+        assert row is not None
+        return tuple(row)

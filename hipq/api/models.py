@@ -10,6 +10,7 @@ from pydantic import (
     AfterValidator,
     AwareDatetime,
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Field,
     PlainValidator,
@@ -40,7 +41,15 @@ def _plausible(value: datetime) -> datetime:
     return value
 
 
-RunAt = Annotated[AwareDatetime, AfterValidator(_plausible)]
+def _written(value: Any) -> Any:
+    # An instant is written as RFC 3339 text: a number would be taken as Unix seconds,
+    # which the schema does not say and a client may not mean.
+    if not isinstance(value, str | datetime):
+        raise ValueError("must be an RFC 3339 date-time string")
+    return value
+
+
+RunAt = Annotated[AwareDatetime, BeforeValidator(_written), AfterValidator(_plausible)]
 
 
 def _duration(value: Any) -> float | str:

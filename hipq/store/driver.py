@@ -61,15 +61,25 @@ class DriverStatement:
         """Run on an asyncpg connection; its rows."""
         try:
             return list(await driver.fetch(self.sql, *self.arguments(params)))
-        except (asyncpg.PostgresError, asyncpg.InterfaceError, OSError) as exc:
+        except _DRIVER_ERRORS as exc:
             raise _as_sqlalchemy_error(self.sql, exc) from exc
 
     async def execute_on(self, driver: Any, params: Mapping[str, Any]) -> None:
         """Run on an asyncpg connection, its rows (if any) unread."""
         try:
             await driver.execute(self.sql, *self.arguments(params))
-        except (asyncpg.PostgresError, asyncpg.InterfaceError, OSError) as exc:
+        except _DRIVER_ERRORS as exc:
             raise _as_sqlalchemy_error(self.sql, exc) from exc
+
+
+# What asyncpg raises for a statement: the server's errors, and the connection's own
+# (closed, or left mid-operation by a server process that ended under it).
+_DRIVER_ERRORS = (
+    asyncpg.PostgresError,
+    asyncpg.InterfaceError,
+    asyncpg.InternalClientError,
+    OSError,
+)
 
 
 def _as_sqlalchemy_error(sql: str, exc: Exception) -> sa_exc.DBAPIError:

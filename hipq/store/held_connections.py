@@ -98,6 +98,9 @@ class HeldConnections:
         now = time.monotonic()
         while self._idle:
             held = self._idle.pop()  # the most recently used: the warmest
+            if held.driver.is_closed():  # its end already read: no ping can revive it
+                await self._discard(held)
+                continue
             if self._fresh(held, now - held.returned_at) or await self._answers(held):
                 return held
             await self._discard(held)

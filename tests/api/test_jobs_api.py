@@ -888,3 +888,17 @@ async def _finish(api: Api, job_id: int) -> None:
         return (await api.job(job_id))["state"] == "completed"
 
     await eventually(done, timeout=30)
+
+
+@pytest.mark.parametrize("value", [268824578, 1.5e9, True])
+async def test_an_instant_given_as_a_number_is_refused(api: Api, value: Any) -> None:
+    # The schema says RFC 3339 text; a number is not taken as Unix seconds.
+    refused = await api.client.post("/v1/jobs", json={"type": "ok", "run_at": value})
+    assert refused.status_code == 422, refused.text
+    assert refused.json()["field"] == "run_at"
+    job = await api.post_job(type="ok")
+    moved = await api.client.post(f"/v1/jobs/{job['id']}/reschedule", json={"run_at": value})
+    assert moved.status_code == 422, moved.text
+    assert moved.json()["field"] == "run_at"
+    assert await api.count_jobs() == 1
+    assert (await api.job(job["id"]))["run_at"] == job["run_at"]

@@ -25,7 +25,7 @@ from contextvars import ContextVar
 from typing import Any
 
 import orjson
-from sqlalchemy import ARRAY, BigInteger, Select, Table, bindparam, event, func
+from sqlalchemy import Select, Table, event
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import URL, make_url
@@ -35,6 +35,7 @@ from sqlalchemy.sql import text
 from hipq.batch_loop.wakeup import CHANNEL
 from hipq.store import tick_sql, unnest
 from hipq.store.asyncpg_adapter import driver_in_transaction, pooled_socket
+from hipq.store.driver import any_of
 from hipq.store.held_connections import Held, HeldConnections
 from hipq.store.process_guard import PgListener, ProcessGuard, SqliteFileLock
 from hipq.store.records import StoreSetupError
@@ -483,9 +484,7 @@ class PostgresDialect(Dialect):
         return query.with_for_update(skip_locked=True)
 
     def id_in(self, column: Any, ids: list[int]) -> Any:
-        # ``= ANY(array)``: one parameter instead of one per id, and one plan
-        # whatever the batch's size.
-        return column == func.any(bindparam("ids_array", ids, type_=ARRAY(BigInteger)))
+        return any_of(column, "ids_array", ids)
 
     async def tick(self, conn: AsyncConnection) -> Tick:
         return PostgresTick(conn, await driver_in_transaction(conn))

@@ -18,12 +18,19 @@ from collections.abc import Mapping
 from typing import Any
 
 import asyncpg  # type: ignore[import-untyped]
+from sqlalchemy import ARRAY, BigInteger, bindparam, func
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.dialects.postgresql.asyncpg import dialect as asyncpg_dialect
 from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.sql.elements import ClauseElement
 
 _DIALECT = asyncpg_dialect()
+
+
+def any_of(column: Any, name: str, ids: list[int] | None = None) -> Any:
+    """``column = ANY(:name)``, an array of ids: one parameter whatever their number,
+    and one plan."""
+    return column == func.any(bindparam(name, ids, type_=ARRAY(BigInteger)))
 
 
 class DriverStatement:

@@ -8,17 +8,18 @@ so that a heartbeat that raced a retry never moves the next attempt's deadline.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass, replace
+import operator
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, fields, replace
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import bindparam, case, delete, null, select, update
+from sqlalchemy import Select, bindparam, case, delete, null, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from hipq.batch_loop.wakeup import cancels_payload
 from hipq.store.batch import QueueBatch
-from hipq.store.jobs import READ_CHUNK
+from hipq.store.jobs import READ_CHUNK, in_list
 from hipq.store.records import Conflict, NotFound
 from hipq.store.schema import heartbeat_messages, job_heartbeats, jobs
 from hipq.store.state_guards import OPEN_SQL
@@ -39,10 +40,22 @@ class Heartbeat:
     checkpoint: dict[str, Any] | None = None
 
 
+# A heartbeat's fields, picked from a row of its table: a SQLAlchemy row or an asyncpg
+# record.
+_PICK = operator.itemgetter(*(job_heartbeats.c.keys().index(f.name) for f in fields(Heartbeat)))
+
+
 def _heartbeat(row: Any) -> Heartbeat:
-    return Heartbeat(
-        row.job_id, row.queue, row.attempt, row.beat_at, row.deadline, row.progress, row.checkpoint
-    )
+    return Heartbeat(*_PICK(row))
+
+
+def heartbeats_of_query(id_in: Callable[[Any], Any]) -> Select[Any]:
+    """The heartbeats of jobs by id (``hipq.store.jobs.IdIn``)."""
+    return select(job_heartbeats).where(id_in(job_heartbeats.c.job_id))
+
+
+def heartbeats_by_job(rows: Iterable[Any]) -> dict[int, Heartbeat]:
+    return {beat.job_id: beat for beat in map(_heartbeat, rows)}
 
 
 class HeartbeatTable(Transactions):
@@ -155,15 +168,13 @@ async def read_heartbeat(conn: AsyncConnection, job_id: int) -> Heartbeat | None
 
 
 async def read_heartbeats_of(conn: AsyncConnection, job_ids: Sequence[int]) -> dict[int, Heartbeat]:
-    """The last heartbeat of each of ``job_ids`` that has one (one query per
-    ``READ_CHUNK`` ids)."""
-    out: dict[int, Heartbeat] = {}
+    """The last heartbeat of each of ``job_ids`` that has one."""
+    rows: list[Any] = []
     for start in range(0, len(job_ids), READ_CHUNK):
         chunk = list(job_ids[start : start + READ_CHUNK])
-        query = select(job_heartbeats).where(job_heartbeats.c.job_id.in_(chunk))
-        for row in (await conn.execute(query)).all():
-            out[row.job_id] = _heartbeat(row)
-    return out
+        query = heartbeats_of_query(in_list(chunk))
+        rows.extend((await conn.execute(query)).all())
+    return heartbeats_by_job(rows)
 
 
 async def heartbeat_take(batch: QueueBatch) -> list[Heartbeat]:

@@ -6,12 +6,13 @@ changed by its queue's loop inside ``QueueBatch``.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from dataclasses import replace
+import operator
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import fields, replace
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import and_, case, delete, exists, select, update
+from sqlalchemy import Select, and_, case, delete, exists, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -525,26 +526,65 @@ def _may_be_refused_alone(new_jobs: Sequence[NewJob]) -> bool:
     return any(j.job_key or j.after or j.batch_id for j in new_jobs)
 
 
-async def read_jobs_of(conn: AsyncConnection, job_ids: Sequence[int]) -> list[Job]:
-    """Those of ``job_ids`` that exist (one query per ``READ_CHUNK`` ids)."""
-    found: list[Job] = []
+# The reads of many jobs by id, over an id predicate (``IdIn``): SQLAlchemy runs them
+# with ``IN`` per ``READ_CHUNK`` ids (below); PostgreSQL's view reads compile them once
+# with ``= ANY(array)`` (``hipq.store.view_reads``).
+IdIn = Callable[[Any], Any]
+
+
+def jobs_of_query(id_in: IdIn) -> Select[Any]:
+    return select(jobs).where(id_in(jobs.c.id))
+
+
+def states_of_query(id_in: IdIn) -> Select[Any]:
+    return select(jobs.c.id, jobs.c.state, jobs.c.queue).where(id_in(jobs.c.id))
+
+
+def attempts_of_query(id_in: IdIn) -> Select[Any]:
+    return select(attempts).where(id_in(attempts.c.job_id)).order_by(attempts.c.id)
+
+
+# An attempt's fields, picked from a row of the attempts table (its id is not one).
+_ATTEMPT_PICK = operator.itemgetter(*(attempts.c.keys().index(f.name) for f in fields(Attempt)))
+
+
+def attempts_by_job(rows: Iterable[Any]) -> dict[int, list[Attempt]]:
+    """Rows of ``attempts_of_query`` (SQLAlchemy rows or asyncpg records), in order,
+    per job."""
+    out: dict[int, list[Attempt]] = {}
+    for row in rows:
+        attempt = Attempt(*_ATTEMPT_PICK(row))
+        out.setdefault(attempt.job_id, []).append(attempt)
+    return out
+
+
+def in_list(ids: list[int]) -> IdIn:
+    """The id predicate ``IN (...)``, one parameter per id."""
+    return lambda column: column.in_(ids)
+
+
+async def _chunked(
+    conn: AsyncConnection, query: Callable[[IdIn], Select[Any]], job_ids: Sequence[int]
+) -> list[Any]:
+    """The rows of ``query`` for ``job_ids``, one statement per ``READ_CHUNK`` ids."""
+    rows: list[Any] = []
     for start in range(0, len(job_ids), READ_CHUNK):
-        query = select(jobs).where(jobs.c.id.in_(list(job_ids[start : start + READ_CHUNK])))
-        found.extend(row_to_job(r) for r in (await conn.execute(query)).all())
-    return found
+        chunk = list(job_ids[start : start + READ_CHUNK])
+        rows.extend((await conn.execute(query(in_list(chunk)))).all())
+    return rows
+
+
+async def read_jobs_of(conn: AsyncConnection, job_ids: Sequence[int]) -> list[Job]:
+    """Those of ``job_ids`` that exist."""
+    return [row_to_job(r) for r in await _chunked(conn, jobs_of_query, job_ids)]
 
 
 async def read_states_of(
     conn: AsyncConnection, job_ids: Sequence[int]
 ) -> list[tuple[int, State, str]]:
-    """Id, state and queue of those of ``job_ids`` that exist (one query per
-    ``READ_CHUNK`` ids): whether they are finished, without decoding their rows."""
-    found: list[tuple[int, State, str]] = []
-    columns = (jobs.c.id, jobs.c.state, jobs.c.queue)
-    for start in range(0, len(job_ids), READ_CHUNK):
-        query = select(*columns).where(jobs.c.id.in_(list(job_ids[start : start + READ_CHUNK])))
-        found.extend((i, State(s), q) for i, s, q in (await conn.execute(query)).all())
-    return found
+    """Id, state and queue of those of ``job_ids`` that exist: whether they are
+    finished, without decoding their rows."""
+    return [(i, State(s), q) for i, s, q in await _chunked(conn, states_of_query, job_ids)]
 
 
 async def read_job(conn: AsyncConnection, job_id: int) -> Job:
@@ -561,17 +601,5 @@ async def read_attempts(conn: AsyncConnection, job_id: int) -> list[Attempt]:
 async def read_attempts_of(
     conn: AsyncConnection, job_ids: Sequence[int]
 ) -> dict[int, list[Attempt]]:
-    """The attempts of each of ``job_ids`` that has any, in order (one query per
-    ``READ_CHUNK`` ids: SQLite limits a statement's parameters)."""
-    out: dict[int, list[Attempt]] = {}
-    for start in range(0, len(job_ids), READ_CHUNK):
-        query = (
-            select(attempts)
-            .where(attempts.c.job_id.in_(list(job_ids[start : start + READ_CHUNK])))
-            .order_by(attempts.c.id)
-        )
-        for r in (await conn.execute(query)).all():
-            fields = r._asdict()
-            del fields["id"]
-            out.setdefault(r.job_id, []).append(Attempt(**fields))
-    return out
+    """The attempts of each of ``job_ids`` that has any, in order."""
+    return attempts_by_job(await _chunked(conn, attempts_of_query, job_ids))

@@ -22,16 +22,11 @@ from hipq.store.batches import BatchTable
 from hipq.store.bulk import BulkTable
 from hipq.store.dialects import Dialect, create_engine, dialect_for
 from hipq.store.hand_off import HandOffTable
-from hipq.store.heartbeats import Heartbeat, HeartbeatTable, read_heartbeat, read_heartbeats_of
+from hipq.store.heartbeats import Heartbeat, HeartbeatTable
 from hipq.store.inbox import InboxTable
 from hipq.store.job_types_mirror import JobTypesMirror
 from hipq.store.jobs import (
     JobTable,
-    read_attempts,
-    read_attempts_of,
-    read_job,
-    read_jobs_of,
-    read_states_of,
 )
 from hipq.store.operator import OperatorTable
 from hipq.store.operator_reads import OperatorReads
@@ -40,8 +35,10 @@ from hipq.store.process_guard import ProcessGuard
 from hipq.store.processes import ProcessTable
 from hipq.store.pull_claims import PullClaimTable
 from hipq.store.queues import QueueTable
+from hipq.store.records import NotFound
 from hipq.store.schedules import ScheduleTable
 from hipq.store.schema import metadata
+from hipq.store.view_reads import view_reads_for
 
 
 class JobView(NamedTuple):
@@ -76,6 +73,7 @@ class Store(
 ):
     def __init__(self, engine: AsyncEngine, dialect: Dialect | None = None) -> None:
         super().__init__(engine, dialect or dialect_for(engine.url.render_as_string()))
+        self._view_reads = view_reads_for(self.dialect)
 
     @classmethod
     def from_url(cls, url: str, **engine_kwargs: Any) -> Store:
@@ -89,38 +87,43 @@ class Store(
     async def job_view(self, job_id: int) -> JobView:
         """A job with its attempts and last heartbeat, read on one connection (what
         ``GET /v1/jobs/{id}`` shows); ``NotFound`` if there is no such job."""
+        reads = self._view_reads
         async with self._read() as conn:
-            job = await read_job(conn, job_id)
-            tried = await read_attempts(conn, job_id)
-            return JobView(job, tried, await read_heartbeat(conn, job_id))
+            found = await reads.jobs_of(conn, [job_id])
+            if not found:
+                raise NotFound(f"job {job_id} does not exist", field="id")
+            tried = await reads.attempts_of(conn, [job_id])
+            beats = await reads.heartbeats_of(conn, [job_id])
+        return JobView(found[0], tried.get(job_id, []), beats.get(job_id))
 
     async def job_views(
         self, job_ids: Sequence[int], *, if_finished: Collection[int] = ()
     ) -> JobViews:
-        """``job_view`` of many jobs in one read transaction, a few statements whatever
-        their number (for the waiters of ``GET /v1/jobs/{id}?wait=``), missing jobs left
-        out. Those of ``if_finished`` are read first as their state and queue alone,
-        and in full only when they are finished: a job still open costs two columns,
-        not its row, attempts and heartbeat."""
+        """``job_view`` of many jobs on one connection, a few statements whatever their
+        number (for the waiters of ``GET /v1/jobs/{id}?wait=``), missing jobs left out.
+        Those of ``if_finished`` are read first as their state and queue alone, and in
+        full only when they are finished: a job still open costs two columns, not its
+        row, attempts and heartbeat."""
+        reads = self._view_reads
         light = set(if_finished).intersection(job_ids)
         full = [i for i in job_ids if i not in light]
         open_queues: dict[int, str] = {}
         async with self._read() as conn:
-            for job_id, state, queue in await read_states_of(conn, sorted(light)):
+            for job_id, state, queue in await reads.states_of(conn, sorted(light)) if light else ():
                 if state in TERMINAL:
                     full.append(job_id)
                 else:
                     open_queues[job_id] = queue
             found = []
-            for job in await read_jobs_of(conn, full):
+            for job in await reads.jobs_of(conn, full) if full else ():
                 # Read committed: a job may have changed between the two statements.
                 if job.id in light and job.state not in TERMINAL:
                     open_queues[job.id] = job.queue
                 else:
                     found.append(job)
             ids = [j.id for j in found]
-            tried = await read_attempts_of(conn, ids)
-            beats = await read_heartbeats_of(conn, ids)
+            tried = await reads.attempts_of(conn, ids) if ids else {}
+            beats = await reads.heartbeats_of(conn, ids) if ids else {}
         views = [JobView(j, tried.get(j.id, []), beats.get(j.id)) for j in found]
         return JobViews(views, open_queues)
 

@@ -22,13 +22,13 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import ARRAY, BigInteger, bindparam, func
+from sqlalchemy import func
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from hipq.outcomes import Settlement
 from hipq.store import statements as st
 from hipq.store import unnest
-from hipq.store.driver import DriverStatement
+from hipq.store.driver import DriverStatement, any_of
 from hipq.store.rows import row_to_job
 from hipq.store.schema import jobs
 from hipq.store.tick import (
@@ -43,10 +43,7 @@ from hipq.store.tick import (
 
 _FENCE = DriverStatement(st.FENCE)
 _NEXT_RUN_AT = DriverStatement(st.NEXT_RUN_AT)
-# ``= ANY(array)``: one parameter whatever the batch's size, and one plan.
-_CLAIM = DriverStatement(
-    st.claim(jobs.c.id == func.any(bindparam("b_ids", type_=ARRAY(BigInteger))))
-)
+_CLAIM = DriverStatement(st.claim(any_of(jobs.c.id, "b_ids")))
 
 
 def _epoch(column: Any) -> Any:

@@ -722,6 +722,30 @@ async def test_job_view_reads_the_job_its_attempts_and_its_heartbeat(store: Stor
         await store.job_view(job.id + 1000)
 
 
+async def test_job_views_read_each_job_as_job_view_does(store: Store) -> None:
+    # Many jobs in one read (on PostgreSQL, on the driver): each as its own view reads it.
+    first, second, _ = await insert(
+        store,
+        new(type="charge", correlation_key="order-1", payload={"n": [1, 2]}, labels={"a": "b"}),
+        new(type="charge", correlation_key="order-2"),
+        new(run_at=at(500)),
+    )
+    running = await claim_due(store)
+    failed = next(j for j in running if j.id == first.id)
+    await settle_jobs(store, [(failed, Failed(AttemptError("busy")))], at(1))
+    await claim_due(store, now=at(60))
+    await store.heartbeat_record(
+        "order-1", "charge", {"done": 3}, at(61), 30.0, checkpoint={"k": 1}
+    )
+    ids = [first.id, second.id, first.id + 1000]
+    views, open_queues = await store.job_views(ids)
+    assert open_queues == {}
+    views.sort(key=lambda v: v.job.id)  # in no particular order
+    assert views == [await store.job_view(first.id), await store.job_view(second.id)]
+    assert views[0].attempts[0].error == "busy" and views[0].heartbeat is not None
+    assert views[0].heartbeat.checkpoint == {"k": 1} and views[1].heartbeat is None
+
+
 async def test_a_checkpoint_waits_for_its_tick_and_only_for_its_attempt(store: Store) -> None:
     (job,) = await insert(store, new(type="charge", correlation_key="order-1"))
     await claim_due(store)

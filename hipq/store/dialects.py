@@ -196,7 +196,7 @@ class Dialect(ABC):
             await conn.execute(table.delete())
 
 
-def _sqlalchemy_error(sql: str, exc: sqlite3.Error) -> sa_exc.DBAPIError:
+def sqlite_error(sql: str, exc: sqlite3.Error) -> sa_exc.DBAPIError:
     """A sqlite3 error raised by the driver itself, as SQLAlchemy would raise it."""
     if isinstance(exc, sqlite3.IntegrityError):
         return sa_exc.IntegrityError(sql, None, exc)
@@ -309,7 +309,7 @@ class SqliteDialect(Dialect):
                     await driver.rollback()
                     raise
             except sqlite3.Error as exc:
-                raise _sqlalchemy_error(sql, exc) from exc
+                raise sqlite_error(sql, exc) from exc
         # Writers are serialised and INTEGER PRIMARY KEY takes max(rowid) + 1: the
         # ids are consecutive, ending at the last (as ``job_insert_rows``).
         return list(range(last - len(rows) + 1, last + 1))
@@ -609,7 +609,7 @@ def dialect_for(url: str | URL) -> Dialect:
     return _DIALECTS[backend]()
 
 
-def _json_loads(value: str | bytes | int | float) -> Any:
+def json_loads(value: str | bytes | int | float) -> Any:
     """A stored JSON value. SQLite gives a JSON column NUMERIC affinity: a value that is
     a bare number (a callback's body ``5``) is stored as a number and read back as one."""
     if isinstance(value, int | float):
@@ -625,7 +625,7 @@ def create_engine(url: str | URL, dialect: Dialect | None = None, **kwargs: Any)
     # (which a log line or a traceback shows), on every engine the store opens.
     kwargs.setdefault("hide_parameters", True)
     engine = create_async_engine(
-        url, json_serializer=unnest.json_dumps, json_deserializer=_json_loads, **kwargs
+        url, json_serializer=unnest.json_dumps, json_deserializer=json_loads, **kwargs
     )
     dialect.prepare(engine)
     return engine

@@ -182,7 +182,6 @@ class BodyLimit:
             await self._refuse(send)
             return
         seen = 0
-        started = False
 
         async def counted() -> Message:
             nonlocal seen
@@ -193,15 +192,10 @@ class BodyLimit:
                     raise _TooLarge(self.max_bytes)
             return message
 
-        async def tracking_send(message: Message) -> None:
-            nonlocal started
-            started = started or message["type"] == "http.response.start"
-            await send(message)
-
         try:
-            await self.app(scope, counted, tracking_send)
+            await self.app(scope, counted, send)
         except _TooLarge:
-            if not started:
+            if not response_started(scope):
                 await self._refuse(send)
 
     async def _refuse(self, send: Send) -> None:
@@ -263,6 +257,16 @@ def install(app: FastAPI, faults: FaultReporter) -> None:
     # calls, then re-raises to the server: a second traceback and a closed connection).
 
 
+# Set in a request's scope when its response starts, by ``UnexpectedErrors``, the
+# outermost middleware: the others read it instead of each wrapping ``send`` again.
+_STARTED = "hipq.response_started"
+
+
+def response_started(scope: Scope) -> bool:
+    """Whether this request's response has started: too late for an error answer."""
+    return _STARTED in scope
+
+
 class UnexpectedErrors:
     """The last net, outermost: an error nothing answered is logged once and answered
     500 (JSON) on a connection that stays open; a client that went away while its body
@@ -275,11 +279,10 @@ class UnexpectedErrors:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        started = False
 
         async def tracking_send(message: Message) -> None:
-            nonlocal started
-            started = started or message["type"] == "http.response.start"
+            if message["type"] == "http.response.start":
+                scope[_STARTED] = True
             await send(message)
 
         try:
@@ -292,5 +295,5 @@ class UnexpectedErrors:
             )
         except Exception:
             log.exception("unexpected error: %s %s", scope["method"], scope["path"])
-            if not started:
+            if not response_started(scope):
                 await send_error(send, 500, "internal_error", None, "internal error; see the log")

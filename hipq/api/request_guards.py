@@ -15,7 +15,7 @@ from urllib.parse import urlsplit
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from hipq.api.errors import send_error
+from hipq.api.errors import response_started, send_error
 from hipq.config import ServerConfig
 
 __all__ = ["RequestGuards", "allowed_hosts", "possible_refusals"]
@@ -111,7 +111,6 @@ class RequestGuards:
             status, field, message = refusal
             await send_error(send, status, _CODES[status], field, message)
             return
-        started = False
 
         async def timed_receive() -> Message:
             try:
@@ -120,15 +119,10 @@ class RequestGuards:
             except TimeoutError:
                 raise _BodyTimeout from None
 
-        async def tracking_send(message: Message) -> None:
-            nonlocal started
-            started = started or message["type"] == "http.response.start"
-            await send(message)
-
         try:
-            await self.app(scope, timed_receive, tracking_send)
+            await self.app(scope, timed_receive, send)
         except _BodyTimeout:
-            if not started:
+            if not response_started(scope):
                 await send_error(
                     send,
                     408,

@@ -77,8 +77,20 @@ class JobContext:
         self.weight = job.weight
         self.critical = job.critical
         self.labels = dict(job.labels)
-        self.payload: dict[str, Any] = copy.deepcopy(job.payload)
+        self._payload: dict[str, Any] | None = None
         self._job, self._reporter, self._clock = job, reporter, clock
+
+    @property
+    def payload(self) -> dict[str, Any]:
+        """The job's payload: the handler's own copy, made when first read (a handler
+        that never reads it costs no copy), so nothing it does touches the loop's job."""
+        if self._payload is None:
+            self._payload = copy.deepcopy(self._job.payload)
+        return self._payload
+
+    @payload.setter
+    def payload(self, value: dict[str, Any]) -> None:
+        self._payload = value
 
     def heartbeat(self, extend_by: float | None = None) -> None:
         """Push the deadline to now + ``extend_by`` seconds (default: the job's timeout)."""

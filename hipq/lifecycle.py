@@ -54,7 +54,12 @@ class InvalidTransition(ValueError):
 
 
 def can_transition(source: State | str, target: State | str) -> bool:
-    return State(target) in TRANSITIONS[State(source)]
+    # Members pass as they are: ``State(member)`` costs an enum lookup, twice per settled job.
+    if type(source) is not State:
+        source = State(source)
+    if type(target) is not State:
+        target = State(target)
+    return target in TRANSITIONS[source]
 
 
 def check_transition(source: State | str, target: State | str) -> None:

@@ -12,6 +12,7 @@ instant, and a short reason for each one it holds. Decisions are pure functions 
 
 from __future__ import annotations
 
+import functools
 import logging
 from abc import ABC, abstractmethod
 from collections import Counter
@@ -47,12 +48,23 @@ class InFlight:
 
 
 class RunningView:
-    """Read-only view of a queue's in-flight jobs and recent starts."""
+    """Read-only view of a queue's in-flight jobs and recent starts.
+
+    ``in_flight`` is read when a stage first looks at ``jobs`` (or ``total_weight``):
+    a queue draining a backlog has thousands in flight, and a chain whose stages never
+    look (time windows) would otherwise build each one's ``InFlight`` every tick."""
 
     def __init__(self, in_flight: Iterable[InFlight], recent_starts: Sequence[Start] = ()) -> None:
-        self.jobs: tuple[InFlight, ...] = tuple(in_flight)
+        self._in_flight = in_flight
         self.recent_starts: tuple[Start, ...] = tuple(recent_starts)
-        self.total_weight: int = sum(j.weight for j in self.jobs)
+
+    @functools.cached_property
+    def jobs(self) -> tuple[InFlight, ...]:
+        return tuple(self._in_flight)
+
+    @functools.cached_property
+    def total_weight(self) -> int:
+        return sum(j.weight for j in self.jobs)
 
     def weight_by(self, label: str) -> Counter[str | None]:
         """In-flight weight per value of ``label`` (None for jobs without it)."""

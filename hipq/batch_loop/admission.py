@@ -141,10 +141,8 @@ class Admission:
             await self._write_stats(batch, live, Counter(), now)
             return out
         self._forget_starts(now)
-        # Only stages consult the view (group reads come with stages): a queue without
-        # any, draining a backlog, would build one per in-flight job each tick.
-        in_flight = (_in_flight_view(j) for j in live) if self.stages else ()
-        view = RunningView(in_flight, tuple(self.starts))
+        # Built only if a stage looks at it (``RunningView.jobs``).
+        view = RunningView((_in_flight_view(j) for j in live), tuple(self.starts))
         chain = await self._decide(batch, candidates, view, now)
         if out.full and self.group_reads is not None:
             # More are due than were read: a backlog of one group at the front may

@@ -78,7 +78,10 @@ class JobTasks:
         previous = self._tasks.get(job_id)
         if previous is not None:
             previous.cancel()
-        task = asyncio.create_task(work, name=f"{self._prefix}-{job_id}")
+        # The name given to the task as it is made: ``asyncio.create_task`` names it
+        # afterwards, a Python-level call per job that cost 2 % of a drain's CPU.
+        loop = asyncio.get_running_loop()
+        task = loop.create_task(work, name=f"{self._prefix}-{job_id}")
         self._tasks[job_id] = task
         task.add_done_callback(lambda t: self._forget(job_id, t))
 

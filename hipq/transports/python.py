@@ -32,6 +32,8 @@ MAX_SNOOZE_SECONDS = 3650 * 86400
 # the exception, which say where it failed; a deep or chained one is cut at the top.
 TRACEBACK_MAX_CHARS = 8192
 TRACEBACK_CUT = "... (earlier frames cut)\n"
+# A JobContext's payload before its handler first reads it (None is a value it may set).
+_UNREAD: Any = object()
 
 
 class PermanentError(Exception):
@@ -77,8 +79,21 @@ class JobContext:
         self.weight = job.weight
         self.critical = job.critical
         self.labels = dict(job.labels)
-        self.payload: dict[str, Any] = copy.deepcopy(job.payload)
+        self._payload: Any = _UNREAD
         self._job, self._reporter, self._clock = job, reporter, clock
+
+    @property
+    def payload(self) -> dict[str, Any]:
+        """The job's payload: the handler's own copy, made when first read (a handler
+        that never reads it costs no copy), so nothing it does touches the loop's job."""
+        if self._payload is _UNREAD:
+            self._payload = copy.deepcopy(self._job.payload)
+        payload: dict[str, Any] = self._payload
+        return payload
+
+    @payload.setter
+    def payload(self, value: dict[str, Any]) -> None:
+        self._payload = value
 
     def heartbeat(self, extend_by: float | None = None) -> None:
         """Push the deadline to now + ``extend_by`` seconds (default: the job's timeout)."""

@@ -19,10 +19,10 @@ import select
 import sqlite3
 import time
 from abc import ABC, abstractmethod
-from collections.abc import AsyncIterator, Callable, Iterator, Sequence
-from contextlib import asynccontextmanager, contextmanager
+from collections.abc import Awaitable, Callable, Iterator, Sequence
+from contextlib import contextmanager
 from contextvars import ContextVar
-from typing import Any
+from typing import Any, TypeVar
 
 import orjson
 from sqlalchemy import Select, Table, event
@@ -36,7 +36,7 @@ from hipq.batch_loop.wakeup import CHANNEL
 from hipq.store import tick_sql, unnest
 from hipq.store.asyncpg_adapter import driver_in_transaction, pooled_socket
 from hipq.store.driver import any_of
-from hipq.store.held_connections import Held, HeldConnections
+from hipq.store.held_connections import Held, HeldConnections, ended_unsent
 from hipq.store.process_guard import PgListener, ProcessGuard, SqliteFileLock
 from hipq.store.records import StoreSetupError
 from hipq.store.schema import attempts, jobs, responses
@@ -418,6 +418,23 @@ def _quiet(sock: Any | None) -> bool:
     return not poll.poll(0)
 
 
+Result = TypeVar("Result")
+
+
+async def _on_held(
+    inserts: HeldConnections, statement: Callable[[Any], Awaitable[Result]]
+) -> Result:
+    async with inserts.connection() as held:
+        # asyncpg runs a statement outside a transaction as its own. SQLAlchemy begins
+        # nothing here, so its ``begin`` event does not set the budget: done here, when
+        # it changes.
+        budget_ms = _budget_ms()
+        if held.raw.info.get(_SESSION_BUDGET) != budget_ms:
+            await held.driver.execute(_timeouts_sql(budget_ms, local=False))
+            held.raw.info[_SESSION_BUDGET] = budget_ms
+        return await statement(held.driver)
+
+
 class PostgresDialect(Dialect):
     name = "postgresql"
     single_process = False
@@ -520,25 +537,32 @@ class PostgresDialect(Dialect):
     async def job_insert_committed(
         self, engine: AsyncEngine, rows: list[dict[str, Any]], payloads: Sequence[str]
     ) -> list[int] | None:
-        async with self._autocommit(engine) as driver:
-            return await unnest.insert_rows_notify(driver, jobs, rows, CHANNEL, list(payloads))
+        def insert(driver: Any) -> Awaitable[list[int] | None]:
+            return unnest.insert_rows_notify(driver, jobs, rows, CHANNEL, list(payloads))
+
+        return await self._autocommit(engine, insert)
 
     async def response_insert_committed(
         self, engine: AsyncEngine, rows: list[dict[str, Any]], payload: str
     ) -> list[int] | None:
-        async with self._autocommit(engine) as driver:
-            return await unnest.insert_rows_notify(driver, responses, rows, CHANNEL, [payload])
+        def insert(driver: Any) -> Awaitable[list[int] | None]:
+            return unnest.insert_rows_notify(driver, responses, rows, CHANNEL, [payload])
 
-    @asynccontextmanager
-    async def _autocommit(self, engine: AsyncEngine) -> AsyncIterator[Any]:
-        """An asyncpg connection for one statement that commits on its own
-        (``hipq.store.driver``), with the request's budget in force.
+        return await self._autocommit(engine, insert)
+
+    async def _autocommit(
+        self, engine: AsyncEngine, statement: Callable[[Any], Awaitable[Result]]
+    ) -> Result:
+        """``statement`` run on an asyncpg connection, as one statement that commits on
+        its own (``hipq.store.driver``), with the request's budget in force.
 
         One autocommit statement is as durable as a transaction of one statement.
         These connections are a pool of their own: the budget is a session setting
         here, which a transaction without one would reset (a round trip each, and one
         more to set it again) on a connection the two shared. Between statements they
-        stay out of that pool (``hipq.store.held_connections``)."""
+        stay out of that pool (``hipq.store.held_connections``). A statement refused
+        before it was sent, on a connection whose server process had just ended it,
+        goes once more on another."""
         inserts = self._insert_engines.get(id(engine))
         if inserts is None:
             # Group commit writes one group at a time, per writer (jobs, responses).
@@ -550,15 +574,12 @@ class PostgresDialect(Dialect):
                 PG_CONNECT_TIMEOUT_SECONDS,
             )
             self._insert_engines[id(engine)] = inserts
-        async with inserts.connection() as held:
-            # asyncpg runs a statement outside a transaction as its own. SQLAlchemy
-            # begins nothing here, so its ``begin`` event does not set the budget: done
-            # here, when it changes.
-            budget_ms = _budget_ms()
-            if held.raw.info.get(_SESSION_BUDGET) != budget_ms:
-                await held.driver.execute(_timeouts_sql(budget_ms, local=False))
-                held.raw.info[_SESSION_BUDGET] = budget_ms
-            yield held.driver
+        try:
+            return await _on_held(inserts, statement)
+        except Exception as exc:
+            if not ended_unsent(exc):
+                raise
+        return await _on_held(inserts, statement)
 
     def process_guard(self, database_url: str, on_payload: Callable[[str], None]) -> ProcessGuard:
         return PgListener(database_url, on_payload, self._delivered_in_process)

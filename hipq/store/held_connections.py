@@ -16,7 +16,11 @@ longer than the engine's ping delay, or whose socket has something to read, is
 pinged before it is used, as the pool's checkout pings (``_checkout_ping``), and
 invalidated if it does not answer. So is one that an error may have left unusable
 (a lost connection, a cancelled statement): the pool opens another. The engine's pool
-bounds how many are out at once.
+bounds how many are out at once. A server that ends its sessions (a restart, an
+operator) may be seen in the instant between the end's message and the connection's
+close, when asyncpg refuses a statement before sending it (``ended_unsent``): the
+caller may send it again on another connection, and the others left idle are pinged
+before their next use.
 """
 
 from __future__ import annotations
@@ -32,7 +36,7 @@ import asyncpg  # type: ignore[import-untyped]
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-__all__ = ["Held", "HeldConnections"]
+__all__ = ["Held", "HeldConnections", "ended_unsent"]
 
 
 @dataclass(eq=False)
@@ -45,6 +49,15 @@ class Held:
     driver: Any
     backend: int
     returned_at: float = field(default=0.0)
+
+
+def ended_unsent(exc: BaseException) -> bool:
+    """Whether a statement was refused before anything was sent: asyncpg had read the
+    server's end of the session (its FATAL error) but not yet the connection's close,
+    and refuses a new operation ("another operation is in progress"). The statement
+    may be sent again on another connection."""
+    orig = getattr(exc, "orig", None) if isinstance(exc, sa_exc.DBAPIError) else exc
+    return isinstance(orig, asyncpg.InternalClientError)
 
 
 def _leaves_connection_usable(exc: BaseException, held: Held) -> bool:
@@ -91,6 +104,11 @@ class HeldConnections:
                 self._give_back(held)
             else:
                 await self._discard(held)
+                if ended_unsent(exc):
+                    # Its server process ended it (a restart, an operator): so it may
+                    # have ended those idle beside it, each pinged before its next use.
+                    for idle in self._idle:
+                        idle.returned_at = float("-inf")
             raise
         self._give_back(held)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 from datetime import UTC, datetime
+from typing import Any
 
 import asyncpg
 import pytest
@@ -81,8 +82,9 @@ async def test_a_statement_whose_server_process_ends_gives_up_its_connection(
     other = await asyncpg.connect(asyncpg_dsn(postgres_url_fresh))
 
     async def sleep_there() -> None:
-        async with dialect._autocommit(store.engine) as driver:  # type: ignore[attr-defined]
-            await driver.execute("SELECT pg_sleep(60)")
+        await dialect._autocommit(  # type: ignore[attr-defined]
+            store.engine, lambda driver: driver.execute("SELECT pg_sleep(60)")
+        )
 
     try:
         sleeping = asyncio.create_task(sleep_there())
@@ -98,9 +100,12 @@ async def test_a_statement_whose_server_process_ends_gives_up_its_connection(
         with pytest.raises((asyncpg.PostgresError, asyncpg.InterfaceError, OSError)):
             await asyncio.wait_for(sleeping, 30)
         assert pid not in {b for each in held.values() for b in each.backends}
-        async with dialect._autocommit(store.engine) as driver:  # type: ignore[attr-defined]
-            assert await driver.fetchval("SELECT 1") == 1
-            assert driver.get_server_pid() != pid
+
+        async def one(driver: Any) -> tuple[int, int]:
+            return await driver.fetchval("SELECT 1"), driver.get_server_pid()
+
+        one_and_pid = await dialect._autocommit(store.engine, one)  # type: ignore[attr-defined]
+        assert one_and_pid[0] == 1 and one_and_pid[1] != pid
     finally:
         await other.close()
         await store.close()

@@ -19,7 +19,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from hipq.batch_loop.wakeup import cancels_payload
 from hipq.store.batch import QueueBatch
-from hipq.store.jobs import READ_CHUNK, in_list
+from hipq.store.jobs import chunked_rows
 from hipq.store.records import Conflict, NotFound
 from hipq.store.schema import heartbeat_messages, job_heartbeats, jobs
 from hipq.store.state_guards import OPEN_SQL
@@ -169,12 +169,7 @@ async def read_heartbeat(conn: AsyncConnection, job_id: int) -> Heartbeat | None
 
 async def read_heartbeats_of(conn: AsyncConnection, job_ids: Sequence[int]) -> dict[int, Heartbeat]:
     """The last heartbeat of each of ``job_ids`` that has one."""
-    rows: list[Any] = []
-    for start in range(0, len(job_ids), READ_CHUNK):
-        chunk = list(job_ids[start : start + READ_CHUNK])
-        query = heartbeats_of_query(in_list(chunk))
-        rows.extend((await conn.execute(query)).all())
-    return heartbeats_by_job(rows)
+    return heartbeats_by_job(await chunked_rows(conn, heartbeats_of_query, job_ids))
 
 
 async def heartbeat_take(batch: QueueBatch) -> list[Heartbeat]:

@@ -527,8 +527,8 @@ def _may_be_refused_alone(new_jobs: Sequence[NewJob]) -> bool:
 
 
 # The reads of many jobs by id, over an id predicate (``IdIn``): SQLAlchemy runs them
-# with ``IN`` per ``READ_CHUNK`` ids (below); PostgreSQL's view reads compile them once
-# with ``= ANY(array)`` (``hipq.store.view_reads``).
+# with ``IN`` per ``READ_CHUNK`` ids (below); the store's view reads compile them once
+# with all ids in one parameter (``hipq.store.view_reads``).
 IdIn = Callable[[Any], Any]
 
 
@@ -563,7 +563,7 @@ def in_list(ids: list[int]) -> IdIn:
     return lambda column: column.in_(ids)
 
 
-async def _chunked(
+async def chunked_rows(
     conn: AsyncConnection, query: Callable[[IdIn], Select[Any]], job_ids: Sequence[int]
 ) -> list[Any]:
     """The rows of ``query`` for ``job_ids``, one statement per ``READ_CHUNK`` ids."""
@@ -576,7 +576,7 @@ async def _chunked(
 
 async def read_jobs_of(conn: AsyncConnection, job_ids: Sequence[int]) -> list[Job]:
     """Those of ``job_ids`` that exist."""
-    return [row_to_job(r) for r in await _chunked(conn, jobs_of_query, job_ids)]
+    return [row_to_job(r) for r in await chunked_rows(conn, jobs_of_query, job_ids)]
 
 
 async def read_states_of(
@@ -584,7 +584,7 @@ async def read_states_of(
 ) -> list[tuple[int, State, str]]:
     """Id, state and queue of those of ``job_ids`` that exist: whether they are
     finished, without decoding their rows."""
-    return [(i, State(s), q) for i, s, q in await _chunked(conn, states_of_query, job_ids)]
+    return [(i, State(s), q) for i, s, q in await chunked_rows(conn, states_of_query, job_ids)]
 
 
 async def read_job(conn: AsyncConnection, job_id: int) -> Job:
@@ -602,4 +602,4 @@ async def read_attempts_of(
     conn: AsyncConnection, job_ids: Sequence[int]
 ) -> dict[int, list[Attempt]]:
     """The attempts of each of ``job_ids`` that has any, in order."""
-    return attempts_by_job(await _chunked(conn, attempts_of_query, job_ids))
+    return attempts_by_job(await chunked_rows(conn, attempts_of_query, job_ids))

@@ -25,9 +25,7 @@ from hipq.store.hand_off import HandOffTable
 from hipq.store.heartbeats import Heartbeat, HeartbeatTable
 from hipq.store.inbox import InboxTable
 from hipq.store.job_types_mirror import JobTypesMirror
-from hipq.store.jobs import (
-    JobTable,
-)
+from hipq.store.jobs import JobTable
 from hipq.store.operator import OperatorTable
 from hipq.store.operator_reads import OperatorReads
 from hipq.store.outbox import NotificationTable

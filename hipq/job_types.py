@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from hipq.config import JobTypeConfig, Settings
-from hipq.ingest.outcome_rules import ANY_RESPONSE, OutcomeRule, OutcomeRuleError, rule_for
+from hipq.outcome_rules import ANY_RESPONSE, OutcomeRule, OutcomeRuleError, rule_for
 from hipq.plugins import PluginError, RetryStrategies
 from hipq.templates import (
     JOB_ROOTS,

@@ -492,7 +492,7 @@ def test_a_second_serve_of_a_sqlite_file_is_refused_before_the_heavy_imports(
     errors = [line for line in done.stderr.splitlines() if not line.startswith("import time:")]
     assert len(errors) == 1 and "already served by pid 4242" in errors[0], done.stderr[-2000:]
     imported = {line.rsplit("|", 1)[-1].strip() for line in done.stderr.splitlines()}
-    for heavy in ("uvicorn", "fastapi", "hipq.service", "hipq.api.app", "aiosqlite"):
+    for heavy in ("uvicorn", "fastapi", "hipq.service", "hipq.app", "aiosqlite"):
         assert heavy not in imported, heavy
 
 

@@ -15,7 +15,6 @@ from hipq.api.auth import CallbackAccess, token_proves_callback
 from hipq.api.errors import InvalidParameter, error_body
 from hipq.api.json_body import loads, off_loop
 from hipq.api.models import ErrorOut
-from hipq.ingest.outcome_rules import ANY_RESPONSE
 from hipq.ingest.response_intake import (
     WEBHOOK_ID,
     check_body,
@@ -26,6 +25,7 @@ from hipq.ingest.response_intake import (
     signed_key_problem,
 )
 from hipq.job_types import JobTypeInfo, JobTypes
+from hipq.outcome_rules import ANY_RESPONSE
 from hipq.security.signatures import SignatureError, verify
 from hipq.service import Service
 

@@ -34,12 +34,12 @@ from hipq.api.models import (
     job_body,
 )
 from hipq.api.paging import Cursor, json_size, within_budget
-from hipq.batch_loop.operator_requests import Reschedule, RetryRefused
 from hipq.durations import parse_duration
 from hipq.ingest.job_intake import NUL_MESSAGE, IntakeError, nul_field
 from hipq.jobs import NewJob
 from hipq.lifecycle import IN_FLIGHT, State
 from hipq.observability import tracing
+from hipq.operator_requests import Reschedule, RetryRefused
 from hipq.process.job_waiters import MAX_WAIT_SECONDS
 from hipq.service import Service
 from hipq.store import JobFilter

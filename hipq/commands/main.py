@@ -114,7 +114,7 @@ def serve(
         tracing.configure_from_env()  # the hipq[otel] extra, set up by OTEL_* variables
     except Exception as exc:
         fail(f"OpenTelemetry: {exc}")
-    # While serving, SIGTERM and SIGINT are hipq.process.stop_signals'. Before that (the service
+    # While serving, SIGTERM and SIGINT are hipq.commands.stop_signals'. Before that (the service
     # starting), SIGTERM's default action would kill the process without any cleanup: as
     # KeyboardInterrupt it unwinds. (Outside the main thread signals cannot be set.)
     with contextlib.suppress(ValueError):
@@ -157,12 +157,11 @@ def _event_loop_runner() -> Callable[[Coroutine[Any, Any, None]], None]:
 
 
 async def _serve(settings: Settings, tokens: Tokens) -> None:
-    from hipq.api.app import create_app
+    from hipq.app import create_app
+    from hipq.commands.stop_signals import Server, StopSignals
     from hipq.config import ConfigError
     from hipq.process import runtime
-    from hipq.process.stop_signals import Server, StopSignals
-    from hipq.process.wiring import build_service
-    from hipq.service import ServiceError
+    from hipq.service import ServiceError, build_service
     from hipq.store import StoreSetupError
 
     try:

@@ -15,7 +15,7 @@ from typing import Any
 
 import orjson
 
-from hipq.ingest.outcome_rules import OutcomeRule, decide
+from hipq.outcome_rules import OutcomeRule, decide
 from hipq.storable_text import NUL_MESSAGE, nul_field
 from hipq.store import NewResponse
 from hipq.store.schema import KEY_MAX_LENGTH

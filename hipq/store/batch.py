@@ -14,7 +14,6 @@ from typing import Any
 from sqlalchemy import bindparam, delete, exists, false, select, true, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from hipq.batch_loop.wakeup import handed_payload
 from hipq.jobs import Job
 from hipq.lifecycle import State, check_transition
 from hipq.outcomes import Settlement
@@ -27,6 +26,7 @@ from hipq.store.schema import jobs, queues, reports, responses
 from hipq.store.state_guards import IN_FLIGHT_SQL, OPEN_SQL, PENDING_SQL, RUNNING_SQL
 from hipq.store.statements import claimed_by
 from hipq.store.tick import DueScanOf, Fence, Tick
+from hipq.store.wakeup import handed_payload
 
 
 class QueueBatch:

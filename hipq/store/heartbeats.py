@@ -17,13 +17,13 @@ from typing import Any
 from sqlalchemy import Select, bindparam, case, delete, null, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from hipq.batch_loop.wakeup import cancels_payload
 from hipq.store.batch import QueueBatch
 from hipq.store.jobs import chunked_rows
 from hipq.store.records import Conflict, NotFound
 from hipq.store.schema import heartbeat_messages, job_heartbeats, jobs
 from hipq.store.state_guards import OPEN_SQL
 from hipq.store.transactions import Transactions
+from hipq.store.wakeup import cancels_payload
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,12 +14,12 @@ from typing import Any
 from sqlalchemy import Integer, and_, bindparam, case, delete, exists, func, or_, select, update
 from sqlalchemy.sql.expression import ColumnElement, Exists, FromClause, ScalarSelect
 
-from hipq.batch_loop.wakeup import responses_payload
 from hipq.lifecycle import IN_FLIGHT
 from hipq.store.records import Conflict, NewResponse, NotFound, ParkedMessage, Response
 from hipq.store.schema import jobs, parked_messages, responses
 from hipq.store.state_guards import OPEN_SQL, PENDING_SQL
 from hipq.store.transactions import Transactions
+from hipq.store.wakeup import responses_payload
 
 _NEW_RESPONSE_FIELDS = tuple(f.name for f in fields(NewResponse))
 

@@ -16,13 +16,12 @@ from sqlalchemy import Select, and_, case, delete, exists, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from hipq.batch_loop.operator_requests import key_taken_over
-from hipq.batch_loop.wakeup import jobs_payload
 from hipq.batches import NewBatch
 from hipq.dependencies import DependencyError, in_request, job_field
 from hipq.job_keys import KeyAction, holder_states, key_action, replacing
 from hipq.jobs import Attempt, Job, NewJob
 from hipq.lifecycle import TERMINAL, State, check_transition
+from hipq.operator_requests import key_taken_over
 from hipq.store import state_guards as guards
 from hipq.store.batches import batch_create, batch_join, batch_seal, batch_set_completion
 from hipq.store.dependencies import park, prerequisites
@@ -39,6 +38,7 @@ from hipq.store.schema import (
 )
 from hipq.store.state_guards import OPEN_SQL, const
 from hipq.store.transactions import Transactions
+from hipq.store.wakeup import jobs_payload
 
 # One request of ``job_insert_each``: its jobs, and its (Idempotency-Key, request hash).
 InsertRequest = tuple[Sequence[NewJob], tuple[str, str] | None]

@@ -20,13 +20,13 @@ from datetime import datetime
 
 from sqlalchemy import exists, select
 
-from hipq.batch_loop.wakeup import pull_payload
 from hipq.jobs import Job
 from hipq.store.records import Conflict, NotFound
 from hipq.store.rows import row_to_job
 from hipq.store.schema import jobs, pull_claims
 from hipq.store.state_guards import IN_FLIGHT_SQL
 from hipq.store.transactions import Transactions
+from hipq.store.wakeup import pull_payload
 
 
 def token_digest(token: str) -> str:

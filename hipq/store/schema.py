@@ -107,7 +107,7 @@ jobs = Table(
     Column("last_error", Text, nullable=True),
     Column("waiting_reason", Text, nullable=True),
     # An operator's request waits for the queue's loop (any kind, not only a cancel);
-    # ``operator_request`` says which (NULL: a cancel). See hipq.batch_loop.operator_requests.
+    # ``operator_request`` says which (NULL: a cancel). See hipq.operator_requests.
     Column("cancel_requested", Boolean, nullable=False),
     Column("operator_request", Json, nullable=True),
     # Flags an operator may forbid on the queue (graphile-worker's forbidden flags).

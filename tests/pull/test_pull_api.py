@@ -223,7 +223,8 @@ async def test_concurrent_fetches_never_take_one_job_twice(api: Api) -> None:
 
 
 def test_a_pull_type_takes_no_correlation_key(sqlite_url: str) -> None:
-    from hipq.process.wiring import ServiceError, build_service
+    from hipq.process.wiring import ServiceError
+    from hipq.service import build_service
     from tests.support import make_settings
 
     bad = {"p": {"transport": "pull", "correlation_key": "{payload.x}"}}

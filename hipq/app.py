@@ -11,7 +11,7 @@ from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from hipq import __version__, dashboard
+from hipq import dashboard
 from hipq.api import (
     auth,
     batches,
@@ -30,11 +30,12 @@ from hipq.api import (
 from hipq.api.long_polls import LongPolls
 from hipq.api.models import ReadyOut
 from hipq.api.request_guards import RequestGuards
-from hipq.observability.faults import FaultReporter, disk_full, unavailable
+from hipq.faults import FaultReporter, disk_full, unavailable
 from hipq.observability.metrics import Metrics
 from hipq.security.tokens import Tokens, load_tokens
 from hipq.service import Service
 from hipq.store.dialects import time_budget
+from hipq.version import __version__
 
 log = logging.getLogger("hipq.api")
 

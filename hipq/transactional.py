@@ -142,12 +142,14 @@ _KEY_IN_USE = (
     f"SELECT 1 FROM hipq_jobs WHERE correlation_key = :key AND {OPEN_STATES_SQL}"
     " AND (:job_key IS NULL OR job_key IS NOT :job_key)"
 )
+# Keys are the service's own (its jobs' owner is ''; docs/security.md).
 _KEY_CREATED_SINCE = (
-    "SELECT id FROM hipq_jobs WHERE job_key = :job_key AND created_at >= :since"
+    "SELECT id FROM hipq_jobs WHERE tenant = '' AND job_key = :job_key AND created_at >= :since"
     " ORDER BY created_at, id LIMIT 1"
 )
 _KEY_HOLDER = (
-    "SELECT id, state, attempt FROM hipq_jobs WHERE job_key = :job_key AND state IN ({states})"
+    "SELECT id, state, attempt FROM hipq_jobs WHERE tenant = '' AND job_key = :job_key"
+    " AND state IN ({states})"
     f" ORDER BY CASE WHEN {OPEN_STATES_SQL} THEN 0 ELSE 1 END, id DESC LIMIT 1"
 )
 # (RETURNING: every runner fetches the rows of its statement.)

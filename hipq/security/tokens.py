@@ -1,7 +1,9 @@
 """API tokens: who may call hipq's API, with which scopes.
 
-A token is configured as one line, ``NAME SCOPES [queue=Q,...] [type=T,...] [LIMIT...]
-SECRET``: ``SCOPES`` is a comma-separated list of submit, read, operate, callbacks, workers, admin;
+A token is configured as one line, ``NAME SCOPES [queue=Q,...] [type=T,...] [tenant=NAME]
+[LIMIT...] SECRET``: ``SCOPES`` is a comma-separated list of submit, read, operate, callbacks,
+workers, admin; a restricted token's jobs belong to its ``tenant`` (default: its name;
+two lines of one tenant, during a rotation, share their jobs' keys);
 each ``LIMIT`` bounds what the token's jobs may set (``notify=``, ``labels=``,
 ``priority=``, ``critical=``; see :class:`JobLimits`);
 ``SECRET`` is the token itself or its ``sha256:<hex>`` digest (what ``hipq tokens new``
@@ -88,6 +90,8 @@ class Principal:
     authenticated: bool = True
     # What its jobs may set; None: the default for its kind (``job_limits``).
     limits: JobLimits | None = None
+    # The tenant a restricted token acts for (``tenant=``); None: its own name.
+    tenant_name: str | None = None
 
     def has(self, scope: str) -> bool:
         return scope in self.scopes or "admin" in self.scopes
@@ -95,6 +99,14 @@ class Principal:
     @property
     def restricted(self) -> bool:
         return self.queues is not None or self.types is not None
+
+    @property
+    def tenant(self) -> str:
+        """The owner of the jobs it adds, within which the keys it names are looked up:
+        a restricted token's tenant; '' (the service) for any other."""
+        if not self.restricted:
+            return ""
+        return self.tenant_name or self.name
 
     @property
     def job_limits(self) -> JobLimits:
@@ -128,6 +140,7 @@ def config_line(
     queues: Iterable[str] = (),
     types: Iterable[str] = (),
     limits: Iterable[str] = (),
+    tenant: str | None = None,
 ) -> str:
     """The line that configures ``token`` (its digest, not the token); ``limits`` are
     ``name=value`` job limits as the line writes them (``priority=50..200``)."""
@@ -136,6 +149,8 @@ def config_line(
         parts.append("queue=" + ",".join(queues))
     if types:
         parts.append("type=" + ",".join(types))
+    if tenant:
+        parts.append("tenant=" + tenant)
     parts.extend(limits)
     parts.append(_DIGEST_PREFIX + digest(token).hex())
     return " ".join(parts)
@@ -209,22 +224,31 @@ def parse_line(line: str, where: str) -> tuple[Principal, bytes]:
         )
     queues: frozenset[str] | None = None
     types: frozenset[str] | None = None
+    tenant: str | None = None
     job_limits: dict[str, str] = {}
     for limit in limits:
         key, sep, values = limit.partition("=")
         if sep and key in LIMIT_NAMES:
             job_limits[key] = values
             continue
+        if sep and key == "tenant" and values:
+            tenant = values
+            continue
         names = frozenset(v for v in values.split(",") if v)
         if not sep or key not in ("queue", "type") or not names:
             raise TokenConfigError(
                 f"{where}: token {name!r}: a restriction looks like queue=a,b or type=x,y, "
-                f"or a job limit {', '.join(n + '=' for n in LIMIT_NAMES)}"
+                f"tenant=NAME, or a job limit {', '.join(n + '=' for n in LIMIT_NAMES)}"
             )
         if key == "queue":
             queues = names
         else:
             types = names
+    if tenant is not None and queues is None and types is None:
+        # An unrestricted token acts for the service: it has no tenant to name.
+        raise TokenConfigError(
+            f"{where}: token {name!r}: tenant= needs a restriction (queue= or type=)"
+        )
     parsed_limits = None
     if job_limits:
         base = RESTRICTED if queues is not None or types is not None else OPEN
@@ -245,7 +269,8 @@ def parse_line(line: str, where: str) -> tuple[Principal, bytes]:
                 f"{where}: token {name!r}: too short (use `hipq tokens new` for one)"
             )
         hashed = digest(secret)
-    return Principal(name, scopes, queues, types, limits=parsed_limits), hashed
+    principal = Principal(name, scopes, queues, types, limits=parsed_limits, tenant_name=tenant)
+    return principal, hashed
 
 
 def _job_limits(base: JobLimits, given: Mapping[str, str]) -> JobLimits:

@@ -133,6 +133,10 @@ jobs = Table(
     Column("has_dependents", Boolean, nullable=True),
     # The batch it belongs to (hipq_batches), whose counts a trigger keeps.
     Column("batch_id", BigInteger, nullable=True),
+    # Its owner: the tenant of the restricted token that added it; '' for the service
+    # (an unrestricted token, the CLI, schedules, transactional enqueue). A key a caller
+    # names (job_key, an ``after`` reference) is looked up within its owner only.
+    Column("tenant", String(200), nullable=False, server_default=""),
     # The loop's due-jobs scan, one index per queue order, over scheduled jobs only.
     Index(
         "ix_hipq_jobs_due_time",
@@ -162,6 +166,7 @@ jobs = Table(
     ),
     Index(
         "uq_hipq_jobs_open_job_key",
+        "tenant",
         "job_key",
         unique=True,
         postgresql_where=OPEN_JOB_KEY_WHERE,

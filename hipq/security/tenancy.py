@@ -1,7 +1,9 @@
-"""What a token's jobs may set beyond their queue and type: its ``JobLimits``.
+"""What a token's jobs may be: its queues and job types, and what its ``JobLimits``
+let them set.
 
 Decided here, in pure code, for each job as intake resolved it (the type's defaults
-applied); ``hipq.api.auth.check_tenancy`` answers a refusal with 403 naming the field.
+applied): ``hipq.ingest.job_intake.Intake.resolve`` refuses it (the API's 403 naming
+the field).
 """
 
 from __future__ import annotations
@@ -9,7 +11,18 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from hipq.jobs import NewJob
-from hipq.security.tokens import JobLimits
+from hipq.security.tokens import JobLimits, Principal
+
+
+def caller_refusal(
+    caller: Principal, job: NewJob, type_targets: Sequence[str], type_priority: int
+) -> tuple[str, str] | None:
+    """(field, why) when ``caller`` may not add ``job``; None if it may."""
+    if caller.queues is not None and job.queue not in caller.queues:
+        return "queue", f"may not submit to queue {job.queue!r}"
+    if caller.types is not None and job.type not in caller.types:
+        return "type", f"may not submit jobs of type {job.type!r}"
+    return job_refusal(caller.job_limits, job, type_targets, type_priority)
 
 
 def job_refusal(

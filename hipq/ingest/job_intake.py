@@ -152,6 +152,8 @@ class Intake:
         if queue not in self.settings.queues:
             raise IntakeError("queue", f"unknown queue {queue!r}")
         run_at = self.run_at(job.get("run_at"), job.get("run_in"), now)
+        if caller is not None and not caller.job_limits.past_run_at:
+            run_at = max(run_at, now)  # not before the jobs others added earlier
         windows = job.get("windows") or None
         if windows:
             windows, run_at = self._windowed(windows, run_at)
@@ -216,7 +218,7 @@ class Intake:
         )
         if caller is None or not caller.authenticated:
             return new
-        if refused := caller_refusal(caller, new, jt.notify, jt.priority):
+        if refused := caller_refusal(caller, new, jt):
             field, why = refused
             raise CallerRefused(field, f"token {caller.name!r} {why}")
         return replace(new, tenant=caller.tenant) if caller.tenant else new

@@ -10,31 +10,73 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from hipq.config import JobTypeConfig
+from hipq.durations import format_duration
 from hipq.jobs import NewJob
+from hipq.retry import retry_bounds
 from hipq.security.tokens import JobLimits, Principal
 
 
-def caller_refusal(
-    caller: Principal, job: NewJob, type_targets: Sequence[str], type_priority: int
-) -> tuple[str, str] | None:
-    """(field, why) when ``caller`` may not add ``job``; None if it may."""
+def caller_refusal(caller: Principal, job: NewJob, jt: JobTypeConfig) -> tuple[str, str] | None:
+    """(field, why) when ``caller`` may not add ``job`` (of type ``jt``); None if it may."""
     if caller.queues is not None and job.queue not in caller.queues:
         return "queue", f"may not submit to queue {job.queue!r}"
     if caller.types is not None and job.type not in caller.types:
         return "type", f"may not submit jobs of type {job.type!r}"
-    return job_refusal(caller.job_limits, job, type_targets, type_priority)
+    return job_refusal(caller.job_limits, job, jt)
 
 
-def job_refusal(
-    limits: JobLimits, job: NewJob, type_targets: Sequence[str], type_priority: int
-) -> tuple[str, str] | None:
+def job_refusal(limits: JobLimits, job: NewJob, jt: JobTypeConfig) -> tuple[str, str] | None:
     """(field, why) when ``job`` sets what ``limits`` do not allow; None if it may."""
     return (
-        _notify(limits, job, type_targets)
+        _notify(limits, job, jt.notify)
         or _labels(limits, job)
-        or _priority(limits, job, type_priority)
+        or _priority(limits, job, jt.priority)
         or _critical(limits, job)
+        or _capacity(limits, job, jt)
+        or _retry(limits, job, jt)
     )
+
+
+def _most(limits: JobLimits, name: str, own: float | None, of_type: float | None) -> float | None:
+    """The bound of ``name``: the line's, else the type's value if bounded by it."""
+    if own is not None:
+        return own
+    return of_type if name in limits.type_bounds else None
+
+
+def _capacity(limits: JobLimits, job: NewJob, jt: JobTypeConfig) -> tuple[str, str] | None:
+    # A weight or a timeout beyond its type's holds a shared queue's capacity.
+    weight = _most(limits, "weight", limits.weight_max, jt.weight)
+    if weight is not None and job.weight > weight:
+        return "weight", f"must be at most {weight:g}"
+    timeout = _most(limits, "timeout", limits.timeout_max, jt.timeout)
+    if timeout is not None and job.timeout_seconds > timeout:
+        return "timeout", f"must be at most {format_duration(timeout)}"
+    return None
+
+
+def _retry(limits: JobLimits, job: NewJob, jt: JobTypeConfig) -> tuple[str, str] | None:
+    # Attempts and their pace are what another system receives from one job.
+    of_type = retry_bounds(jt.retry)
+    if (
+        of_type is None
+        and job.retry != jt.retry
+        and {"attempts", "retry_delay"} & limits.type_bounds
+    ):
+        return "retry", "may not change its job type's retry strategy"
+    attempts = _most(limits, "attempts", limits.attempts_max, of_type[0] if of_type else None)
+    delay = _most(limits, "retry_delay", limits.retry_delay_min, of_type[1] if of_type else None)
+    if attempts is None and delay is None:
+        return None
+    asked = retry_bounds(job.retry)
+    if asked is None:  # a plugin's strategy: its attempts and delays are its own
+        return "retry.strategy", "may not choose a retry strategy whose delays hipq cannot bound"
+    if attempts is not None and asked[0] > attempts:
+        return "retry.max_attempts", f"must be at most {attempts:g}"
+    if delay is not None and asked[0] > 1 and asked[1] < delay:
+        return "retry", f"may not retry sooner than {format_duration(delay)} after a failure"
+    return None
 
 
 def _notify(limits: JobLimits, job: NewJob, type_targets: Sequence[str]) -> tuple[str, str] | None:

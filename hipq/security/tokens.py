@@ -24,9 +24,12 @@ import hmac
 import ipaddress
 import os
 import secrets
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
+
+from hipq.durations import parse_duration
 
 SCOPES = ("submit", "read", "operate", "callbacks", "workers", "admin")
 TOKEN_PREFIX = "hipq_"
@@ -39,7 +42,20 @@ class TokenConfigError(ValueError):
 
 
 # The job fields a token line may bound, as ``name=value``.
-LIMIT_NAMES = ("notify", "labels", "priority", "critical")
+LIMIT_NAMES = (
+    "notify",
+    "labels",
+    "priority",
+    "critical",
+    "weight",
+    "timeout",
+    "attempts",
+    "retry_delay",
+    "run_at",
+)
+# The bounds a restricted token's jobs take from their job type by default: weight,
+# timeout and attempts at most the type's, a retry delay no shorter than the type's.
+TYPE_BOUNDS = frozenset({"weight", "timeout", "attempts", "retry_delay"})
 
 
 @dataclass(frozen=True)
@@ -48,8 +64,10 @@ class JobLimits:
 
     A restricted token (``queue=`` or ``type=``) starts from the strict defaults
     (``RESTRICTED``): its jobs notify exactly their type's targets, carry no labels,
-    are not critical, and run no sooner than their type's priority. Any other token
-    starts unbounded (``OPEN``). A limit on the token's line replaces its default.
+    are not critical, run no sooner than their type's priority, take no more capacity,
+    time and attempts than their type gives and retry no sooner, and a ``run_at`` in
+    the past is taken as now. Any other token starts unbounded (``OPEN``). A limit on
+    the token's line replaces its default.
     """
 
     # Targets a job may add to its type's (which it may never drop); None: any.
@@ -65,6 +83,17 @@ class JobLimits:
     # The defaults of a restricted token: keeps its type's targets and priority floor.
     keep_type_targets: bool = False
     type_priority_floor: bool = False
+    # Shared capacity and another system's patience: the most weight, timeout (seconds)
+    # and attempts, and the shortest retry delay (seconds); None: unbounded, unless
+    # named in ``type_bounds`` (then the job type's value is the bound).
+    weight_max: int | None = None
+    timeout_max: float | None = None
+    attempts_max: int | None = None
+    retry_delay_min: float | None = None
+    type_bounds: frozenset[str] = frozenset()
+    # Whether a ``run_at`` in the past stands (else it is taken as now: a job cannot
+    # go before the jobs other tenants added earlier).
+    past_run_at: bool = True
 
 
 OPEN = JobLimits()
@@ -74,6 +103,8 @@ RESTRICTED = JobLimits(
     critical=False,
     keep_type_targets=True,
     type_priority_floor=True,
+    type_bounds=TYPE_BOUNDS,
+    past_run_at=False,
 )
 
 
@@ -309,7 +340,44 @@ def _job_limits(base: JobLimits, given: Mapping[str, str]) -> JobLimits:
         if given["critical"] not in ("yes", "no"):
             raise ValueError("critical= takes yes or no")
         limits = replace(limits, critical=given["critical"] == "yes")
+    for name, field, parse in _BOUNDS:
+        if name in given:
+            most = None if given[name] == "any" else _bound(name, given[name], parse)
+            bound: dict[str, Any] = {field: most}
+            limits = replace(limits, **bound, type_bounds=limits.type_bounds - {name})
+    if "run_at" in given:
+        if given["run_at"] not in ("past", "now"):
+            raise ValueError("run_at= takes past (a run_at in the past stands) or now")
+        limits = replace(limits, past_run_at=given["run_at"] == "past")
     return limits
+
+
+def _whole(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise ValueError(text)
+    return value
+
+
+def _duration(text: str) -> float:
+    return parse_duration(text)
+
+
+# The bounds a line sets as ``name=VALUE`` (or ``name=any``): its JobLimits field.
+_BOUNDS = (
+    ("weight", "weight_max", _whole),
+    ("timeout", "timeout_max", _duration),
+    ("attempts", "attempts_max", _whole),
+    ("retry_delay", "retry_delay_min", _duration),
+)
+
+
+def _bound(name: str, text: str, parse: Callable[[str], float]) -> float:
+    try:
+        return parse(text)
+    except ValueError:
+        kind = "a whole number" if parse is _whole else "a duration such as 30s or 1h"
+        raise ValueError(f"{name}= takes {kind}, or any") from None
 
 
 def _names(values: str) -> frozenset[str]:

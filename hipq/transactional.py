@@ -133,7 +133,7 @@ def _job_of(args: Mapping[str, Any]) -> dict[str, Any]:
 _PG_ADD = "SELECT hipq_insert_jobs(CAST(:jobs AS jsonb), {many})"
 _READ_TYPES = (
     "SELECT name, queue, priority, weight, timeout_seconds, retry, correlation_key,"
-    " key_parts, key_at_dispatch FROM hipq_job_types"
+    " key_parts, key_at_dispatch, labels, notify FROM hipq_job_types"
 )
 _READ_QUEUES = "SELECT name, concurrency FROM hipq_queue_capacities"
 # An open job holding the key; a keyed job's own holder may keep it (it is replaced or

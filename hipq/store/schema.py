@@ -445,6 +445,9 @@ job_types_mirror = Table(
     Column("key_parts", NullableJson, nullable=True),
     # The key needs the job's id or attempt: the queue's loop builds it at claim.
     Column("key_at_dispatch", Boolean, nullable=False),
+    # The labels its jobs start with (theirs win) and its notification targets (NULL: none).
+    Column("labels", Json, nullable=False, server_default=text("'{}'")),
+    Column("notify", NullableJson, nullable=True),
     Column("written_by", String(200), nullable=False),
     Column("written_at", UTCDateTime, nullable=False),
 )

@@ -25,10 +25,8 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from hipq.api.errors import error_body
 from hipq.api.models import ErrorOut
-from hipq.api.tenancy import job_refusal
 from hipq.config import Settings
 from hipq.ingest.job_intake import LIST_JOB_TYPES
-from hipq.jobs import NewJob
 from hipq.security.tokens import ANONYMOUS, Principal, Tokens
 
 # Where the middleware leaves the caller for the routes (None: no valid token).
@@ -55,7 +53,8 @@ class Requires:
 
     def allows(self, principal: Principal, scope: Scope, settings: Settings) -> bool:
         # A token restricted to queues or job types may only submit (each job is then
-        # checked by ``check_tenancy``): reads and operator routes see every queue.
+        # checked by the intake, hipq.ingest.tenancy): reads and operator routes see
+        # every queue.
         if principal.restricted and self.scope != "submit":
             return False
         return all(principal.has(s) for s in (self.scope, *self.also))
@@ -152,30 +151,6 @@ class Forbidden(Exception):
     def __init__(self, field: str | None, message: str) -> None:
         super().__init__(message)
         self.field, self.message = field, message
-
-
-def check_tenancy(request: Request, jobs: Sequence[NewJob], prefix: str = "") -> None:
-    """Refuse jobs outside the queues and job types the caller's token is restricted to,
-    or setting what its job limits do not allow (``hipq.api.tenancy``)."""
-    principal = principal_of(request)
-    if principal is None or not principal.authenticated:
-        return
-    limits = principal.job_limits
-    types = request.app.state.service.job_types
-    for i, job in enumerate(jobs):
-        where = f"{prefix}{i}]." if prefix else ""
-        if principal.queues is not None and job.queue not in principal.queues:
-            raise Forbidden(
-                f"{where}queue", f"token {principal.name!r} may not submit to queue {job.queue!r}"
-            )
-        if principal.types is not None and job.type not in principal.types:
-            raise Forbidden(
-                f"{where}type", f"token {principal.name!r} may not submit jobs of type {job.type!r}"
-            )
-        jt = types[job.type].config
-        if refused := job_refusal(limits, job, jt.notify, jt.priority):
-            field, why = refused
-            raise Forbidden(f"{where}{field}", f"token {principal.name!r} {why}")
 
 
 def install(app: FastAPI) -> None:

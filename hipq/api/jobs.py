@@ -11,7 +11,7 @@ from fastapi import APIRouter, Depends, Header, Path, Query, Request, Response
 
 from hipq.api.answers import json_answer
 from hipq.api.arrival import since_arrival
-from hipq.api.auth import check_tenancy, principal_of, require
+from hipq.api.auth import principal_of, require
 from hipq.api.batches import new_batch
 from hipq.api.errors import InvalidParameter
 from hipq.api.json_body import JSONBodyRoute, off_loop
@@ -151,16 +151,17 @@ async def _insert(
     service = _service(request)
     now = service.clock()
     scoped_key = _scoped_key(request, key) if key else ""
+    caller = principal_of(request)
 
     def resolve() -> tuple[list[NewJob], tuple[str, str] | None]:
         new = []
         for i, item in enumerate(items):
             try:
-                new.append(service.intake.resolve(item.fields_set(), now))
+                new.append(service.intake.resolve(item.fields_set(), now, caller))
             except IntakeError as exc:
-                raise IntakeError(
-                    f"{prefix}{i}].{exc.field}" if prefix else exc.field, exc.message
-                ) from None
+                if not prefix:
+                    raise
+                raise exc.within(f"{prefix}{i}].") from None
         idempotency = None
         if key:
             # Dumping every job again to hash the request costs as much as validating it:
@@ -173,7 +174,6 @@ async def _insert(
 
     # Resolving walks every payload (the NUL check): a big body's, off the event loop.
     new, idempotency = await off_loop(await _body_size(request), resolve)
-    check_tenancy(request, new, prefix)
     joining = [i for i, j in enumerate(new) if j.batch_id is not None]
     if joining and batch is not None:
         raise IntakeError(

@@ -25,22 +25,28 @@ async def prerequisites(
     refs: dict[int, int | str],
     index: int,
     count: int,
+    tenant: str = "",
 ) -> dict[int, tuple[int, str]]:
     """Per position in ``after``, the (id, state) of the stored job it names, locked
     so that it cannot finish before the dependency row is committed (its trigger
-    would not count a row it cannot see). Raises ``BadReference`` for an unknown one."""
+    would not count a row it cannot see). Raises ``BadReference`` for an unknown one.
+
+    Only ``tenant``'s jobs are named: a key within it, an id of its jobs (the
+    service, '', names any job by id); another tenant's job answers as an absent one."""
     ids = [r for r in refs.values() if isinstance(r, int)]
     keys = [r for r in refs.values() if isinstance(r, str)]
     by_id: dict[int, str] = {}
     by_key: dict[str, tuple[int, str]] = {}
     if ids:
         query = select(jobs.c.id, jobs.c.state).where(jobs.c.id.in_(ids))
+        if tenant:
+            query = query.where(jobs.c.tenant == tenant)
         by_id = {r.id: r.state for r in await conn.execute(dialect.for_update(query))}
     if keys:
         # The newest job holding each key (an open one holds it alone, and is the newest).
         keyed = (
             select(jobs.c.id, jobs.c.state, jobs.c.job_key)
-            .where(jobs.c.job_key.in_(keys))
+            .where(jobs.c.job_key.in_(keys), jobs.c.tenant == tenant)
             .order_by(jobs.c.id)
         )
         for r in await conn.execute(dialect.for_update(keyed)):

@@ -253,7 +253,7 @@ class JobTable(Transactions):
         for i in order:
             job = new_jobs[i]
             outer = {k: ref for k, ref in enumerate(job.after or ()) if k not in inner[i]}
-            found = await prerequisites(conn, self.dialect, outer, i, len(new_jobs))
+            found = await prerequisites(conn, self.dialect, outer, i, len(new_jobs), job.tenant)
             for k, j in inner[i].items():
                 found[k] = (made[j].id, made[j].state.value)
             after = list(dict.fromkeys(found[k] for k in sorted(found)))
@@ -336,7 +336,7 @@ class JobTable(Transactions):
             earlier = None
             if job.unique_for_seconds is not None:
                 since = now - timedelta(seconds=job.unique_for_seconds)
-                earlier = await self._key_created_since(conn, job.job_key, since)
+                earlier = await self._key_created_since(conn, job, since)
             current = None if earlier is not None else await self._key_holder(conn, job)
             holder = None if current is None else (current.state, current.attempt)
             action = key_action(job.job_key_mode, holder, in_period=earlier is not None)
@@ -358,7 +358,8 @@ class JobTable(Transactions):
                 self.dialect.insert(jobs)
                 .values(row)
                 .on_conflict_do_nothing(
-                    index_elements=[jobs.c.job_key], index_where=OPEN_JOB_KEY_WHERE
+                    index_elements=[jobs.c.tenant, jobs.c.job_key],
+                    index_where=OPEN_JOB_KEY_WHERE,
                 )
                 .returning(jobs.c.id)
             )
@@ -368,12 +369,16 @@ class JobTable(Transactions):
         raise Conflict(f"job_key {job.job_key!r} is contended; try again", field="job_key")
 
     async def _key_holder(self, conn: AsyncConnection, job: NewJob) -> Job | None:
-        """The job holding ``job``'s key for its mode, locked: an open one first (the one
-        the open-key index allows), else the latest that failed for good."""
+        """The job of ``job``'s owner holding its key for its mode, locked: an open one
+        first (the one the open-key index allows), else the latest that failed for good."""
         holders = [const(s.value) for s in sorted(holder_states(job.job_key_mode))]
         query = (
             select(jobs)
-            .where(jobs.c.job_key == job.job_key, jobs.c.state.in_(holders))
+            .where(
+                jobs.c.job_key == job.job_key,
+                jobs.c.tenant == job.tenant,
+                jobs.c.state.in_(holders),
+            )
             .order_by(case((jobs.c.state.in_(OPEN_SQL), 0), else_=1), jobs.c.id.desc())
             .limit(1)
         )
@@ -381,12 +386,17 @@ class JobTable(Transactions):
         return None if existing is None else row_to_job(existing)
 
     async def _key_created_since(
-        self, conn: AsyncConnection, job_key: str | None, since: datetime
+        self, conn: AsyncConnection, job: NewJob, since: datetime
     ) -> Job | None:
-        """The first job holding ``job_key`` created at or after ``since``, in any state."""
+        """The first job of ``job``'s owner holding its key created at or after
+        ``since``, in any state."""
         query = (
             select(jobs)
-            .where(jobs.c.job_key == job_key, jobs.c.created_at >= since)
+            .where(
+                jobs.c.job_key == job.job_key,
+                jobs.c.tenant == job.tenant,
+                jobs.c.created_at >= since,
+            )
             .order_by(jobs.c.created_at, jobs.c.id)
             .limit(1)
         )

@@ -133,6 +133,10 @@ jobs = Table(
     Column("has_dependents", Boolean, nullable=True),
     # The batch it belongs to (hipq_batches), whose counts a trigger keeps.
     Column("batch_id", BigInteger, nullable=True),
+    # Its owner: the tenant of the restricted token that added it; '' for the service
+    # (an unrestricted token, the CLI, schedules, transactional enqueue). A key a caller
+    # names (job_key, an ``after`` reference) is looked up within its owner only.
+    Column("tenant", String(200), nullable=False, server_default=""),
     # The loop's due-jobs scan, one index per queue order, over scheduled jobs only.
     Index(
         "ix_hipq_jobs_due_time",
@@ -162,6 +166,7 @@ jobs = Table(
     ),
     Index(
         "uq_hipq_jobs_open_job_key",
+        "tenant",
         "job_key",
         unique=True,
         postgresql_where=OPEN_JOB_KEY_WHERE,
@@ -440,6 +445,9 @@ job_types_mirror = Table(
     Column("key_parts", NullableJson, nullable=True),
     # The key needs the job's id or attempt: the queue's loop builds it at claim.
     Column("key_at_dispatch", Boolean, nullable=False),
+    # The labels its jobs start with (theirs win) and its notification targets (NULL: none).
+    Column("labels", Json, nullable=False, server_default=text("'{}'")),
+    Column("notify", NullableJson, nullable=True),
     Column("written_by", String(200), nullable=False),
     Column("written_at", UTCDateTime, nullable=False),
 )

@@ -11,7 +11,7 @@ hipq is open, as on loopback.
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import parse_qs
@@ -25,9 +25,11 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from hipq.api.errors import error_body
 from hipq.api.models import ErrorOut
-from hipq.api.tenancy import job_refusal
+from hipq.api.tenancy import allowed_queues, job_refusal, name_refusal, targets_refusal
+from hipq.batches import NewBatch
 from hipq.config import Settings
 from hipq.ingest.job_intake import LIST_JOB_TYPES
+from hipq.job_types import JobTypes
 from hipq.jobs import NewJob
 from hipq.security.tokens import ANONYMOUS, Principal, Tokens
 
@@ -160,22 +162,69 @@ def check_tenancy(request: Request, jobs: Sequence[NewJob], prefix: str = "") ->
     principal = principal_of(request)
     if principal is None or not principal.authenticated:
         return
-    limits = principal.job_limits
     types = request.app.state.service.job_types
     for i, job in enumerate(jobs):
-        where = f"{prefix}{i}]." if prefix else ""
-        if principal.queues is not None and job.queue not in principal.queues:
-            raise Forbidden(
-                f"{where}queue", f"token {principal.name!r} may not submit to queue {job.queue!r}"
-            )
-        if principal.types is not None and job.type not in principal.types:
-            raise Forbidden(
-                f"{where}type", f"token {principal.name!r} may not submit jobs of type {job.type!r}"
-            )
-        jt = types[job.type].config
-        if refused := job_refusal(limits, job, jt.notify, jt.priority):
+        if refused := _job_refusal(principal, types, job):
             field, why = refused
+            where = f"{prefix}{i}]." if prefix else ""
             raise Forbidden(f"{where}{field}", f"token {principal.name!r} {why}")
+
+
+def _job_refusal(principal: Principal, types: JobTypes, job: NewJob) -> tuple[str, str] | None:
+    queues = allowed_queues(principal, types)
+    if queues is not None and job.queue not in queues:
+        return "queue", f"may not submit to queue {job.queue!r}"
+    if principal.types is not None and job.type not in principal.types:
+        return "type", f"may not submit jobs of type {job.type!r}"
+    jt = types[job.type].config
+    return job_refusal(principal.job_limits, job, jt.notify, jt.priority)
+
+
+def check_names(request: Request, items: Sequence[Mapping[str, Any]], prefix: str = "") -> None:
+    """Before intake resolves a tenant's jobs (``items``: their fields as given): refuse
+    a type, queue or notification target it may not use, with the same 403 whether or
+    not that name exists (``hipq.api.tenancy.name_refusal``)."""
+    principal = principal_of(request)
+    if principal is None or not principal.restricted:
+        return
+    types = request.app.state.service.job_types
+    for i, fields in enumerate(items):
+        if refused := name_refusal(principal, fields, types):
+            field, why = refused
+            where = f"{prefix}{i}]." if prefix else ""
+            raise Forbidden(f"{where}{field}", f"token {principal.name!r} {why}")
+
+
+def check_batch_names(request: Request, on_complete: Mapping[str, Any] | None, notify: Any) -> None:
+    """A batch's completion job and ``notify`` targets pass a tenant's checks as a
+    job's do (errors name ``batch.on_complete.<field>``, ``batch.notify``)."""
+    principal = principal_of(request)
+    if principal is None or not principal.restricted:
+        return
+    types = request.app.state.service.job_types
+    refused, where = targets_refusal(principal, notify), "batch."
+    if refused is None and on_complete is not None:
+        refused, where = name_refusal(principal, on_complete, types), "batch.on_complete."
+    if refused is not None:
+        field, why = refused
+        raise Forbidden(f"{where}{field}", f"token {principal.name!r} {why}")
+
+
+def check_batch_tenancy(request: Request, batch: NewBatch) -> None:
+    """A batch's completion job, as resolved, within the caller's job limits."""
+    principal = principal_of(request)
+    if batch.completion is None or principal is None or not principal.authenticated:
+        return
+    refused = _job_refusal(principal, request.app.state.service.job_types, batch.completion)
+    if refused is not None:
+        field, why = refused
+        raise Forbidden(f"batch.on_complete.{field}", f"token {principal.name!r} {why}")
+
+
+def owner_of(request: Request) -> str | None:
+    """The tenant the caller's lookups are scoped to (``Principal.owner``)."""
+    principal = principal_of(request)
+    return principal.owner if principal is not None else None
 
 
 def install(app: FastAPI) -> None:

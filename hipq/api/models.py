@@ -481,6 +481,11 @@ class BatchOut(BaseModel):
         description="when it was sealed (a batch POST's at once); null: open, jobs may "
         "join and it cannot finish"
     )
+    owner: str | None = Field(
+        None,
+        description="the tenant (restricted token) that made it, which alone of the "
+        "tenants may name it; null: made by an unrestricted caller",
+    )
     status: Literal["open", "sealed", "finished"] = Field(
         description="open (jobs join, it cannot finish), sealed (it finishes once none is "
         "pending; jobs may still join), finished"

@@ -103,6 +103,12 @@ class Principal:
         return RESTRICTED if self.restricted else OPEN
 
     @property
+    def owner(self) -> str | None:
+        """The tenant whose objects (batches) it may name: a restricted token's name;
+        None for an unrestricted token, which acts for the whole service."""
+        return self.name if self.restricted else None
+
+    @property
     def reads_all(self) -> bool:
         """May see what spans every tenant: the job types, the host's name."""
         return self.has("read") and not self.restricted

@@ -27,6 +27,7 @@ from hipq.api import (
     schedules,
     workers,
 )
+from hipq.api.connection_limits import REFUSING
 from hipq.api.long_polls import LongPolls
 from hipq.api.models import ReadyOut
 from hipq.api.request_guards import RequestGuards
@@ -154,6 +155,9 @@ def create_app(
             failing = faults.database_failed_within(READY_AFTER_FAULT_SECONDS)
             if failing is not None and disk_full(failing):
                 problems["database"] = f"requests are failing ({failing})"
+        refusing = request.scope.get(REFUSING)
+        if refusing is not None:
+            problems["connections"] = refusing
         status = service.status()
         principal = auth.principal_of(request)
         if principal is None or not principal.reads_all:

@@ -70,7 +70,9 @@ async def _made(answer: httpx.Response) -> Any:
     return answer.json()
 
 
-async def _objects(api: Api, tenant: str, headers: dict[str, str], admin: dict[str, str]) -> Objects:
+async def _objects(
+    api: Api, tenant: str, headers: dict[str, str], admin: dict[str, str]
+) -> Objects:
     post = api.client.post
     job = await _made(
         await post(
@@ -228,7 +230,7 @@ def _field_cases(tenant: str, theirs: Objects, other: str) -> list[tuple[str, st
             {"jobs": [job, {**job, "batch_id": theirs.open_batch_id}]},
             {"jobs": [job, {**job, "batch_id": ABSENT_ID}]},
         ),
-        both("/v1/batches/{}/seal".format(theirs.open_batch_id), None, None),
+        both(f"/v1/batches/{theirs.open_batch_id}/seal", None, None),
         both("/v1/jobs", {"type": f"{other}_echo"}, {"type": ABSENT_NAME}),
         both("/v1/jobs", {**job, "queue": other}, {**job, "queue": ABSENT_NAME}),
         both("/v1/jobs", {**job, "notify": [f"{other}-hook"]}, {**job, "notify": [ABSENT_NAME]}),
@@ -275,7 +277,9 @@ async def test_every_field_naming_another_tenants_object_answers_as_absent(
             seen = await api.client.request(method, path, json=body, headers=matrix.header(tenant))
             if body is None:  # the seal: the path names the batch
                 path = path.replace(str(theirs.open_batch_id), str(ABSENT_ID))
-            gone = await api.client.request(method, path, json=absent, headers=matrix.header(tenant))
+            gone = await api.client.request(
+                method, path, json=absent, headers=matrix.header(tenant)
+            )
             assert _normal(seen, *names) == _normal(gone, str(ABSENT_ID), ABSENT_NAME), path
             assert seen.status_code in (403, 404, 422), (path, seen.text)
             cases += 1

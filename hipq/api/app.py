@@ -161,7 +161,9 @@ def create_app(
         status = service.status()
         principal = auth.principal_of(request)
         if principal is None or not principal.reads_all:
-            del status["owner"]  # the host name and pid: only for a caller with read
+            # The host name and pid, and the config's queue names: only for a caller
+            # with read (the probe of a load balancer has no token).
+            del status["owner"], status["queues_owned"]
         if status["listener"] is False:
             problems["listen"] = (
                 "PostgreSQL LISTEN connection is down (wake-ups fall back to ticks)"

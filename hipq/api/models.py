@@ -595,12 +595,16 @@ class ReadyOut(BaseModel):
     status: Literal["ready", "not ready"] = Field(description="ready: a job can be accepted now")
     problems: dict[str, str] = Field(
         description="what keeps hipq from being ready, by part (database, service, listen, "
-        "kafka_producer, kafka_consumer); empty when ready"
+        "kafka_producer, kafka_consumer, connections); empty when ready"
     )
     owner: str | None = Field(
         None, description="this process (host:pid:id); only for a caller with the read scope"
     )
-    queues_owned: list[str] = Field(description="the queues whose loop this process runs")
+    queues_owned: list[str] | None = Field(
+        None,
+        description="the queues whose loop this process runs; only for a caller with the "
+        "read scope (their names are the config's)",
+    )
     listener: bool | None = Field(
         description="PostgreSQL LISTEN connection up; null where it is not used"
     )

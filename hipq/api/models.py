@@ -285,7 +285,9 @@ class LimitsIn(_In):
     """A change of a queue's limits; what is not given keeps its value."""
 
     concurrency: StrictInt | None = Field(
-        None, description="the queue's capacity in units (at least 1); null: unlimited"
+        None,
+        description="the queue's capacity in units (at least 1); null: unlimited, only "
+        "for a queue whose config sets no concurrency",
     )
     throttlers: dict[str, dict[str, Any]] = Field(
         default_factory=dict,

@@ -555,13 +555,20 @@ class Settings(BaseSettings):
         from sqlalchemy.exc import ArgumentError
 
         try:
-            make_url(value)
+            host = make_url(value).host
         except (ArgumentError, ValueError) as exc:
             port = " (its port is not a number)" if isinstance(exc, ValueError) else ""
             raise ValueError(
                 "cannot be read as a database URL such as sqlite+aiosqlite:///hipq.db "
                 f"or postgresql+asyncpg://user@host/db{port}"
             ) from None
+        # ``u@[bad:5432/db`` parses, with the host "[bad": connecting would then fail
+        # like a database that is down, retried for a minute, instead of this line.
+        if host and ("[" in host or "]" in host):
+            raise ValueError(
+                "cannot be read as a database URL: its host is neither a name nor an "
+                "[IPv6] address in brackets"
+            )
         return value
 
     @classmethod

@@ -125,6 +125,8 @@ async def matrix(database_url: str, tmp_path: Path) -> AsyncIterator[Matrix]:
         for t in TENANTS
     ]
     lines.append(config_line("admin", ["admin"], tokens["admin"]))
+    tokens["typed"] = new_token()  # restricted by type only
+    lines.append(config_line("typed", ["submit"], tokens["typed"], types=["acme_echo"]))
     (tmp_path / "tokens").write_text("\n".join(lines) + "\n")
     async with open_api(
         database_url,
@@ -297,4 +299,23 @@ async def test_every_field_naming_another_tenants_object_answers_as_absent(
     assert joined.status_code == 201, joined.text
     sealed = await api.client.post(f"/v1/batches/{own}/seal", headers=matrix.header("acme"))
     assert (sealed.status_code, sealed.json()["total"], sealed.json()["owner"]) == (200, 1, "acme")
+    # Its own completion job and target pass.
+    completing = {"on_complete": {"type": "acme_echo"}, "notify": ["acme-hook"]}
+    made = await api.client.post("/v1/batches", json=completing, headers=matrix.header("acme"))
+    assert (made.status_code, made.json()["on_complete"]) == (201, "acme_echo"), made.text
+    # An unrestricted token acts for the whole service: it seals a tenant's batch.
+    theirs = matrix.objects["beta"].open_batch_id
+    by_admin = await api.client.post(f"/v1/batches/{theirs}/seal", headers=matrix.header("admin"))
+    assert (by_admin.status_code, by_admin.json()["owner"]) == (200, "beta")
     print(f"tenant matrix: {cases} field cases")
+
+
+async def test_a_token_restricted_by_type_submits_only_to_its_types_queues(
+    matrix: Matrix,
+) -> None:
+    post, typed = matrix.api.client.post, matrix.header("typed")
+    own = await post("/v1/jobs", json={"type": "acme_echo"}, headers=typed)
+    assert (own.status_code, own.json()["queue"]) == (201, "acme"), own.text
+    for queue in ("beta", "default", ABSENT_NAME):
+        moved = await post("/v1/jobs", json={"type": "acme_echo", "queue": queue}, headers=typed)
+        assert (moved.status_code, moved.json()["field"]) == (403, "queue"), moved.text

@@ -124,6 +124,12 @@ def _bind(info: JobTypeInfo, body: Any, key: str) -> None:
         raise _Unauthorized("key", problem)
 
 
+# A signed message is taken by one route: a heartbeat replayed as the callback (whose
+# body it may well satisfy) would complete the job, a callback replayed as a heartbeat
+# would extend it.
+_OTHER_ROUTE = "this signed message was delivered as {} already: send each message once"
+
+
 def _replay_window(info: JobTypeInfo) -> timedelta:
     """How long a signed message of ``info`` may verify after it first arrived: its
     timestamp may be up to the tolerance ahead, and verifies until the tolerance after."""
@@ -232,6 +238,9 @@ async def deliver_heartbeat(
             _bind(info, beat_in.body, key)
         except _Unauthorized as exc:
             return exc.answer()
+        since = service.clock() - _replay_window(info)
+        if await service.store.response_delivered(info.name, fingerprint(None, message), since):
+            return _Unauthorized("webhook-id", _OTHER_ROUTE.format("a callback")).answer()
     beat, new = await service.store.heartbeat_record(
         key,
         info.name,
@@ -324,5 +333,10 @@ async def deliver_callback(
         )
         if seen is not None:
             return JSONResponse(CallbackAccepted(status="duplicate", response_id=seen).model_dump())
+        since = service.clock() - _replay_window(info)
+        if await service.store.heartbeat_message_taken(
+            info.name, response.fingerprint or "", since
+        ):
+            return _Unauthorized("webhook-id", _OTHER_ROUTE.format("a heartbeat")).answer()
     response_id = await service.responses.write(response)
     return CallbackAccepted(response_id=response_id)

@@ -16,11 +16,11 @@ from typing import Any
 from hipq.config import Settings
 from hipq.durations import parse_duration
 from hipq.ingest.response_intake import callback_key_problem, route_key_problem
+from hipq.ingest.tenancy import caller_refusal
 from hipq.job_keys import JOB_KEY_MODES
 from hipq.job_types import JobTypeInfo, JobTypes
 from hipq.jobs import Job, NewJob
 from hipq.plugins import PluginError, RetryStrategies
-from hipq.ingest.tenancy import caller_refusal
 from hipq.security.tokens import Principal
 from hipq.storable_text import NUL_MESSAGE, nul_field
 from hipq.templates import TemplateError, new_job_context

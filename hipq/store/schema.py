@@ -233,6 +233,8 @@ batches = Table(
     Column("created_at", UTCDateTime, nullable=False),
     Column("finished_at", UTCDateTime, nullable=True),
     Column("sealed_at", UTCDateTime, nullable=True),  # NULL: open, it cannot finish
+    # The restricted token (tenant) that made it; NULL: an unrestricted caller (0027).
+    Column("owner", String(200), nullable=True),
 )
 
 # The last heartbeat of an external job's attempt (POST /v1/callbacks/{key}/heartbeat):

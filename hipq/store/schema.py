@@ -228,6 +228,13 @@ batches = Table(
     Column("created_at", UTCDateTime, nullable=False),
     Column("finished_at", UTCDateTime, nullable=True),
     Column("sealed_at", UTCDateTime, nullable=True),  # NULL: open, it cannot finish
+    # A completion job's unfinished batch: the walk that refuses a cycle of waits.
+    Index(
+        "ix_hipq_batches_completion",
+        "completion_job_id",
+        postgresql_where=text("finished_at IS NULL"),
+        sqlite_where=text("finished_at IS NULL"),
+    ),
 )
 
 # The last heartbeat of an external job's attempt (POST /v1/callbacks/{key}/heartbeat):

@@ -36,59 +36,101 @@ down_revision = "0025"
 branch_labels = None
 depends_on = None
 
-# The root: a job that ended (not completed) and was not cancelled by another's set.
+# The root: a job that ended (not completed) and was not cancelled by another's set
+# (SQLite marks that set with ``waiting_for = -1`` first).
 IS_ROOT = "NEW.state <> 'completed' AND coalesce(OLD.waiting_for, 0) >= 0"
 # A dependency whose waiting job the end of its prerequisite cancels.
 CANCELLED_BY = (
     "d.outcome IS NULL AND j.state = 'scheduled' AND j.waiting_for > 0"
     " AND j.after_failed = 'cancel'"
 )
-DOOMED = f"""WITH RECURSIVE doomed(id) AS (
-    SELECT d.job_id FROM hipq_job_dependencies d JOIN hipq_jobs j ON j.id = d.job_id
-      WHERE d.after_id = NEW.id AND {IS_ROOT} AND {CANCELLED_BY}
+# One step of a walk from the jobs in ``{walk}`` to those that wait for them and pass
+# ``{test}`` (on the waiting job ``j``). SQLite's planner follows the indexes as written.
+# PostgreSQL plans a recursive step once, without knowing how few rows each round
+# has: joined plainly it may scan the tables in every round (a chain of n jobs: n
+# scans). There each job's dependents are read by a subquery per job of the round (a
+# LATERAL one, kept apart by OFFSET 0) and the waiting job by its id.
+SQLITE_STEP = """SELECT d.job_id FROM {walk} x JOIN hipq_job_dependencies d ON d.after_id = x.id
+      JOIN hipq_jobs j ON j.id = d.job_id WHERE {test}"""
+PG_STEP = """SELECT d.job_id FROM {walk} x CROSS JOIN LATERAL (
+      SELECT d.job_id, d.outcome FROM hipq_job_dependencies d WHERE d.after_id = x.id OFFSET 0
+    ) AS d WHERE EXISTS (SELECT 1 FROM hipq_jobs j WHERE j.id = d.job_id AND {test} OFFSET 0)"""
+
+
+def _doomed(step: str) -> str:
+    """The jobs the end of NEW cancels, at any depth, as the CTE ``doomed``."""
+    return f"""WITH RECURSIVE doomed(id) AS (
+    {step.format(walk="(SELECT NEW.id AS id)", test=f"{IS_ROOT} AND {CANCELLED_BY}")}
     UNION
-    SELECT d.job_id FROM doomed x JOIN hipq_job_dependencies d ON d.after_id = x.id
-      JOIN hipq_jobs j ON j.id = d.job_id WHERE {CANCELLED_BY}
+    {step.format(walk="doomed", test=CANCELLED_BY)}
   )"""
-# Each of the set, and the first of its prerequisites that ended: the root or one of
-# the set (the same answer on both engines, whatever order the rows are updated in).
-CAUSES = f"""{DOOMED}
-  SELECT x.id, (SELECT min(d.after_id) FROM hipq_job_dependencies d
-    WHERE d.job_id = x.id AND d.outcome IS NULL
-      AND (d.after_id = NEW.id OR d.after_id IN (SELECT id FROM doomed))) AS cause
-  FROM doomed x"""
-MARK_DOOMED = f"""UPDATE hipq_jobs SET waiting_for = -1,
-    last_error = 'job ' || c.cause || ' it runs after was '
-      || CASE WHEN c.cause = NEW.id THEN NEW.state ELSE 'cancelled' END
-  FROM ({CAUSES}) AS c
+
+
+def _reason(cause: str) -> str:
+    """Why a job is cancelled: ``cause``, its first prerequisite that ended (the root or
+    one of the set), whatever order the rows are updated in."""
+    return f"""'job ' || {cause} || ' it runs after was '
+      || CASE WHEN {cause} = NEW.id THEN NEW.state ELSE 'cancelled' END"""
+
+
+def _first_ended(job: str, in_set: str) -> str:
+    return f"""(SELECT min(d.after_id) FROM hipq_job_dependencies d
+    WHERE d.job_id = {job} AND d.outcome IS NULL AND (d.after_id = NEW.id OR d.after_id {in_set}))"""
+
+
+# SQLite fires a row's trigger as soon as the row is updated, before the statement's
+# next row: cancelled plainly, each job of the set would cancel the rest of it again,
+# one level deeper. So the set is marked first (no state changes, no trigger fires),
+# then its marked rows are cancelled, whose triggers see the mark and leave the rest.
+SQLITE_MARK_DOOMED = f"""UPDATE hipq_jobs SET waiting_for = -1, last_error = {_reason("c.cause")}
+  FROM ({_doomed(SQLITE_STEP)}
+  SELECT x.id, {_first_ended("x.id", "IN (SELECT id FROM doomed)")} AS cause FROM doomed x) AS c
   WHERE hipq_jobs.id = c.id"""
-CANCEL_MARKED = f"""UPDATE hipq_jobs SET
+SQLITE_CANCEL_MARKED = f"""UPDATE hipq_jobs SET
     state = 'cancelled', waiting_for = 0, waiting_reason = NULL, run_at = after_run_at,
     finished_at = NEW.updated_at, updated_at = NEW.updated_at
   WHERE waiting_for = -1 AND {IS_ROOT} AND id IN (WITH RECURSIVE marked(id) AS (
     SELECT d.job_id FROM hipq_job_dependencies d JOIN hipq_jobs j ON j.id = d.job_id
       WHERE d.after_id = NEW.id AND j.waiting_for = -1
     UNION
-    SELECT d.job_id FROM marked x JOIN hipq_job_dependencies d ON d.after_id = x.id
-      JOIN hipq_jobs j ON j.id = d.job_id WHERE j.waiting_for = -1
+    {SQLITE_STEP.format(walk="marked", test="j.waiting_for = -1")}
   ) SELECT id FROM marked)"""
 
-# The dependents of NEW still waiting on it, counted down (0022's, unchanged).
+# PostgreSQL fires the rows' triggers once the statement is done: the set is cancelled
+# by one update, after which each job's trigger finds none of it still waiting. The
+# set is held in an array, read by the primary key.
+PG_CANCEL_DOOMED = f"""doomed := ARRAY({_doomed(PG_STEP)} SELECT id FROM doomed);
+    IF cardinality(doomed) > 0 THEN
+      UPDATE hipq_jobs SET
+        state = 'cancelled', waiting_for = 0, waiting_reason = NULL, run_at = after_run_at,
+        finished_at = NEW.updated_at, updated_at = NEW.updated_at,
+        last_error = (SELECT {_reason("c.cause")} FROM (SELECT
+          {_first_ended("hipq_jobs.id", "IN (SELECT unnest(doomed))")} AS cause) AS c)
+      WHERE id = ANY(doomed) AND state = 'scheduled';
+    END IF"""
+
+# The dependents of NEW still waiting on it (PostgreSQL reads their ids first: joined,
+# its planner may scan every scheduled job instead).
 WAITING = (
     "id IN (SELECT job_id FROM hipq_job_dependencies WHERE after_id = NEW.id"
     " AND outcome IS NULL) AND state = 'scheduled' AND waiting_for > 0"
 )
+PG_WAITING = (
+    "id = ANY(ARRAY(SELECT job_id FROM hipq_job_dependencies WHERE after_id = NEW.id"
+    " AND outcome IS NULL)) AND state = 'scheduled' AND waiting_for > 0"
+)
 RELEASES = "(NEW.state = 'completed' OR after_failed = 'run')"
 
 
-def _count_down(later: str) -> str:
+def _count_down(later: str, waiting: str) -> str:
+    """0022's count down of NEW's waiting dependents (``waiting``) that its end releases."""
     return f"""UPDATE hipq_jobs SET
     run_at = CASE WHEN waiting_for = 1
       THEN {later.format("after_run_at", "NEW.updated_at")} ELSE run_at END,
     waiting_reason = CASE WHEN waiting_for = 1 THEN NULL ELSE waiting_reason END,
     waiting_for = waiting_for - 1,
     updated_at = NEW.updated_at
-  WHERE {WAITING} AND {RELEASES}"""
+  WHERE {waiting} AND {RELEASES}"""
 
 
 MARK = """UPDATE hipq_job_dependencies SET outcome = NEW.state
@@ -103,26 +145,27 @@ SQLITE_TRIGGER = f"""
 CREATE TRIGGER hipq_jobs_dependents AFTER UPDATE OF state ON hipq_jobs FOR EACH ROW
 WHEN {WHEN_SQLITE}
 BEGIN
-  {_count_down("max({0}, {1})")};
-  {MARK_DOOMED};
-  {CANCEL_MARKED};
+  {_count_down("max({0}, {1})", WAITING)};
+  {SQLITE_MARK_DOOMED};
+  {SQLITE_CANCEL_MARKED};
   {MARK};
 END
 """
 
 PG_FUNCTION = f"""
 CREATE OR REPLACE FUNCTION hipq_job_dependents() RETURNS trigger LANGUAGE plpgsql AS $fn$
-DECLARE q text;
+DECLARE
+  q text;
+  doomed bigint[];
 BEGIN
   FOR q IN WITH released AS (
-    {_count_down("GREATEST({0}, {1})")}
+    {_count_down("GREATEST({0}, {1})", PG_WAITING)}
     RETURNING queue, waiting_for
   ) SELECT DISTINCT queue FROM released WHERE waiting_for = 0 LOOP
     PERFORM pg_notify('hipq_jobs', q);
   END LOOP;
-  IF {IS_ROOT} THEN
-    {MARK_DOOMED};
-    {CANCEL_MARKED};
+  IF NEW.state <> 'completed' THEN
+    {PG_CANCEL_DOOMED};
   END IF;
   {MARK};
   RETURN NULL;

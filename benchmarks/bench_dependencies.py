@@ -70,9 +70,9 @@ async def chain(store: Store, count: int) -> int:
                 [{"job_id": ids[i], "after_id": ids[i - 1], "outcome": None} for i in part],
             )
             await conn.execute(
-                update(jobs).where(jobs.c.id.in_([ids[i - 1] for i in part])).values(
-                    has_dependents=True
-                )
+                update(jobs)
+                .where(jobs.c.id.in_([ids[i - 1] for i in part]))
+                .values(has_dependents=True)
             )
             for i in part:
                 await conn.execute(

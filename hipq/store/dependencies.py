@@ -91,8 +91,8 @@ async def park(
         for job, after, _ in waits
         for i, state in after
     ]
-    for part in _chunks(rows):
-        await conn.execute(dialect.insert(job_dependencies).values(part).on_conflict_do_nothing())
+    if rows:  # one statement, its rows sent as a batch (compiled once, not per chunk)
+        await conn.execute(dialect.insert(job_dependencies).on_conflict_do_nothing(), rows)
     prerequisites = sorted({i for _, after, _ in waits for i, s in after if s not in TERMINAL})
     for part in _chunks(prerequisites):  # their settle's trigger looks for these jobs
         await conn.execute(update(jobs).where(jobs.c.id.in_(part)).values(has_dependents=True))
@@ -218,9 +218,7 @@ async def wait_again(conn: AsyncConnection, job_ids: Sequence[int], now: datetim
                         batches.c.finished_at.is_(None),
                     )
                 )
-            )
-            .tuples()
-            .all()
+            ).all()
         )
         waits: dict[tuple[int, str | None], list[int]] = defaultdict(list)
         for job_id, row in candidates.items():

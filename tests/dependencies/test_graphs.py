@@ -63,7 +63,7 @@ async def states(api: Api, ids: list[int]) -> dict[str, int]:
             .where(jobs.c.id.between(min(ids), max(ids)))
             .group_by(jobs.c.state)
         )
-        return {state: count for state, count in rows.tuples()}
+        return {state: count for state, count in rows}
 
 
 async def end_head(api: Api, head: dict[str, Any], how: str) -> str:
@@ -92,7 +92,7 @@ async def test_a_chain_of_10000_ends_with_its_head(api: Api, how: str) -> None:
 
     assert (await api.job(head["id"]))["state"] == ended
     assert await states(api, ids) == {"cancelled": SIZE}
-    first, second, last = (await api.job(i) for i in (ids[0], ids[1], ids[-1]))
+    first, second, last = [await api.job(i) for i in (ids[0], ids[1], ids[-1])]
     assert first["last_error"] == f"job {head['id']} it runs after was {ended}"
     assert second["last_error"] == f"job {ids[0]} it runs after was cancelled"
     assert last["last_error"] == f"job {ids[-2]} it runs after was cancelled"

@@ -235,6 +235,13 @@ batches = Table(
     Column("sealed_at", UTCDateTime, nullable=True),  # NULL: open, it cannot finish
     # The restricted token (tenant) that made it; NULL: an unrestricted caller (0027).
     Column("owner", String(200), nullable=True),
+    # A completion job's unfinished batch: the walk that refuses a cycle of waits.
+    Index(
+        "ix_hipq_batches_completion",
+        "completion_job_id",
+        postgresql_where=text("finished_at IS NULL"),
+        sqlite_where=text("finished_at IS NULL"),
+    ),
 )
 
 # The last heartbeat of an external job's attempt (POST /v1/callbacks/{key}/heartbeat):

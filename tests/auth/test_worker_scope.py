@@ -1,5 +1,6 @@
 """The workers scope: only its tokens fetch and report, and a token restricted to
-some job types serves only those (403 for the others)."""
+some job types serves only those (403 for a fetch of others; a job of another type
+answers as one that does not exist)."""
 
 from __future__ import annotations
 
@@ -68,7 +69,8 @@ async def test_a_restricted_worker_serves_its_types_only(
     assert other.status_code == 403
     assert other.json()["field"] == "types"
     assert "pull_b" in other.json()["message"]
-    # A job of pull_b fetched by another worker: its token does not let worker-a report.
+    # A job of pull_b fetched by another worker: its token does not let worker-a report,
+    # and the job answers worker-a as an absent one does.
     posted = await authed.client.post("/v1/jobs", json={"type": "pull_b"}, headers=admin)
     await authed.tick()
     fetched = await authed.client.post(
@@ -79,7 +81,11 @@ async def test_a_restricted_worker_serves_its_types_only(
     foreign = await authed.client.post(
         f"/v1/workers/jobs/{job['id']}/complete", json={"token": job["token"]}, headers=worker_a
     )
-    assert foreign.status_code == 403
+    assert foreign.status_code == 404
+    absent = await authed.client.post(
+        "/v1/workers/jobs/999999/complete", json={"token": job["token"]}, headers=worker_a
+    )
+    assert (absent.status_code, absent.json()["field"]) == (404, foreign.json()["field"])
     mine = await authed.client.post(
         f"/v1/workers/jobs/{job['id']}/complete",
         json={"token": job["token"]},

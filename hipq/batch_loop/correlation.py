@@ -13,7 +13,7 @@ from datetime import datetime
 from typing import Any
 
 from hipq.ingest.response_intake import callback_key_problem
-from hipq.job_types import JobTypes, new_pull_key
+from hipq.job_types import PULL_KEY_PREFIX, JobTypes, new_pull_key
 from hipq.jobs import Job
 from hipq.outcomes import Failed, Outcome, response_outcome
 from hipq.pull.reports import worker_outcome
@@ -84,8 +84,10 @@ class Correlation:
         if not keys:
             return claimed
         # A key another open job holds would break the unique index and, with it, every
-        # tick of the queue: such a job fails instead (its key cannot identify it).
-        for job_id, reason in (await batch.job_keys_in_use(keys)).items():
+        # tick of the queue: such a job fails instead (its key cannot identify it). A
+        # pull key is random and no caller may give one: nothing to look up.
+        rendered = {i: k for i, k in keys.items() if not k.startswith(PULL_KEY_PREFIX)}
+        for job_id, reason in (await batch.job_keys_in_use(rendered)).items():
             del keys[job_id]
             job = next(j for j in claimed if j.id == job_id)
             fail(job, Failed(AttemptError(reason, retryable=False)))

@@ -147,8 +147,10 @@ class PullClaimTable(Transactions):
             # One statement, so that the rows locked above are held for two round trips
             # only (the owner's tick waits for them to mark its jobs awaiting). A fetch
             # whose read raced another's commit (PostgreSQL does not re-check a row that
-            # was not itself changed) finds the claim taken here.
-            insert = self.dialect.insert(pull_claims).values(rows)
+            # was not itself changed) finds the claim taken here. Sent with the rows as
+            # parameters (SQLAlchemy's insertmanyvalues makes it one statement): a
+            # statement with the rows in its VALUES was compiled again for every fetch.
+            insert = self.dialect.insert(pull_claims)
             new = insert.excluded
             claim = insert.on_conflict_do_update(
                 index_elements=[pull_claims.c.job_id],
@@ -156,7 +158,7 @@ class PullClaimTable(Transactions):
                 where=(pull_claims.c.attempt != new.attempt)
                 | (pull_claims.c.claimed_at != new.claimed_at),
             ).returning(pull_claims.c.job_id)
-            claimed = {row.job_id for row in (await conn.execute(claim)).all()}
+            claimed = {row.job_id for row in (await conn.execute(claim, rows)).all()}
         return [(job, tokens[job.id]) for job in offers if job.id in claimed]
 
     async def pull_claimed_job(self, job_id: int, token: str) -> Job:

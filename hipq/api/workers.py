@@ -152,19 +152,21 @@ class _Outcome(_In):
 
 
 class CompletedReport(_Outcome):
-    outcome: Literal["completed"]
+    outcome: Literal["completed"] = Field(description="the job succeeded")
     result: Any = Field(None, description="the job's result (JSON)")
 
 
 class FailedReport(_Outcome):
-    outcome: Literal["failed"]
+    outcome: Literal["failed"] = Field(description="the attempt failed")
     error: str = Field(min_length=1, max_length=10_000, description="why the attempt failed")
     retryable: bool = Field(True, description="false: the job fails now")
     traceback: str | None = Field(None, max_length=65_536, description="kept on the attempt")
 
 
 class SnoozedReport(_Outcome):
-    outcome: Literal["snoozed"]
+    outcome: Literal["snoozed"] = Field(
+        description="run the job again later, without spending an attempt"
+    )
     seconds: float = Field(ge=0, le=MAX_SNOOZE_SECONDS, description="run again after this")
     reason: str | None = Field(None, max_length=1000, description="shown as its last error")
 

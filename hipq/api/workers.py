@@ -26,6 +26,7 @@ from hipq.api.callbacks import PROGRESS_MAX_BYTES
 from hipq.api.errors import InvalidParameter
 from hipq.api.long_polls import LongPolls, TooManyWaits
 from hipq.api.models import ErrorOut, JobId
+from hipq.ingest.group_commit import GroupCommit
 from hipq.ingest.response_intake import check_body
 from hipq.ingest.response_writer import emit_stored
 from hipq.jobs import Job
@@ -300,28 +301,40 @@ async def _held(request: Request, job_id: int, token: str) -> tuple[Job, str]:
     return job, job.correlation_key
 
 
-async def _take(
-    request: Request, outcomes: Sequence[tuple[int, str, Build]]
-) -> list[Job | StoreError]:
-    """Take (job id, token, report) outcomes in one transaction: each one's job, or why
-    it was refused."""
-    service: Service = request.app.state.service
-    taken, stored = await service.store.pull_report(
-        [PullReport(job_id, token, build) for job_id, token, build in outcomes],
-        service.clock(),
-        service.settings.responses.ttl,
-        _served_types(request),
-    )
-    if stored:
-        emit_stored(service.events, stored)
-    return taken
+class PullReportWriter(GroupCommit[PullReport, Job]):
+    """Workers' outcomes taken together: those of the routes of one job that arrive
+    while a transaction runs share the next (a worker's many simultaneous reports
+    cost a few transactions and connections, not one each); a request of many
+    reports is one group of its own."""
+
+    name = "pull-report-writer"
+
+    def __init__(self, service: Service) -> None:
+        super().__init__()
+        self._service = service
+
+    async def take(self, reports: list[PullReport]) -> list[Job | StoreError]:
+        """Take ``reports`` in one transaction: each one's job, or why it was refused."""
+        service = self._service
+        taken, stored = await service.store.pull_report(
+            reports, service.clock(), service.settings.responses.ttl
+        )
+        if stored:
+            emit_stored(service.events, stored)
+        return taken
+
+    async def write_group(self, items: list[PullReport]) -> Sequence[Job | Exception]:
+        return await self.take(items)
+
+
+def _report(request: Request, job_id: int, token: str, build: Build) -> PullReport:
+    return PullReport(job_id, token, build, _served_types(request))
 
 
 async def _outcome(request: Request, job_id: int, token: str, build: Build) -> ReportAccepted:
-    [taken] = await _take(request, [(job_id, token, build)])
-    if isinstance(taken, StoreError):
-        raise taken
-    return ReportAccepted(job_id=taken.id, attempt=taken.attempt)
+    writer: PullReportWriter = request.app.state.pull_reports
+    job = await writer.submit(_report(request, job_id, token, build))
+    return ReportAccepted(job_id=job.id, attempt=job.attempt)
 
 
 _REPORT_NOTE = (
@@ -433,7 +446,8 @@ def _checked(i: int, report: CompletedReport | FailedReport | SnoozedReport) -> 
 async def report_many(body: ReportsIn, request: Request) -> ReportsOut:
     for i, report in enumerate(body.reports):
         _checked(i, report)
-    taken = await _take(request, [(r.id, r.token, _builder(r)) for r in body.reports])
+    writer: PullReportWriter = request.app.state.pull_reports
+    taken = await writer.take([_report(request, r.id, r.token, _builder(r)) for r in body.reports])
     results = []
     for report, verdict in zip(body.reports, taken, strict=True):
         if isinstance(verdict, StoreError):

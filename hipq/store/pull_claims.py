@@ -48,11 +48,13 @@ def token_digest(token: str) -> str:
 @dataclass(frozen=True, slots=True)
 class PullReport:
     """A worker's outcome for the job it holds with ``token``; ``build`` makes the
-    inbox row from the job's correlation key and type once they are read."""
+    inbox row from the job's correlation key and type once they are read. A job of a
+    type outside ``types`` (a restricted worker token's) answers as an absent one."""
 
     job_id: int
     token: str
     build: Callable[[str, str], NewResponse]
+    types: Collection[str] | None = None
 
 
 def _held_row_problem(row: Any, job: Job, token: str) -> StoreError | None:
@@ -181,11 +183,10 @@ class PullClaimTable(Transactions):
         reports: Sequence[PullReport],
         now: datetime,
         ttl: float,
-        types: Collection[str] | None = None,
     ) -> tuple[list[Job | StoreError], list[NewResponse]]:
         """Take workers' outcomes, in one transaction: for each report, its job (the
         report is stored in the inbox, or was already, the same) or why not:
-        ``NotFound`` (no such job, or one of a type outside ``types``), ``Conflict``
+        ``NotFound`` (no such job, or one of a type outside its ``types``), ``Conflict``
         (a stale or foreign token, or another outcome reported for the claim); and
         the responses newly stored."""
         ids = list({r.job_id for r in reports})
@@ -197,7 +198,7 @@ class PullClaimTable(Transactions):
             fresh: dict[int, tuple[int, str, NewResponse]] = {}
             for report in reports:
                 row = rows.get(report.job_id)
-                if row is None or (types is not None and row.type not in types):
+                if row is None or (report.types is not None and row.type not in report.types):
                     out.append(NotFound(f"job {report.job_id} does not exist", field="id"))
                     continue
                 job = row_to_job(row)

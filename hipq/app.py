@@ -119,6 +119,7 @@ def create_app(
     faults = FaultReporter(log, "API")
     app.state.database_faults = faults
     app.state.long_polls = LongPolls(service.settings.server.max_waits_per_token)
+    app.state.pull_reports = workers.PullReportWriter(service)
     errors.install(app, faults)
     auth.install(app)
     app.add_middleware(errors.BodyLimit, max_bytes=service.settings.server.max_body_bytes)

@@ -157,7 +157,7 @@ class Forbidden(Exception):
 def check_names(request: Request, items: Sequence[Mapping[str, Any]], prefix: str = "") -> None:
     """Before intake resolves a tenant's jobs (``items``: their fields as given): refuse
     a type, queue or notification target it may not use, with the same 403 whether or
-    not that name exists (``hipq.api.tenancy.name_refusal``)."""
+    not that name exists (``hipq.ingest.tenancy.name_refusal``)."""
     principal = principal_of(request)
     if principal is None or not principal.restricted:
         return

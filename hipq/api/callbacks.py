@@ -24,10 +24,11 @@ from hipq.ingest.response_intake import (
     shown_headers,
     signed_key_problem,
 )
-from hipq.job_types import JobTypeInfo, JobTypes
+from hipq.job_types import PULL_KEY_PREFIX, JobTypeInfo, JobTypes
 from hipq.outcome_rules import ANY_RESPONSE
 from hipq.security.signatures import SignatureError, verify
 from hipq.service import Service
+from hipq.store import NotFound
 
 router = APIRouter(tags=["callbacks"])
 
@@ -232,6 +233,10 @@ async def deliver_heartbeat(
             "type", f"job type {type!r} takes no heartbeats (it has no heartbeat_timeout)"
         )
     check_callback_key(key)
+    if info.pull or key.startswith(PULL_KEY_PREFIX):
+        # A pull job takes its worker's heartbeats only (with its token): answered as
+        # for a key no job has.
+        raise NotFound(f"no open job of type {type!r} has correlation key {key!r}", field="key")
     beat_in = await off_loop(len(raw), lambda: _beat(raw))
     if message is not None:
         try:

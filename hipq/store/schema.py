@@ -281,6 +281,9 @@ pull_claims = Table(
     Column("token_digest", String(64), nullable=False),  # SHA-256, hex
     Column("worker", String(200), nullable=False),
     Column("fetched_at", UTCDateTime, nullable=False),
+    # The fingerprint of the outcome its worker reported (``hipq.pull.reports``): set
+    # once, so that a second, different outcome for the claim is refused at once.
+    Column("reported", String(64), nullable=True),
 )
 
 attempts = Table(

@@ -358,7 +358,10 @@ class JobOut(BaseModel):
     result: Any = Field(description="its result, once completed")
     last_error: str | None = Field(description="the last failure, or an operator's reason")
     waiting_reason: str | None = Field(
-        description="why a due job still waits (its throttler, or the jobs it runs after)"
+        description="why a scheduled job has not started, whatever the cause: the jobs or "
+        "batch it waits for, a closed window, a run_at to come, its queue paused, full or "
+        "run by no process, the throttler or forbidden flag that held it, or not read yet "
+        "(GET answers; null once it started)"
     )
     cancel_requested: bool = Field(description="an operator's verb waits for its queue's loop")
     flags: list[str] | None = Field(None, description="flags an operator may forbid on its queue")

@@ -57,7 +57,10 @@ def why(job: Job, queue_reason: str | None, now: datetime) -> str | None:
         if stored:
             return stored
         at = job.run_at.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
-        return f"retry {job.attempt + 1} not before {at}" if job.attempt else f"not before {at}"
+        if job.attempt:
+            return f"retry {job.attempt + 1} not before {at}"
+        # The intake moves a job's run_at to its windows' next opening.
+        return f"outside its time windows: not before {at}" if job.windows else f"not before {at}"
     return queue_reason or stored or UNREAD
 
 

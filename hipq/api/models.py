@@ -543,6 +543,16 @@ class QueueOut(BaseModel):
     owner: str | None = Field(description="the process whose loop runs this queue now")
     scheduled: int = Field(description="jobs scheduled (due or not)")
     due: int = Field(description="scheduled jobs whose run_at has come")
+    oldest_due_at: datetime | None = Field(
+        None,
+        description="the run_at of the due job that has waited longest: now minus it is "
+        "the queue's latency; null when none is due",
+    )
+    waiting_reason: str | None = Field(
+        None,
+        description="what holds every due job of the queue: paused, full, or run by no "
+        "process; null when nothing does (its jobs then say what holds each)",
+    )
     running: int = Field(description="jobs being sent or run")
     awaiting: int = Field(description="jobs sent, awaiting their response")
     failed: int = Field(description="jobs failed for good")

@@ -135,3 +135,10 @@ def page_link(params: QueryParams, before: int) -> str:
     """The query string of the next page: the same filters, a new cursor."""
     kept = [(k, v) for k, v in params.multi_items() if k != "before" and v]
     return str(QueryParams([*kept, ("before", str(before))]))
+
+
+def state_link(params: QueryParams, state: str | None) -> str:
+    """The query string of a state tab: the same filters, only ``state`` (None: any),
+    from the first page."""
+    kept = [(k, v) for k, v in params.multi_items() if k not in ("before", "state") and v]
+    return str(QueryParams([*kept, *([("state", state)] if state else [])]))

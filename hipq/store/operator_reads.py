@@ -37,7 +37,7 @@ from hipq.jobs import Job
 from hipq.store.labels import label_value
 from hipq.store.records import Response
 from hipq.store.rows import row_to_job
-from hipq.store.schema import attempts, jobs, queues, responses
+from hipq.store.schema import attempts, jobs, responses
 from hipq.store.state_guards import IN_FLIGHT_VALUES, OPEN_SQL, SCHEDULED_SQL, const
 from hipq.store.transactions import Transactions
 
@@ -357,12 +357,6 @@ class OperatorReads(Transactions):
         async with self._read() as conn:
             rows = (await conn.execute(due_reasons_query(queue, now))).all()
         return sorted(((r[0], int(r[1])) for r in rows), key=lambda x: -x[1])
-
-    async def queue_paused_names(self) -> frozenset[str]:
-        """The queues an operator paused (the queues table: one row per queue)."""
-        async with self._read() as conn:
-            rows = (await conn.execute(select(queues.c.name).where(queues.c.paused))).all()
-        return frozenset(r[0] for r in rows)
 
     async def job_open_keys(self, keys: Sequence[str]) -> dict[str, int]:
         """The open job holding each of ``keys`` that one holds: key -> job id."""

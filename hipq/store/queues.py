@@ -41,21 +41,22 @@ class QueueTable(Transactions):
                     .group_by(jobs.c.state)
                 )
             ).all()
-            due = (
+            due, oldest_due_at = (
                 await conn.execute(
-                    select(func.count()).where(
+                    select(func.count(), func.min(jobs.c.run_at)).where(
                         jobs.c.queue == queue,
                         jobs.c.state == SCHEDULED_SQL,
                         jobs.c.run_at <= now,
                     )
                 )
-            ).scalar_one()
+            ).one()
             q = (await conn.execute(select(queues).where(queues.c.name == queue))).first()
         counts = {r[0]: (r[1], r[2]) for r in rows}
         live = q is not None and q.lease_expires_at is not None and q.lease_expires_at > now
         return QueueCounts(
             scheduled=counts.get("scheduled", (0, 0))[0],
             due=due,
+            oldest_due_at=oldest_due_at,  # min() keeps the column's type
             running=counts.get("running", (0, 0))[0],
             awaiting=counts.get("awaiting", (0, 0))[0],
             failed=counts.get("failed", (0, 0))[0],

@@ -7,6 +7,7 @@ Pure functions, registered as Jinja filters by ``hipq.dashboard.pages``.
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from hipq.batches import waited_batch
 from hipq.durations import format_duration
@@ -51,6 +52,16 @@ def utc_input(value: datetime | None) -> str:
     if value is None:
         return ""
     return value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S")
+
+
+def in_zone(value: datetime, zone: str) -> str:
+    """An instant on the wall clock of an IANA zone, named by its abbreviation
+    (``2027-01-01 03:00:00 CET``); a zone not known gives it in UTC."""
+    try:
+        local = value.astimezone(ZoneInfo(zone))
+    except (ZoneInfoNotFoundError, ValueError):
+        local = value.astimezone(UTC)
+    return local.strftime("%Y-%m-%d %H:%M:%S %Z")
 
 
 def run_time(job: Job) -> str:

@@ -42,6 +42,7 @@ from hipq.store.records import Response
 PREFIX = "/dashboard"
 RESPONSE_STATUSES = ("pending", "late", "expired", "duplicate", "matched")
 RESPONSES_PAGE = 50
+RESPONSE_COUNT_LIMIT = 1000  # a tab counts this many at most ("1000+")
 FAILED_RETRY_LIMIT = 10_000  # job ids one bulk retry carries (POST /v1/jobs/bulk's limit)
 RECENT_FIRES = 5  # fire times shown per schedule
 BATCHES_PAGE = 50  # batches per page, and jobs per page of a batch
@@ -75,6 +76,7 @@ templates.env.filters["duration"] = display.duration
 templates.env.filters["utc_input"] = display.utc_input
 templates.env.filters["as_config"] = format_duration  # as a form field takes it back
 templates.env.filters["run_time"] = display.run_time
+templates.env.filters["in_zone"] = display.in_zone
 templates.env.globals["job_duration"] = display.job_duration
 templates.env.globals["version"] = __version__
 
@@ -294,6 +296,10 @@ async def responses_page(request: Request) -> HTMLResponse:
         "responses.html",
         status=status,
         statuses=(*RESPONSE_STATUSES, "parked"),
+        counts=await store.response_counts(
+            (*RESPONSE_STATUSES, "parked"), RESPONSE_COUNT_LIMIT + 1
+        ),
+        count_limit=RESPONSE_COUNT_LIMIT,
         responses=found,
         parked=parked,
         open_keys=open_keys,

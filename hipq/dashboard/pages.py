@@ -21,7 +21,7 @@ from hipq.api import auth
 from hipq.api import schedules as schedules_api
 from hipq.api.paging import parse_id
 from hipq.api.why_waiting import explained
-from hipq.dashboard import access, display
+from hipq.dashboard import access, busy, display
 from hipq.dashboard.candidates import Candidate, suggest
 from hipq.dashboard.filters import (
     STATES,
@@ -127,6 +127,7 @@ async def processes_page(request: Request) -> HTMLResponse:
         request,
         "processes.html",
         processes=found,
+        busy=busy.place(await service.store.job_busy(), found),
         unowned=sorted(q for q in service.settings.queues if q not in owned),
         now=now,
         lease_ttl=service.settings.lease_ttl,

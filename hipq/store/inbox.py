@@ -173,7 +173,8 @@ class InboxTable(Transactions):
         async with self._read() as conn:
             for status in statuses:
                 rows = (
-                    select(parked_messages.c.id)
+                    # From the newest: the walk of its primary key, stopped at ``limit``.
+                    select(parked_messages.c.id).order_by(parked_messages.c.id.desc())
                     if status == "parked"
                     else select(responses.c.id).where(responses.c.status == status)
                 )

@@ -390,7 +390,6 @@ def test_a_full_queue_and_jobs_waiting_for_others_say_why_everywhere(
     expect(queue.locator(".queue-reason")).to_contain_text(full)
     expect(queue.locator("table.held")).to_contain_text("concurrency")
     expect(queue.locator(".latency")).not_to_have_text("—")
-    dashboard.screenshot(page, "overview-full")
 
     page.goto(f"{dashboard.url}/dashboard/jobs?queue=regional")
     tab = page.locator('nav.state-tabs a[data-state="scheduled"]')
@@ -403,7 +402,6 @@ def test_a_full_queue_and_jobs_waiting_for_others_say_why_everywhere(
     parked = page.locator(f'tr[data-job="{after}"]')
     expect(parked.locator(".run-time")).to_have_text(f"after #{busy[0]}")
     expect(parked.locator(".waiting-reason")).to_contain_text(f"waiting for jobs {busy[0]}")
-    dashboard.screenshot(page, "jobs-waiting")
 
     row.get_by_role("link", name=str(waiting)).click()
     expect(page.locator("#waiting-reason")).to_have_text(full)

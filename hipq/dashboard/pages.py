@@ -157,6 +157,7 @@ async def jobs_page(request: Request) -> HTMLResponse:
     # A tab per state (as Oban Web's), counted where the count is cheap: open and
     # failed jobs (finished ones may be millions).
     tabs = [(None, "all", None)] + [(s, s, counts.get(s)) for s in STATES]
+    tabs.insert(2, ("retrying", "retrying", None))  # after scheduled: a part of it
     return _page(
         request,
         "jobs.html",

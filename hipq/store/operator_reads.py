@@ -78,6 +78,7 @@ class JobQuery:
     created_since: datetime | None = None
     created_until: datetime | None = None
     before_id: int | None = None  # the cursor: jobs with a smaller id (newest first)
+    retrying: bool = False  # scheduled again after a failed attempt
     limit: int = 50
 
 
@@ -143,7 +144,13 @@ def _indexed_alone(q: JobQuery) -> bool:
     if q.correlation_key is not None:
         return True
     return len(q.states) == 1 and not (
-        q.queue or q.type or q.labels or q.job_key or q.created_since or q.created_until
+        q.queue
+        or q.type
+        or q.labels
+        or q.job_key
+        or q.created_since
+        or q.created_until
+        or q.retrying
     )
 
 
@@ -162,6 +169,8 @@ def job_page_query(q: JobQuery, low: int | None, high: int | None) -> Select[Any
         conds.append(jobs.c.job_key == q.job_key)
     if q.correlation_key is not None:
         conds.append(jobs.c.correlation_key == q.correlation_key)
+    if q.retrying:
+        conds += [jobs.c.state == SCHEDULED_SQL, jobs.c.attempt > 0]
     if q.created_since is not None:
         conds.append(jobs.c.created_at >= q.created_since)
     if q.created_until is not None:

@@ -410,17 +410,36 @@ def test_a_full_queue_and_jobs_waiting_for_others_say_why_everywhere(
         dashboard.wait_state(job_id, "completed")
 
 
-def test_a_finished_job_shows_its_attempts_durations_and_is_deleted(
+def test_a_failed_group_is_discarded_and_a_finished_job_deleted(
     dashboard: Dashboard, page: Any
 ) -> None:
-    job_id = dashboard.post_job(type="flaky")
-    dashboard.wait_state(job_id, "completed")
+    (dashboard.flags / "fail").touch()
+    failed = [dashboard.post_job(type="flaky") for _ in range(2)]
+    for job_id in failed:
+        dashboard.wait_state(job_id, "failed")
+    (dashboard.flags / "fail").unlink()
+    done = dashboard.post_job(type="flaky")
+    dashboard.wait_state(done, "completed")
+
+    page.goto(f"{dashboard.url}/dashboard/failed")
+    group = page.locator("section.error-group").filter(has_text="upstream refused")
+    page.once("dialog", lambda d: d.accept())
+    group.get_by_role("button", name="Discard 2 jobs").click()
+    expect(page.locator("#flash")).to_contain_text("Discard of 2 jobs started")
+    for job_id in failed:
+        wait_for(
+            lambda i=job_id: httpx.get(f"{dashboard.url}/v1/jobs/{i}").status_code == 404,
+            30,
+            f"job {job_id} discarded",
+        )
+    expect(page.locator("p.empty")).to_have_text("No failed job.")
+
     page.goto(f"{dashboard.url}/dashboard/jobs?state=completed")
-    expect(page.locator(f'tr[data-job="{job_id}"] .duration')).not_to_have_text("")
-    page.goto(f"{dashboard.url}/dashboard/jobs/{job_id}")
+    expect(page.locator(f'tr[data-job="{done}"] .duration')).not_to_have_text("")
+    page.goto(f"{dashboard.url}/dashboard/jobs/{done}")
     expect(page.locator("table.attempts .duration")).not_to_have_text("")
     page.once("dialog", lambda d: d.accept())
     page.get_by_role("button", name="Delete").click()
     expect(page).to_have_url(f"{dashboard.url}/dashboard/jobs")
-    gone = httpx.get(f"{dashboard.url}/v1/jobs/{job_id}")
+    gone = httpx.get(f"{dashboard.url}/v1/jobs/{done}")
     assert gone.status_code == 404, gone.text

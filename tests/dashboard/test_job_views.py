@@ -53,6 +53,16 @@ async def test_the_job_list_tells_waiting_from_errors_with_tabs_and_durations(
         assert current is not None and current.group(1) == "scheduled"
         assert f'<tr data-job="{done}">' not in only
 
+        # Retrying: scheduled again after a failed attempt, a tab of its own (the
+        # failed page links to it).
+        failed_page = (await api.client.get("/dashboard/failed")).text
+        assert 'href="/dashboard/jobs?retrying=1" id="retrying-link"' in failed_page
+        retrying_page = (await api.client.get("/dashboard/jobs?retrying=1")).text
+        current = re.search(r'data-state="(\w+)" aria-current="page"', retrying_page)
+        assert current is not None and current.group(1) == "retrying"
+        shown = re.findall(r'<tr data-job="(\d+)">', retrying_page)
+        assert shown == [str(retrying)]
+
 
 async def test_the_overview_gives_latency_and_a_full_queues_reason(database_url: str) -> None:
     async with open_api(database_url, queues={"default": {"concurrency": 1}, "bulk": {}}) as api:

@@ -57,6 +57,19 @@ class Batch:
         return "open" if self.sealed_at is None else "sealed"
 
 
+_WAITS_FOR = "waits for batch {} to finish"
+
+
 def waiting_reason(batch_id: int) -> str:
     """What a completion job waits for."""
-    return f"waits for batch {batch_id} to finish"
+    return _WAITS_FOR.format(batch_id)
+
+
+def waited_batch(reason: str | None) -> int | None:
+    """The batch a completion job waits for, from its ``waiting_reason``; None for any
+    other reason."""
+    head, _, tail = _WAITS_FOR.partition("{}")
+    if reason is None or not reason.startswith(head) or not reason.endswith(tail):
+        return None
+    found = reason[len(head) : len(reason) - len(tail)]
+    return int(found) if found.isdigit() else None

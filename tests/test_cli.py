@@ -332,6 +332,13 @@ def test_queues(server: Server) -> None:
     job = api_post(server, "/v1/jobs", {"type": "ok"})
     time.sleep(0.5)  # a few ticks of the 200ms loop: nothing may start
     assert job_state(server, job["id"]) == "scheduled"
+    listed, shown = hipq_many(
+        ["jobs", "list", "--state", "scheduled", "--queue", "default", *url],
+        ["jobs", "show", str(job["id"]), *url],
+    )
+    row = next(r for r in listed.out.splitlines() if r.split()[0] == str(job["id"]))
+    assert row.endswith("waiting: queue paused"), listed.out
+    assert shown.json()["waiting_reason"] == "queue paused"
     assert hipq("queues", "default", "--resume", *url).json()["paused"] is False
     wait_state(server, job["id"], "completed")
 

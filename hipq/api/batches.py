@@ -14,6 +14,7 @@ from hipq.api.auth import check_batch_names, owner_of, principal_of, require
 from hipq.api.json_body import JSONBodyRoute
 from hipq.api.models import MAX_ID, BatchIn, BatchListOut, BatchOut, ErrorOut, JobListOut, job_body
 from hipq.api.paging import Cursor, json_size, within_budget
+from hipq.api.why_waiting import explained
 from hipq.batches import Batch, NewBatch
 from hipq.ingest.job_intake import Intake, IntakeError
 from hipq.security.tokens import Principal
@@ -153,9 +154,12 @@ async def list_batch_jobs(
     limit: Annotated[int, Query(ge=1, le=1000, description="jobs per page at most")] = 100,
     after: Cursor = None,
 ) -> Response:
-    store = _service(request).store
+    service = _service(request)
+    store = service.store
     await store.batch_get(batch_id)  # 404 for no such batch, rather than an empty page
     found = await store.batch_jobs(batch_id, after, limit)
-    page = within_budget(found, lambda j: json_size(j.payload, j.result))
+    page = await explained(
+        store, service.clock, within_budget(found, lambda j: json_size(j.payload, j.result))
+    )
     next_cursor = str(page[-1].id) if len(found) == limit or len(page) < len(found) else None
     return json_answer({"jobs": [job_body(j) for j in page], "next_cursor": next_cursor})

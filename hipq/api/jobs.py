@@ -34,6 +34,7 @@ from hipq.api.models import (
     job_body,
 )
 from hipq.api.paging import Cursor, json_size, within_budget
+from hipq.api.why_waiting import explained
 from hipq.dependencies import job_field
 from hipq.durations import parse_duration
 from hipq.ingest.job_intake import NUL_MESSAGE, IntakeError, nul_field
@@ -277,7 +278,8 @@ async def get_job(
     service = _service(request)
     if wait is None:  # the job, its attempts and its heartbeat on one connection
         view = await service.store.job_view(job_id)
-        return json_answer(job_body(view.job, view.attempts, view.heartbeat))
+        (job,) = await explained(service.store, service.clock, [view.job])
+        return json_answer(job_body(job, view.attempts, view.heartbeat))
     # The wait counts from the request's arrival, however long it queued behind others.
     seconds = wait_seconds(wait) - since_arrival(request.scope)
     long_polls: LongPolls = request.app.state.long_polls
@@ -286,7 +288,8 @@ async def get_job(
             view = await service.waiters.wait(job_id, seconds)
     except TooManyWaits as refused:
         return refused.answer()
-    return json_answer(job_body(view.job, view.attempts, view.heartbeat))
+    (job,) = await explained(service.store, service.clock, [view.job])
+    return json_answer(job_body(job, view.attempts, view.heartbeat))
 
 
 @router.get(
@@ -327,8 +330,11 @@ async def list_jobs(
         after_id=after,
         limit=limit,
     )
-    found = await _service(request).store.job_list(flt)
-    page = within_budget(found, lambda j: json_size(j.payload, j.result))
+    service = _service(request)
+    found = await service.store.job_list(flt)
+    page = await explained(
+        service.store, service.clock, within_budget(found, lambda j: json_size(j.payload, j.result))
+    )
     next_cursor = str(page[-1].id) if len(found) == limit or len(page) < len(found) else None
     return json_answer({"jobs": [job_body(j) for j in page], "next_cursor": next_cursor})
 
@@ -439,8 +445,10 @@ JobKey = Annotated[str, Path(min_length=1, max_length=500, description="a job_ke
 async def get_job_by_key(job_key: JobKey, request: Request) -> Response:
     if nul_field(job_key, "job_key"):
         raise IntakeError("job_key", NUL_MESSAGE)
-    store = _service(request).store
+    service = _service(request)
+    store = service.store
     job = await store.job_by_key(job_key)
+    (job,) = await explained(store, service.clock, [job])
     return json_answer(job_body(job, await store.job_attempts(job.id)))
 
 

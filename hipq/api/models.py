@@ -183,7 +183,10 @@ class JobOut(BaseModel):
     result: Any = Field(description="its result, once completed")
     last_error: str | None = Field(description="the last failure, or an operator's reason")
     waiting_reason: str | None = Field(
-        description="why a due job still waits (its throttler, or the jobs it runs after)"
+        description="why a scheduled job has not started, whatever the cause: the jobs or "
+        "batch it waits for, a closed window, a run_at to come, its queue paused, full or "
+        "run by no process, the throttler or forbidden flag that held it, or not read yet "
+        "(GET answers; null once it started)"
     )
     cancel_requested: bool = Field(description="an operator's verb waits for its queue's loop")
     flags: list[str] | None = Field(None, description="flags an operator may forbid on its queue")
@@ -370,6 +373,16 @@ class QueueOut(BaseModel):
     owner: str | None = Field(description="the process whose loop runs this queue now")
     scheduled: int = Field(description="jobs scheduled (due or not)")
     due: int = Field(description="scheduled jobs whose run_at has come")
+    oldest_due_at: datetime | None = Field(
+        None,
+        description="the run_at of the due job that has waited longest: now minus it is "
+        "the queue's latency; null when none is due",
+    )
+    waiting_reason: str | None = Field(
+        None,
+        description="what holds every due job of the queue: paused, full, or run by no "
+        "process; null when nothing does (its jobs then say what holds each)",
+    )
     running: int = Field(description="jobs being sent or run")
     awaiting: int = Field(description="jobs sent, awaiting their response")
     failed: int = Field(description="jobs failed for good")

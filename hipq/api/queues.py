@@ -7,6 +7,7 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Path, Request
 
+from hipq import waiting
 from hipq.api.auth import principal_of, require
 from hipq.api.errors import InvalidParameter, StrictJSONRoute
 from hipq.api.models import (
@@ -62,6 +63,10 @@ async def queue_out(service: Service, name: str) -> QueueOut:
         owner=counts.lease_owner,
         scheduled=counts.scheduled,
         due=counts.due,
+        oldest_due_at=counts.oldest_due_at,
+        waiting_reason=waiting.of_queue(
+            counts.paused, counts.lease_owner is not None, counts.stats
+        ),
         running=counts.running,
         awaiting=counts.awaiting,
         failed=counts.failed,

@@ -331,9 +331,9 @@ class QueueLoop(Loop):
                 if used:
                     committed.append(matched_event(self.name, used, self.in_flight, now))
                 claimed: list[Job] = []
+                done = {s.job_id for s in settled}
+                live = [j for j in self.in_flight.values() if j.id not in done]
                 if not batch.paused and self._drain.claims and self.assigned:
-                    done = {s.job_id for s in settled}
-                    live = [j for j in self.in_flight.values() if j.id not in done]
                     admitted = await self.admission.admit(batch, live, now)
                     claimed = await self.correlation.dispatch_keys(
                         batch, admitted.claimed, self.outcome
@@ -349,6 +349,8 @@ class QueueLoop(Loop):
                     report.full = admitted.full
                 # With the fence sent along with the due scan, paused is known only now.
                 self._paused_since_tick = time.monotonic() if batch.paused else None
+                if batch.paused and self.assigned:
+                    await self.admission.hold_paused(batch, live, now)
                 if not claimed or settled or batch.knows_next_run_at(now):
                     # A tick that only claimed (a new job on an idle queue) reads it
                     # after the dispatch, unless its due scan read it along; a busy
@@ -420,7 +422,11 @@ class QueueLoop(Loop):
         if read is None:  # the dialect has no such statement
             self._scan_claims = False
             return await self._tick(token)
-        self._paused_since_tick = time.monotonic() if read.queue_row[0] else None
+        if read.queue_row[0]:
+            # Paused (it claimed nothing): a whole tick counts what the pause holds.
+            self._scan_claims = False
+            return await self._tick(token)
+        self._paused_since_tick = None
         admitted = self.admission.admitted_at_scan(read.claimed, read.read)
         claimed = admitted.claimed
         self.correlation.keys_of(claimed, self.outcome)  # none built here: checked only

@@ -150,6 +150,8 @@ class Queue(_Out):
     owner: str | None
     scheduled: int
     due: int
+    oldest_due_at: datetime | None = None
+    waiting_reason: str | None = None
     running: int
     awaiting: int
     failed: int

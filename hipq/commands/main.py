@@ -406,9 +406,14 @@ def jobs_list(
     if as_json:
         print_body(page)
         return
-    typer.echo(f"{'ID':>8}  {'STATE':<10} {'QUEUE':<12} {'TYPE':<20} {'ATT':>3}  RUN_AT / WAITING")
+    typer.echo(
+        f"{'ID':>8}  {'STATE':<10} {'QUEUE':<12} {'TYPE':<20} {'ATT':>3}  RUN_AT  WAITING / ERROR"
+    )
     for job in page.jobs:
-        note = job.waiting_reason or job.last_error or ""
+        # Why it waits and what failed last are two things: a retry waits with both.
+        notes = [f"waiting: {job.waiting_reason}"] if job.waiting_reason else []
+        notes += [f"error: {job.last_error}"] if job.last_error else []
+        note = "; ".join(notes)
         run_at = job.model_dump(mode="json", include={"run_at"})["run_at"]
         typer.echo(
             f"{job.id:>8}  {job.state:<10} {job.queue:<12} {job.type:<20} "

@@ -11,7 +11,7 @@ from collections.abc import Collection, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import bindparam, delete, exists, false, select, true, update
+from sqlalchemy import bindparam, delete, exists, false, func, select, true, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from hipq.jobs import Job
@@ -24,7 +24,13 @@ from hipq.store.labels import label_value
 from hipq.store.pull_claims import WORKER_SOURCE
 from hipq.store.records import LeaseLost, Match, Response
 from hipq.store.schema import jobs, queues, reports, responses
-from hipq.store.state_guards import IN_FLIGHT_SQL, OPEN_SQL, PENDING_SQL, RUNNING_SQL
+from hipq.store.state_guards import (
+    IN_FLIGHT_SQL,
+    OPEN_SQL,
+    PENDING_SQL,
+    RUNNING_SQL,
+    SCHEDULED_SQL,
+)
 from hipq.store.statements import claimed_by
 from hipq.store.tick import DueScanOf, Fence, Tick
 from hipq.store.wakeup import handed_payload
@@ -177,6 +183,17 @@ class QueueBatch:
             .returning(*(reports.c[name] for name in REPORT_COLUMNS), reports.c.id)
         )
         return [Report.of_row(r) for r in sorted(rows.all(), key=lambda r: r.id)]
+
+    async def job_due_count(self, now: datetime, limit: int) -> int:
+        """How many jobs of the queue are due, counted up to ``limit`` (a tick that
+        reads none still says how many it holds: a full or paused queue)."""
+        first = (
+            select(jobs.c.id)
+            .where(jobs.c.queue == self.queue, jobs.c.state == SCHEDULED_SQL, jobs.c.run_at <= now)
+            .limit(limit)
+            .subquery()
+        )
+        return int((await self._execute(select(func.count()).select_from(first))).scalar_one())
 
     async def job_defer(self, deferred: dict[int, datetime], reason: str, now: datetime) -> None:
         if not deferred:

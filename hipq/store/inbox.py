@@ -165,6 +165,24 @@ class InboxTable(Transactions):
             found: int | None = (await conn.execute(query)).scalar()
         return found
 
+    async def response_counts(self, statuses: Sequence[str], limit: int) -> dict[str, int]:
+        """Responses in each of ``statuses`` (``parked``: the parked messages), each
+        counted up to ``limit`` (an inbox of matched responses may be large; each count
+        reads at most ``limit`` entries of the status index)."""
+        counts: dict[str, int] = {}
+        async with self._read() as conn:
+            for status in statuses:
+                rows = (
+                    # From the newest: the walk of its primary key, stopped at ``limit``.
+                    select(parked_messages.c.id).order_by(parked_messages.c.id.desc())
+                    if status == "parked"
+                    else select(responses.c.id).where(responses.c.status == status)
+                )
+                first = rows.limit(limit).subquery()
+                counted = select(func.count()).select_from(first)
+                counts[status] = int((await conn.execute(counted)).scalar_one())
+        return counts
+
     async def parked_list(
         self, after_id: int | None = None, limit: int = 100
     ) -> list[dict[str, Any]]:

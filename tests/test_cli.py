@@ -156,7 +156,7 @@ class Server:
                 f"hipq serve exited with {self.process.returncode}:\n{self.log_text()}"
             )
         try:
-            return httpx.get(f"{self.url}/readyz", timeout=2).status_code == 200
+            return httpx.get(f"{self.url}/readyz", timeout=30).status_code == 200
         except httpx.HTTPError:
             return False
 
@@ -195,7 +195,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
 
 
 def job_state(server: Server, job_id: int) -> str:
-    return httpx.get(f"{server.url}/v1/jobs/{job_id}", timeout=10).json()["state"]
+    return httpx.get(f"{server.url}/v1/jobs/{job_id}", timeout=30).json()["state"]
 
 
 def wait_state(server: Server, job_id: int, state: str) -> None:
@@ -206,7 +206,7 @@ def wait_state(server: Server, job_id: int, state: str) -> None:
 
 
 def api_post(server: Server, path: str, body: Any) -> Any:
-    response = httpx.post(f"{server.url}{path}", json=body, timeout=10)
+    response = httpx.post(f"{server.url}{path}", json=body, timeout=30)
     assert response.status_code < 300, response.text
     return response.json()
 

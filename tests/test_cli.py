@@ -165,8 +165,9 @@ class Server:
 
 
 @contextlib.contextmanager
-def serving(config: Path, log: Path) -> Iterator[Server]:
-    """`hipq serve` on a free port, ready; stopped (killed if need be) afterwards."""
+def serving(config: Path, log: Path, env: dict[str, str] | None = None) -> Iterator[Server]:
+    """`hipq serve` on a free port, ready; stopped (killed if need be) afterwards.
+    ``env``: variables (e.g. HIPQ_...) set for it on top of the test's environment."""
     port = free_port()
     with open(log, "ab") as out:
         process = subprocess.Popen(
@@ -174,7 +175,7 @@ def serving(config: Path, log: Path) -> Iterator[Server]:
             stdin=subprocess.DEVNULL,
             stdout=out,
             stderr=subprocess.STDOUT,
-            env=_env(),
+            env={**_env(), **(env or {})},
             cwd=REPO,
             preexec_fn=_die_with_parent if sys.platform == "linux" else None,
         )

@@ -180,11 +180,16 @@ async def _serve(settings: Settings, tokens: Tokens) -> None:
     # /healthz answers 200 and /readyz 503 (the API's routes 503 with Retry-After).
     # Its start-up lines are held back meanwhile: a start that fails prints one line.
     server_log = logging.getLogger("uvicorn.error")
+    # uvicorn's "Finished server process" comes when the HTTP server has stopped, before
+    # the drain of the jobs in flight: hipq says "stopped" itself, at the very end.
+    server_log.addFilter(_not_finished_server_process)
     level = server_log.level
     server_log.setLevel(logging.WARNING)
     serving = asyncio.ensure_future(server.serve(sockets=[listener]))
+    stopped_cleanly = False  # an error's line stays the last one
     try:
         if not await _start_while_serving(service, server, serving):
+            stopped_cleanly = True
             return  # stopped (a signal) before the service was up
         server_log.setLevel(level)
         server_log.info(
@@ -196,6 +201,7 @@ async def _serve(settings: Settings, tokens: Tokens) -> None:
         await serving
         if not server.started:
             fail(f"cannot listen on {settings.server.host}:{settings.server.port}")
+        stopped_cleanly = True
     except (ServiceError, StoreSetupError, ConfigError) as exc:
         await _stop_server(server, serving)
         fail(str(exc))
@@ -213,6 +219,12 @@ async def _serve(settings: Settings, tokens: Tokens) -> None:
             await asyncio.shield(stopping)
         except asyncio.CancelledError:
             await stopping
+        if stopped_cleanly:
+            logging.getLogger("hipq.serve").warning("stopped")
+
+
+def _not_finished_server_process(record: logging.LogRecord) -> bool:
+    return not str(record.msg).startswith("Finished server process")
 
 
 def server_config(app: Any, settings: Settings) -> Any:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -315,6 +316,31 @@ def test_help_names_what_an_option_takes() -> None:
         shown = hipq(*alone)
         assert shown.code == 0 and shown.out.startswith("Usage: hipq"), shown
         assert "Commands:" in shown.out, shown
+
+
+def test_no_command_shows_a_type_as_a_placeholder() -> None:
+    """Every command's help, as `hipq ... --help` builds it: a name (QUEUE, N), never
+    typer's <str> or <list[str]>."""
+    import click
+    import typer
+
+    from hipq.commands.main import app
+    from hipq.commands.options import name_the_values
+
+    root = typer.main.get_command(app)
+    name_the_values(root)
+
+    def helps(command: click.Command, path: list[str]) -> Iterator[tuple[str, str]]:
+        ctx = click.Context(command, info_name=" ".join(path))
+        yield " ".join(path), command.get_help(ctx)
+        for name, sub in getattr(command, "commands", {}).items():
+            yield from helps(sub, [*path, name])
+
+    shown = dict(helps(root, ["hipq"]))
+    assert "hipq jobs list" in shown and "hipq worker" in shown
+    for path, text in shown.items():
+        placeholders = re.findall(r"<(?:str|int|float|list\[\w+\])>", text)
+        assert not placeholders, f"{path} --help shows {placeholders}:\n{text}"
 
 
 def test_queues(server: Server) -> None:

@@ -29,6 +29,7 @@ from hipq.commands.options import (
     command_group,
     fail,
     label_map,
+    name_the_values,
     parse_json,
     print_body,
     settings_or_fail,
@@ -529,8 +530,10 @@ def main() -> None:
     # expects (it then defines a stub). The command's process only, not the library's.
     sys.modules.setdefault("httpx._main", None)  # type: ignore[arg-type]
     try:
+        command = typer.main.get_command(app)
+        name_the_values(command)
         # Without standalone mode a command's Exit comes back as the return value.
-        code = app(standalone_mode=False)
+        code = command.main(standalone_mode=False)
         sys.exit(code if isinstance(code, int) else 0)
     except typer.Abort:
         typer.echo("error: aborted", err=True)

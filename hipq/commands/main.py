@@ -434,10 +434,17 @@ def jobs_show(job_id: int, url: UrlOpt = None, config: ConfigOpt = None) -> None
 
 
 @jobs_app.command("cancel")
-def jobs_cancel(job_id: int, url: UrlOpt = None, config: ConfigOpt = None) -> None:
+def jobs_cancel(
+    job_id: int,
+    reason: Annotated[
+        str | None, typer.Option(metavar="TEXT", help="why: kept as the job's last_error")
+    ] = None,
+    url: UrlOpt = None,
+    config: ConfigOpt = None,
+) -> None:
     """Cancel a job (a running one at its queue's next tick)."""
     with api(url, config) as client:
-        print_body(client.cancel_job(job_id))
+        print_body(client.cancel_job(job_id, reason))
 
 
 @jobs_app.command("retry")

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -156,7 +157,7 @@ class Server:
                 f"hipq serve exited with {self.process.returncode}:\n{self.log_text()}"
             )
         try:
-            return httpx.get(f"{self.url}/readyz", timeout=2).status_code == 200
+            return httpx.get(f"{self.url}/readyz", timeout=30).status_code == 200
         except httpx.HTTPError:
             return False
 
@@ -165,8 +166,9 @@ class Server:
 
 
 @contextlib.contextmanager
-def serving(config: Path, log: Path) -> Iterator[Server]:
-    """`hipq serve` on a free port, ready; stopped (killed if need be) afterwards."""
+def serving(config: Path, log: Path, env: dict[str, str] | None = None) -> Iterator[Server]:
+    """`hipq serve` on a free port, ready; stopped (killed if need be) afterwards.
+    ``env``: variables (e.g. HIPQ_...) set for it on top of the test's environment."""
     port = free_port()
     with open(log, "ab") as out:
         process = subprocess.Popen(
@@ -174,7 +176,7 @@ def serving(config: Path, log: Path) -> Iterator[Server]:
             stdin=subprocess.DEVNULL,
             stdout=out,
             stderr=subprocess.STDOUT,
-            env=_env(),
+            env={**_env(), **(env or {})},
             cwd=REPO,
             preexec_fn=_die_with_parent if sys.platform == "linux" else None,
         )
@@ -195,7 +197,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
 
 
 def job_state(server: Server, job_id: int) -> str:
-    return httpx.get(f"{server.url}/v1/jobs/{job_id}", timeout=10).json()["state"]
+    return httpx.get(f"{server.url}/v1/jobs/{job_id}", timeout=30).json()["state"]
 
 
 def wait_state(server: Server, job_id: int, state: str) -> None:
@@ -206,7 +208,7 @@ def wait_state(server: Server, job_id: int, state: str) -> None:
 
 
 def api_post(server: Server, path: str, body: Any) -> Any:
-    response = httpx.post(f"{server.url}{path}", json=body, timeout=10)
+    response = httpx.post(f"{server.url}{path}", json=body, timeout=30)
     assert response.status_code < 300, response.text
     return response.json()
 
@@ -314,6 +316,31 @@ def test_help_names_what_an_option_takes() -> None:
         shown = hipq(*alone)
         assert shown.code == 0 and shown.out.startswith("Usage: hipq"), shown
         assert "Commands:" in shown.out, shown
+
+
+def test_no_command_shows_a_type_as_a_placeholder() -> None:
+    """Every command's help, as `hipq ... --help` builds it: a name (QUEUE, N), never
+    typer's <str> or <list[str]>."""
+    import click
+    import typer
+
+    from hipq.commands.main import app
+    from hipq.commands.options import name_the_values
+
+    root = typer.main.get_command(app)
+    name_the_values(root)
+
+    def helps(command: click.Command, path: list[str]) -> Iterator[tuple[str, str]]:
+        ctx = click.Context(command, info_name=" ".join(path))
+        yield " ".join(path), command.get_help(ctx)
+        for name, sub in getattr(command, "commands", {}).items():
+            yield from helps(sub, [*path, name])
+
+    shown = dict(helps(root, ["hipq"]))
+    assert "hipq jobs list" in shown and "hipq worker" in shown
+    for path, text in shown.items():
+        placeholders = re.findall(r"<(?:str|int|float|list\[\w+\])>", text)
+        assert not placeholders, f"{path} --help shows {placeholders}:\n{text}"
 
 
 def test_queues(server: Server) -> None:

@@ -29,6 +29,7 @@ from hipq.commands.options import (
     command_group,
     fail,
     label_map,
+    name_the_values,
     parse_json,
     print_body,
     settings_or_fail,
@@ -179,11 +180,16 @@ async def _serve(settings: Settings, tokens: Tokens) -> None:
     # /healthz answers 200 and /readyz 503 (the API's routes 503 with Retry-After).
     # Its start-up lines are held back meanwhile: a start that fails prints one line.
     server_log = logging.getLogger("uvicorn.error")
+    # uvicorn's "Finished server process" comes when the HTTP server has stopped, before
+    # the drain of the jobs in flight: hipq says "stopped" itself, at the very end.
+    server_log.addFilter(_not_finished_server_process)
     level = server_log.level
     server_log.setLevel(logging.WARNING)
     serving = asyncio.ensure_future(server.serve(sockets=[listener]))
+    stopped_cleanly = False  # an error's line stays the last one
     try:
         if not await _start_while_serving(service, server, serving):
+            stopped_cleanly = True
             return  # stopped (a signal) before the service was up
         server_log.setLevel(level)
         server_log.info(
@@ -195,6 +201,7 @@ async def _serve(settings: Settings, tokens: Tokens) -> None:
         await serving
         if not server.started:
             fail(f"cannot listen on {settings.server.host}:{settings.server.port}")
+        stopped_cleanly = True
     except (ServiceError, StoreSetupError, ConfigError) as exc:
         await _stop_server(server, serving)
         fail(str(exc))
@@ -212,6 +219,12 @@ async def _serve(settings: Settings, tokens: Tokens) -> None:
             await asyncio.shield(stopping)
         except asyncio.CancelledError:
             await stopping
+        if stopped_cleanly:
+            logging.getLogger("hipq.serve").warning("stopped")
+
+
+def _not_finished_server_process(record: logging.LogRecord) -> bool:
+    return not str(record.msg).startswith("Finished server process")
 
 
 def server_config(app: Any, settings: Settings) -> Any:
@@ -431,10 +444,17 @@ def jobs_show(job_id: int, url: UrlOpt = None, config: ConfigOpt = None) -> None
 
 
 @jobs_app.command("cancel")
-def jobs_cancel(job_id: int, url: UrlOpt = None, config: ConfigOpt = None) -> None:
+def jobs_cancel(
+    job_id: int,
+    reason: Annotated[
+        str | None, typer.Option(metavar="TEXT", help="why: kept as the job's last_error")
+    ] = None,
+    url: UrlOpt = None,
+    config: ConfigOpt = None,
+) -> None:
     """Cancel a job (a running one at its queue's next tick)."""
     with api(url, config) as client:
-        print_body(client.cancel_job(job_id))
+        print_body(client.cancel_job(job_id, reason))
 
 
 @jobs_app.command("retry")
@@ -527,8 +547,10 @@ def main() -> None:
     # expects (it then defines a stub). The command's process only, not the library's.
     sys.modules.setdefault("httpx._main", None)  # type: ignore[arg-type]
     try:
+        command = typer.main.get_command(app)
+        name_the_values(command)
         # Without standalone mode a command's Exit comes back as the return value.
-        code = app(standalone_mode=False)
+        code = command.main(standalone_mode=False)
         sys.exit(code if isinstance(code, int) else 0)
     except typer.Abort:
         typer.echo("error: aborted", err=True)

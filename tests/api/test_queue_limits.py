@@ -184,10 +184,10 @@ async def test_a_change_through_another_process_reaches_the_queues_owner(
     ):
         for _ in range(5):
             await other.post_job(type="hang")
-        await eventually(lambda: running_is(owner, 1), timeout=30)
+        await eventually(lambda: running_is(owner, 1), timeout=60)
         await change(other, {"concurrency": 3})
         assert owner.loop().token is not None and other.loop().token is None
-        await eventually(lambda: running_is(owner, 3), timeout=30)
+        await eventually(lambda: running_is(owner, 3), timeout=60)
 
 
 async def running_is(api: Api, count: int) -> bool:

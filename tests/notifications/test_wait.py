@@ -276,7 +276,7 @@ async def test_a_job_this_process_saw_finish_is_read_in_full_at_once(database_ur
         waiting = asyncio.create_task(get_waiting(api, job["id"]))
         await started(api, 1)
         # Its first read: open, read as its state and queue.
-        await eventually(lambda: reads and waiters._queue_of.get(job["id"]), timeout=30)
+        await eventually(lambda: reads and waiters._queue_of.get(job["id"]), timeout=60)
         assert reads[0] == ([job["id"]], {job["id"]})
         await api.tick()  # the loop runs it: its job_settled event wakes the waiter
         answer = await waiting

@@ -229,7 +229,7 @@ async def test_a_match_by_hand_committed_while_upkeep_waits_for_the_row_is_kept(
                     )
                     return bool(blocked.scalar())
 
-            await eventually(waiting, timeout=30)
+            await eventually(waiting, timeout=60)
 
         write = operator._write
 

@@ -63,6 +63,6 @@ async def test_a_sleeping_loop_is_woken_by_a_job_added_in_sql(postgres_url_fresh
         async def completed() -> bool:
             return (await svc.store.job_get(job_id)).state is State.COMPLETED
 
-        assert await eventually(completed, timeout=20)
+        assert await eventually(completed, timeout=60)
     finally:
         await svc.stop()

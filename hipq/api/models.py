@@ -23,11 +23,24 @@ from hipq.jobs import Attempt, Job
 from hipq.storable_text import storable
 from hipq.store.heartbeats import Heartbeat
 from hipq.store.schema import KEY_MAX_LENGTH
+from hipq.throttling import MAX_CAPACITY
 
 # Ids are BIGINT (PostgreSQL) / INTEGER (SQLite): a larger number is a 422, not a driver error.
 MAX_ID = 2**63 - 1
-# A job id in a route's path: one beyond BIGINT is a 422, not a database error.
-JobId = Annotated[int, Path(ge=1, le=MAX_ID, description="the job's id")]
+
+
+def _ascii_digits(value: Any) -> Any:
+    # int() would also take "1.0", " 1" (%201) and other scripts' digits: one object,
+    # one spelling of its id.
+    if isinstance(value, str) and not (value.isascii() and value.isdigit()):
+        raise ValueError("must be a positive integer in ASCII digits")
+    return value
+
+
+# An id in a route's path is written in ASCII digits (with Path(ge=1, le=MAX_ID): one
+# beyond BIGINT is a 422, not a database error).
+ASCII_DIGITS = BeforeValidator(_ascii_digits)
+JobId = Annotated[int, Path(ge=1, le=MAX_ID, description="the job's id"), ASCII_DIGITS]
 
 _INT32 = 2**31 - 1
 # Instants outside this range are client bugs, and near datetime's limits the window
@@ -78,7 +91,8 @@ Labels = Annotated[
     Field(max_length=MAX_LABELS),
 ]
 
-FlagName = Annotated[str, Field(min_length=1, max_length=100, pattern=r"^[^\x00-\x1f]+$")]
+# No control characters, C0, DEL or C1 (U+0085 is a line break to many readers).
+FlagName = Annotated[str, Field(min_length=1, max_length=100, pattern=r"^[^\x00-\x1f\x7f-\x9f]+$")]
 TargetName = Annotated[str, Field(min_length=1, max_length=200)]
 # A job ``after`` names: its id, or a job key.
 AfterRef = Annotated[
@@ -285,7 +299,10 @@ class LimitsIn(_In):
     """A change of a queue's limits; what is not given keeps its value."""
 
     concurrency: StrictInt | None = Field(
-        None, description="the queue's capacity in units (at least 1); null: unlimited"
+        None,
+        ge=1,
+        le=MAX_CAPACITY,
+        description="the queue's capacity in units (at least 1); null: unlimited",
     )
     throttlers: dict[str, dict[str, Any]] = Field(
         default_factory=dict,

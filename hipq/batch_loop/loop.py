@@ -328,7 +328,12 @@ class QueueLoop(Loop):
         alive, took_reports = self.hand_off.live, self.hand_off.unread
         self.hand_off.unread = False  # a hint during the tick is for the next one
         handed: dict[int, str] = {}
-        matched_inbox = False  # whether the tick looked for responses in the inbox
+        # What the tick looks for is decided with where its fence goes, before it waits
+        # for the write lock (SQLite): a hint arriving meanwhile is for the next tick, or
+        # this one would read before a fence it chose to send later.
+        fence_later = self._fence_later(reports, now)
+        check_cancels, matched_inbox = self._check_cancels, self._check_responses
+        self._check_cancels = self._check_responses = False
         try:
             async with self.store.queue_batch(
                 self.name,
@@ -336,18 +341,15 @@ class QueueLoop(Loop):
                 token,
                 now,
                 self.lease_ttl,
-                fence_later=self._fence_later(reports, now),
+                fence_later=fence_later,
             ) as batch:
                 cancels: Requests = {}  # operators' requests (hipq.batch_loop.operator_requests)
                 # Heartbeats of external jobs are hinted and rechecked with cancels.
-                await self.heartbeats.take(batch, self.in_flight, reports, self._check_cancels, now)
-                if self._check_cancels:
-                    self._check_cancels = False
+                await self.heartbeats.take(batch, self.in_flight, reports, check_cancels, now)
+                if check_cancels:
                     cancels = await requests_pending(batch)
                 matched: Matches = {}
-                matched_inbox = self._check_responses
-                if self._check_responses:
-                    self._check_responses = False
+                if matched_inbox:
                     matched = await self.correlation.match(batch, self.in_flight, committed)
                 if took_reports:
                     rows = await batch.report_take()

@@ -26,6 +26,7 @@ from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, Settings
 
 from hipq.durations import parse_duration
 from hipq.security.signatures import SignatureError, decode_secret
+from hipq.throttling import MAX_CAPACITY
 
 Seconds = Annotated[float, BeforeValidator(parse_duration)]
 
@@ -84,7 +85,7 @@ class ServerConfig(_Strict):
 
 
 class QueueConfig(_Strict):
-    concurrency: int | None = Field(None, ge=1)  # capacity units; None = unlimited
+    concurrency: int | None = Field(None, ge=1, le=MAX_CAPACITY)  # units; None = unlimited
     order: Literal["time_priority", "priority_time"] = "time_priority"
     batch_interval: Seconds = 1.0
     batch_size: int = Field(1000, ge=1, le=100_000)

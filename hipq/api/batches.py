@@ -12,7 +12,16 @@ from fastapi import APIRouter, Depends, Path, Query, Request, Response
 from hipq.api.answers import json_answer
 from hipq.api.auth import check_batch_names, owner_of, principal_of, require
 from hipq.api.json_body import JSONBodyRoute
-from hipq.api.models import MAX_ID, BatchIn, BatchListOut, BatchOut, ErrorOut, JobListOut, job_body
+from hipq.api.models import (
+    ASCII_DIGITS,
+    MAX_ID,
+    BatchIn,
+    BatchListOut,
+    BatchOut,
+    ErrorOut,
+    JobListOut,
+    job_body,
+)
 from hipq.api.paging import Cursor, json_size, within_budget
 from hipq.api.why_waiting import explained
 from hipq.batches import Batch, NewBatch
@@ -24,7 +33,7 @@ router = APIRouter(prefix="/v1/batches", tags=["batches"], route_class=JSONBodyR
 _ERRORS: dict[int | str, dict[str, Any]] = {
     404: {"model": ErrorOut, "description": "no such batch"}
 }
-BatchId = Annotated[int, Path(ge=1, le=MAX_ID, description="the batch's id")]
+BatchId = Annotated[int, Path(ge=1, le=MAX_ID, description="the batch's id"), ASCII_DIGITS]
 
 
 def new_batch(

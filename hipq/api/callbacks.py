@@ -149,10 +149,14 @@ class _Beat:
     body: Any = None
 
 
-def _beat(raw: bytes) -> _Beat:
+_BEAT_FIELDS = frozenset({"progress", "checkpoint"})
+
+
+def _beat(raw: bytes, signed: bool) -> _Beat:
     """A heartbeat's body: empty, or a JSON object whose ``progress`` and ``checkpoint``
-    are read; its other fields (a signed one's correlation key) are not. The body is
-    bounded by ``server.max_body_bytes`` (a 413), as a job's payload is."""
+    are read; other fields are refused (a misspelt ``progress`` would be lost), except
+    in a ``signed`` type's body, which carries what its correlation key is built from.
+    The body is bounded by ``server.max_body_bytes`` (a 413), as a job's payload is."""
     if not raw.strip():
         return _Beat()
     try:
@@ -164,6 +168,8 @@ def _beat(raw: bytes) -> _Beat:
             "body", 'a heartbeat\'s body is empty or {"progress": <JSON>, "checkpoint": {...}}'
         )
     check_body(body, "body")
+    if not signed and (unknown := sorted(body.keys() - _BEAT_FIELDS)):
+        raise InvalidParameter(unknown[0], "unknown field (a heartbeat takes progress, checkpoint)")
     checkpoint = body.get("checkpoint")
     if "checkpoint" in body and not isinstance(checkpoint, dict):
         raise InvalidParameter("checkpoint", "a checkpoint is a JSON object (the new payload)")
@@ -237,7 +243,7 @@ async def deliver_heartbeat(
         # A pull job takes its worker's heartbeats only (with its token): answered as
         # for a key no job has.
         raise NotFound(f"no open job of type {type!r} has correlation key {key!r}", field="key")
-    beat_in = await off_loop(len(raw), lambda: _beat(raw))
+    beat_in = await off_loop(len(raw), lambda: _beat(raw, info.signed_key is not None))
     if message is not None:
         try:
             _bind(info, beat_in.body, key)

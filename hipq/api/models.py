@@ -9,6 +9,7 @@ from fastapi import Path
 from pydantic import (
     AfterValidator,
     BaseModel,
+    BeforeValidator,
     Field,
     StrictBool,
     StrictInt,
@@ -30,9 +31,21 @@ from hipq.jobs import Attempt, Job
 from hipq.storable_text import storable
 from hipq.store.heartbeats import Heartbeat
 from hipq.store.schema import KEY_MAX_LENGTH
+from hipq.throttling import MAX_CAPACITY
 
-# A job id in a route's path: one beyond BIGINT is a 422, not a database error.
-JobId = Annotated[int, Path(ge=1, le=MAX_ID, description="the job's id")]
+
+def _ascii_digits(value: Any) -> Any:
+    # int() would also take "1.0", " 1" (%201) and other scripts' digits: one object,
+    # one spelling of its id.
+    if isinstance(value, str) and not (value.isascii() and value.isdigit()):
+        raise ValueError("must be a positive integer in ASCII digits")
+    return value
+
+
+# An id in a route's path is written in ASCII digits (with Path(ge=1, le=MAX_ID): one
+# beyond BIGINT is a 422, not a database error).
+ASCII_DIGITS = BeforeValidator(_ascii_digits)
+JobId = Annotated[int, Path(ge=1, le=MAX_ID, description="the job's id"), ASCII_DIGITS]
 
 
 class CompletionIn(_In):
@@ -109,6 +122,8 @@ class LimitsIn(_In):
 
     concurrency: StrictInt | None = Field(
         None,
+        ge=1,
+        le=MAX_CAPACITY,
         description="the queue's capacity in units (at least 1); null: unlimited, only "
         "for a queue whose config sets no concurrency",
     )

@@ -74,7 +74,8 @@ Labels = Annotated[
     Field(max_length=MAX_LABELS),
 ]
 
-FlagName = Annotated[str, Field(min_length=1, max_length=100, pattern=r"^[^\x00-\x1f]+$")]
+# No control characters, C0, DEL or C1 (U+0085 is a line break to many readers).
+FlagName = Annotated[str, Field(min_length=1, max_length=100, pattern=r"^[^\x00-\x1f\x7f-\x9f]+$")]
 TargetName = Annotated[str, Field(min_length=1, max_length=200)]
 # A job ``after`` names: its id, or a job key.
 AfterRef = Annotated[

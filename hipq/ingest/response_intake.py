@@ -16,7 +16,7 @@ from typing import Any
 import orjson
 
 from hipq.outcome_rules import OutcomeRule, decide
-from hipq.storable_text import NUL_MESSAGE, nul_field
+from hipq.storable_text import NUL_MESSAGE, SURROGATE_MESSAGE, nul_field, surrogate_field
 from hipq.store import NewResponse
 from hipq.store.schema import KEY_MAX_LENGTH
 from hipq.templates import KeyTemplate, TemplateError
@@ -115,9 +115,12 @@ def check_callback_key(key: str) -> None:
 
 
 def check_body(body: Any, where: str) -> None:
-    """Refuse a body holding U+0000 (``where`` names the body in the error's field)."""
+    """Refuse a body holding U+0000 or a lone surrogate, which no JSON column stores
+    (``where`` names the body in the error's field)."""
     if found := nul_field(body, where):
         raise ResponseRefused(found, NUL_MESSAGE)
+    if found := surrogate_field(body, where):
+        raise ResponseRefused(found, SURROGATE_MESSAGE)
 
 
 def new_response(

@@ -11,9 +11,9 @@ from typing import Any
 
 import httpx
 import pytest
-from hipq.api.app import create_app
 from sqlalchemy import delete
 
+from hipq.app import create_app
 from hipq.ingest.job_intake import IntakeError
 from hipq.service import Service
 from hipq.store import Conflict

@@ -27,6 +27,7 @@ from hipq.api import (
     schedules,
     workers,
 )
+from hipq.api.connection_limits import REFUSING
 from hipq.api.long_polls import LongPolls
 from hipq.api.models import ReadyOut
 from hipq.api.request_guards import RequestGuards
@@ -118,6 +119,7 @@ def create_app(
     faults = FaultReporter(log, "API")
     app.state.database_faults = faults
     app.state.long_polls = LongPolls(service.settings.server.max_waits_per_token)
+    app.state.pull_reports = workers.PullReportWriter(service)
     errors.install(app, faults)
     auth.install(app)
     app.add_middleware(errors.BodyLimit, max_bytes=service.settings.server.max_body_bytes)
@@ -155,10 +157,15 @@ def create_app(
             failing = faults.database_failed_within(READY_AFTER_FAULT_SECONDS)
             if failing is not None and disk_full(failing):
                 problems["database"] = f"requests are failing ({failing})"
+        refusing = request.scope.get(REFUSING)
+        if refusing is not None:
+            problems["connections"] = refusing
         status = service.status()
         principal = auth.principal_of(request)
         if principal is None or not principal.reads_all:
-            del status["owner"]  # the host name and pid: only for a caller with read
+            # The host name and pid, and the config's queue names: only for a caller
+            # with read (the probe of a load balancer has no token).
+            del status["owner"], status["queues_owned"]
         if status["listener"] is False:
             problems["listen"] = (
                 "PostgreSQL LISTEN connection is down (wake-ups fall back to ticks)"

@@ -379,33 +379,16 @@ class Service:
     # -- jobs, for an application that runs the service in its own process ----------
 
     async def add_job(
-        self,
-        type: str,
-        payload: Mapping[str, Any] | None = None,
-        *,
-        queue: str | None = None,
-        run_at: datetime | None = None,
-        run_in: float | str | None = None,
-        priority: int | None = None,
-        weight: int | None = None,
-        labels: Mapping[str, str] | None = None,
-        windows: Sequence[Mapping[str, Any]] | None = None,
-        timeout: float | str | None = None,  # noqa: ASYNC109 - the job's, as in the API
-        retry: Mapping[str, Any] | None = None,
-        correlation_key: str | None = None,
-        job_key: str | None = None,
-        job_key_mode: JobKeyMode | None = None,
-        unique_for: float | str | None = None,
-        critical: bool = False,
-        flags: Sequence[str] | None = None,
-        notify: Sequence[str] | None = None,
+        self, type: str, payload: Mapping[str, Any] | None = None, **fields: Any
     ) -> Job:
-        """Add one job as ``POST /v1/jobs`` does: the fields mean what the API's do, an
-        unset one takes the job type's default, and a refused job raises
-        ``IntakeError`` (``.field`` names the field, as the API's 422 does) with nothing
-        written. A ``job_key`` or ``correlation_key`` held by an open job raises
+        """Add one job as ``POST /v1/jobs`` does: ``fields`` are the API's job fields
+        (``hipq.api.models.JobIn``: ``queue``, ``run_at``, ``labels``, ``after``,
+        ``batch_id``, ...), which mean what the API's do; an unset one takes the job
+        type's default, and a refused job raises ``IntakeError`` (``.field`` names the
+        field, as the API's 422 does; an unknown keyword too) with nothing written. A
+        ``job_key`` or ``correlation_key`` held by an open job raises
         ``hipq.store.Conflict`` (the API's 409). Returns the stored job."""
-        fields = _set_fields(locals())
+        fields = {"type": type, **({} if payload is None else {"payload": payload}), **fields}
         new = self._resolve([fields], "")
         self._check_started("add_job")
         with tracing.enqueue_span({}, new) as traced:
@@ -482,7 +465,9 @@ class Service:
                 named = f"{where}{field}" if field else where.rstrip(".")
                 raise IntakeError(named, message) from None
             except IntakeError as exc:
-                raise IntakeError(f"{where}{exc.field}", exc.message) from None
+                if not where:
+                    raise
+                raise exc.within(where) from None
         return new
 
 
@@ -497,21 +482,6 @@ def build_service(
     configuration hipq cannot run raises ``ServiceError`` (one readable line)."""
     parts = build_parts(settings, clock=clock, owner=owner, run_loops=run_loops)
     return Service(settings, parts=parts)
-
-
-def _set_fields(args: dict[str, Any]) -> dict[str, Any]:
-    """``add_job``'s arguments as the API's job fields: those the caller set."""
-    skip = {"self", "critical"}
-    fields = {k: v for k, v in args.items() if k not in skip and v is not None}
-    for name in ("payload", "labels", "retry"):
-        if name in fields:
-            fields[name] = dict(fields[name])
-    for name in ("windows", "flags", "notify"):
-        if name in fields:
-            fields[name] = [dict(w) if name == "windows" else w for w in fields[name]]
-    if args["critical"]:
-        fields["critical"] = True
-    return fields
 
 
 def _first_problem(exc: Any) -> tuple[str, str]:

@@ -417,6 +417,10 @@ def test_serve_refuses_a_bad_config(tmp_path: Path) -> None:
         # A malformed database URL ended in a 70-line traceback (its password shown).
         "database_url": {"database_url": "postgresql+asyncpg://u:pw-x7@db:notaport/hipq"},
         "database_url: cannot": {"database_url": "sqlite+aiosqlite//no-slashes"},
+        # Its host "[bad" parsed: the start waited a minute as if the database were down.
+        "database_url: cannot be read as a database URL: its host": {
+            "database_url": "postgresql+asyncpg://u:pw-x7@[bad:5432/db"
+        },
     }
     paths = [
         write_config(tmp_path / f"bad{i}.yaml", db, **overrides)

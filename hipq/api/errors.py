@@ -19,7 +19,7 @@ from starlette.requests import ClientDisconnect
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from hipq.faults import FaultReporter
-from hipq.ingest.job_intake import IntakeError
+from hipq.ingest.job_intake import CallerRefused, IntakeError
 from hipq.ingest.response_intake import ResponseRefused
 from hipq.store import BadReference, Conflict, NotFound, StoreError
 
@@ -226,6 +226,11 @@ def install(app: FastAPI, faults: FaultReporter) -> None:
 
     for refused in (IntakeError, ResponseRefused, InvalidParameter):
         app.add_exception_handler(refused, _invalid_field)
+
+    # A job its caller's token does not allow: 403 naming the field.
+    @app.exception_handler(CallerRefused)
+    async def _caller_refused(_r: Request, exc: CallerRefused) -> JSONResponse:
+        return JSONResponse(error_body("forbidden", [(exc.field, exc.message)]), 403)
 
     @app.exception_handler(StoreError)
     async def _store(_r: Request, exc: StoreError) -> JSONResponse:

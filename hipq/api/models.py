@@ -110,7 +110,9 @@ class LimitsIn(_In):
     """A change of a queue's limits; what is not given keeps its value."""
 
     concurrency: StrictInt | None = Field(
-        None, description="the queue's capacity in units (at least 1); null: unlimited"
+        None,
+        description="the queue's capacity in units (at least 1); null: unlimited, only "
+        "for a queue whose config sets no concurrency",
     )
     throttlers: dict[str, dict[str, Any]] = Field(
         default_factory=dict,
@@ -290,6 +292,11 @@ class BatchOut(BaseModel):
         description="when it was sealed (a batch POST's at once); null: open, jobs may "
         "join and it cannot finish"
     )
+    owner: str | None = Field(
+        None,
+        description="the tenant (restricted token) that made it, which alone of the "
+        "tenants may name it; null: made by an unrestricted caller",
+    )
     status: Literal["open", "sealed", "finished"] = Field(
         description="open (jobs join, it cannot finish), sealed (it finishes once none is "
         "pending; jobs may still join), finished"
@@ -399,12 +406,16 @@ class ReadyOut(BaseModel):
     status: Literal["ready", "not ready"] = Field(description="ready: a job can be accepted now")
     problems: dict[str, str] = Field(
         description="what keeps hipq from being ready, by part (database, service, listen, "
-        "kafka_producer, kafka_consumer); empty when ready"
+        "kafka_producer, kafka_consumer, connections); empty when ready"
     )
     owner: str | None = Field(
         None, description="this process (host:pid:id); only for a caller with the read scope"
     )
-    queues_owned: list[str] = Field(description="the queues whose loop this process runs")
+    queues_owned: list[str] | None = Field(
+        None,
+        description="the queues whose loop this process runs; only for a caller with the "
+        "read scope (their names are the config's)",
+    )
     listener: bool | None = Field(
         description="PostgreSQL LISTEN connection up; null where it is not used"
     )

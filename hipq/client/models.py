@@ -120,6 +120,7 @@ class Batch(_Out):
     created_at: datetime
     finished_at: datetime | None
     sealed_at: datetime | None  # None: open, jobs may join and it cannot finish
+    owner: str | None = None  # the tenant that made it; None: an unrestricted caller
     status: Literal["open", "sealed", "finished"]
 
 
@@ -381,6 +382,18 @@ class WorkerReport(_Out):
     status: str = "accepted"
     job_id: int
     attempt: int
+
+
+class ReportResult(_Out):
+    """What became of one report of ``report_outcomes``: ``accepted`` (stored, settled at
+    its queue loop's next tick), ``conflict`` (the token does not hold the job's claim,
+    or the claim took another outcome: nothing changed) or ``not_found``."""
+
+    id: int
+    status: str
+    attempt: int | None = None
+    field: str | None = None
+    message: str | None = None
 
 
 class WorkerBeat(WorkerReport):

@@ -218,6 +218,7 @@ def server_config(app: Any, settings: Settings) -> Any:
     """The ``uvicorn.Config`` that ``hipq serve`` runs ``app`` with (also the benchmarks')."""
     import uvicorn
 
+    from hipq.api.connection_limits import ConnectionLimits
     from hipq.api.slow_clients import header_timeout_protocol
 
     return uvicorn.Config(
@@ -229,7 +230,12 @@ def server_config(app: Any, settings: Settings) -> Any:
         access_log=False,
         # Beyond this many connections at once the server answers 503 at once.
         limit_concurrency=settings.server.max_connections,
-        http=header_timeout_protocol(settings.server.header_read_timeout),
+        http=header_timeout_protocol(
+            settings.server.header_read_timeout,
+            ConnectionLimits(
+                settings.server.max_connections_per_peer, settings.server.unlimited_peers
+            ),
+        ),
         # Requests under way at a stop get the same grace as the jobs in flight.
         timeout_graceful_shutdown=max(1, round(settings.shutdown_grace)),
     )

@@ -25,6 +25,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from hipq.lifecycle import IN_FLIGHT, State
 from hipq.operator_requests import OperatorRequest, Reschedule
 from hipq.store import state_guards as guards
+from hipq.store.dependencies import wait_again
 from hipq.store.labels import label_value
 from hipq.store.records import NotFound
 from hipq.store.schema import attempts, bulk_operations, jobs
@@ -260,6 +261,8 @@ class BulkTable(Transactions):
         ]
         changed = await self._update_each(conn, guard, values, params)
         if guard.target == State.SCHEDULED:
+            # Those that wait for jobs not ended yet wait again.
+            await wait_again(conn, [r.id for r in rows], now)
             await self._notify(conn, {jobs_payload(r.queue) for r in rows})
         return changed, requested
 

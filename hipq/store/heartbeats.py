@@ -150,6 +150,17 @@ class HeartbeatTable(Transactions):
             )
         return done.rowcount or 0
 
+    async def heartbeat_message_taken(self, job_type: str, message: str, since: datetime) -> bool:
+        """Whether a signed heartbeat of ``job_type`` with ``message`` (its fingerprint)
+        was taken since ``since``: the same message posted as a callback is refused."""
+        query = select(heartbeat_messages.c.fingerprint).where(
+            heartbeat_messages.c.job_type == job_type,
+            heartbeat_messages.c.fingerprint == message,
+            heartbeat_messages.c.received_at >= since,
+        )
+        async with self._read() as conn:
+            return (await conn.execute(query)).first() is not None
+
     async def _message_claim(
         self, conn: AsyncConnection, job_type: str, message: str, now: datetime
     ) -> bool:

@@ -19,6 +19,7 @@ from hipq.jobs import Job
 from hipq.lifecycle import IN_FLIGHT, TERMINAL, State
 from hipq.operator_requests import OperatorRequest, Reschedule
 from hipq.store import state_guards as guards
+from hipq.store.dependencies import wait_again
 from hipq.store.records import Conflict, NotFound
 from hipq.store.rows import conflict_from, row_to_job
 from hipq.store.schema import attempts, jobs
@@ -102,6 +103,9 @@ class OperatorTable(Transactions):
                     "waiting_reason": None,
                 }
                 job = await self._job_update_guarded(conn, job_id, guards.RESCHEDULE, values)
+                if job.after or job.waiting_for:  # it waits again for what has not ended
+                    await wait_again(conn, [job_id], now)
+                    job = await self._job_locked(conn, job_id)
                 await self._notify(conn, {jobs_payload(job.queue)})
                 return job
         except IntegrityError as exc:  # its correlation or job key is held by an open job

@@ -35,6 +35,7 @@ MIRRORS: dict[type[BaseModel], type[BaseModel]] = {
     models.FetchedJob: workers.FetchedJob,
     models.WorkerReport: workers.ReportAccepted,
     models.WorkerBeat: workers.BeatAccepted,
+    models.ReportResult: workers.ReportResult,
     models.Batch: api.BatchOut,
     models.BatchPage: api.BatchListOut,
 }

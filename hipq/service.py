@@ -3,7 +3,7 @@
 ``hipq serve`` runs one ``Service`` inside the API's lifespan; an application runs one in
 its own process (``async with Service.from_config(...) as service``, then
 ``service.add_job(...)``: docs/howto-embed.md); tests build one (``Service(settings)`` or
-``hipq.process.wiring.build_service``) and drive its loops tick by tick
+``build_service``) and drive its loops tick by tick
 (``hipq.testing.run_until_idle``). What the parts are and how they are built is
 ``hipq.process.wiring``'s.
 """
@@ -20,23 +20,23 @@ from datetime import datetime
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Literal, Self
 
+from hipq.activity import Activity
 from hipq.batch_loop.loop import QueueLoop
 from hipq.config import Settings, load_settings
+from hipq.faults import unavailable
 from hipq.ingest.job_intake import IntakeError
 from hipq.jobs import Job, NewJob
 from hipq.lifecycle import State
 from hipq.observability import tracing
-from hipq.observability.faults import unavailable
-from hipq.process.activity import Activity
 from hipq.process.bulk_runner import BulkRunner
 from hipq.process.job_types_publisher import JobTypesPublisher
 from hipq.process.job_waiters import JobWaiters
 from hipq.process.notifier import Notifier
 from hipq.process.queue_gauges import QueueGaugeReader
 from hipq.process.status_polls import status_polls_of
-from hipq.process.stopping import drain
 from hipq.process.wiring import Parts, ServiceError, build_parts, utcnow
 from hipq.pull.waiters import FetchWaiters
+from hipq.stopping import drain
 from hipq.store import JobFilter, Store, migrations
 from hipq.store.process_guard import ProcessGuard
 from hipq.transports.base import Transport
@@ -46,7 +46,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("hipq.service")
 
-__all__ = ["IntakeError", "Service", "ServiceError", "utcnow"]
+__all__ = ["IntakeError", "Service", "ServiceError", "build_service", "utcnow"]
 
 JobKeyMode = Literal["replace", "preserve_run_at", "unsafe_dedupe"]
 
@@ -167,7 +167,7 @@ class Service:
         run_loops: bool = True,
         parts: Parts | None = None,
     ) -> None:
-        # Without ``parts`` (tests), built here as ``hipq.process.wiring.build_service`` does.
+        # Without ``parts`` (tests), built here as ``build_service`` does.
         parts = parts or build_parts(settings, clock=clock, owner=owner, run_loops=run_loops)
         self.settings, self.clock, self.owner = parts.settings, parts.clock, parts.owner
         self.run_loops = parts.run_loops
@@ -234,8 +234,6 @@ class Service:
 
         ``run_loops=False`` builds one whose queues run only when driven
         (``hipq.testing.run_until_idle``)."""
-        from hipq.process.wiring import build_service
-
         if isinstance(config, Settings):
             if settings:  # a copy with unvalidated keys would fail later, less clearly
                 raise TypeError(
@@ -356,7 +354,7 @@ class Service:
         self._started.clear()
 
     def wake_queue(self, payload: str) -> None:
-        """Act on a wake-up payload (``hipq.batch_loop.wakeup``), from this process or another."""
+        """Act on a wake-up payload (``hipq.store.wakeup``), from this process or another."""
         self.wakeups.deliver(payload)
 
     def wake_all(self) -> None:
@@ -452,7 +450,7 @@ class Service:
         intake the API uses; an error names the field as the API does."""
         from pydantic import ValidationError
 
-        from hipq.api.models import JobIn
+        from hipq.ingest.job_in import JobIn
 
         now = self.clock()
         new: list[NewJob] = []
@@ -470,6 +468,19 @@ class Service:
                     raise
                 raise exc.within(where) from None
         return new
+
+
+def build_service(
+    settings: Settings,
+    *,
+    clock: Callable[[], datetime] = utcnow,
+    owner: str | None = None,
+    run_loops: bool = True,
+) -> Service:
+    """The ``Service`` of ``settings``, its parts built by ``hipq.process.wiring``; a
+    configuration hipq cannot run raises ``ServiceError`` (one readable line)."""
+    parts = build_parts(settings, clock=clock, owner=owner, run_loops=run_loops)
+    return Service(settings, parts=parts)
 
 
 def _first_problem(exc: Any) -> tuple[str, str]:

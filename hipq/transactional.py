@@ -35,7 +35,6 @@ from datetime import UTC, datetime, timedelta
 from functools import cache
 from typing import Any
 
-from hipq.batch_loop.operator_requests import key_taken_over
 from hipq.ingest.app_connections import AsyncRunner, SyncRunner, async_runner, sync_runner
 from hipq.ingest.mirrored_intake import (
     FIELDS,
@@ -51,6 +50,7 @@ from hipq.ingest.mirrored_intake import (
 )
 from hipq.job_keys import KeyAction, holder_states, key_action, replacing
 from hipq.lifecycle import State
+from hipq.operator_requests import key_taken_over
 from hipq.store.rows import NEW_JOB_COLUMNS
 from hipq.store.schema import jobs
 from hipq.store.state_guards import OPEN_STATES_SQL

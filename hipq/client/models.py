@@ -150,6 +150,8 @@ class Queue(_Out):
     owner: str | None
     scheduled: int
     due: int
+    oldest_due_at: datetime | None = None
+    waiting_reason: str | None = None
     running: int
     awaiting: int
     failed: int
@@ -381,6 +383,18 @@ class WorkerReport(_Out):
     status: str = "accepted"
     job_id: int
     attempt: int
+
+
+class ReportResult(_Out):
+    """What became of one report of ``report_outcomes``: ``accepted`` (stored, settled at
+    its queue loop's next tick), ``conflict`` (the token does not hold the job's claim,
+    or the claim took another outcome: nothing changed) or ``not_found``."""
+
+    id: int
+    status: str
+    attempt: int | None = None
+    field: str | None = None
+    message: str | None = None
 
 
 class WorkerBeat(WorkerReport):

@@ -16,11 +16,11 @@ from typing import Any
 from hipq.config import Settings
 from hipq.durations import parse_duration
 from hipq.ingest.response_intake import callback_key_problem, route_key_problem
+from hipq.ingest.tenancy import caller_refusal
 from hipq.job_keys import JOB_KEY_MODES
-from hipq.job_types import JobTypeInfo, JobTypes
+from hipq.job_types import PULL_KEY_PREFIX, JobTypeInfo, JobTypes
 from hipq.jobs import Job, NewJob
 from hipq.plugins import PluginError, RetryStrategies
-from hipq.security.tenancy import caller_refusal
 from hipq.security.tokens import Principal
 from hipq.storable_text import NUL_MESSAGE, nul_field
 from hipq.templates import TemplateError, new_job_context
@@ -195,6 +195,11 @@ class Intake:
                 correlation_key = template.render(context)
             except TemplateError as exc:
                 raise IntakeError("payload", f"correlation key: {exc}") from None
+        if correlation_key is not None and correlation_key.startswith(PULL_KEY_PREFIX):
+            # Pull workers' keys are hipq's own: a job holding one could take a claim's.
+            raise IntakeError(
+                "correlation_key", f"keys beginning with {PULL_KEY_PREFIX!r} are hipq's own"
+            )
         if correlation_key is not None and (problem := callback_key_problem(correlation_key)):
             # Rendered from the payload, the key may hold what its callback URL cannot.
             raise IntakeError("correlation_key", problem)

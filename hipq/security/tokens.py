@@ -146,6 +146,12 @@ class Principal:
         return RESTRICTED if self.restricted else OPEN
 
     @property
+    def owner(self) -> str | None:
+        """The tenant whose objects (batches) it may name: its ``tenant``; None for an
+        unrestricted token, which acts for the whole service."""
+        return self.tenant or None
+
+    @property
     def reads_all(self) -> bool:
         """May see what spans every tenant: the job types, the host's name."""
         return self.has("read") and not self.restricted

@@ -107,7 +107,7 @@ jobs = Table(
     Column("last_error", Text, nullable=True),
     Column("waiting_reason", Text, nullable=True),
     # An operator's request waits for the queue's loop (any kind, not only a cancel);
-    # ``operator_request`` says which (NULL: a cancel). See hipq.batch_loop.operator_requests.
+    # ``operator_request`` says which (NULL: a cancel). See hipq.operator_requests.
     Column("cancel_requested", Boolean, nullable=False),
     Column("operator_request", Json, nullable=True),
     # Flags an operator may forbid on the queue (graphile-worker's forbidden flags).
@@ -233,6 +233,15 @@ batches = Table(
     Column("created_at", UTCDateTime, nullable=False),
     Column("finished_at", UTCDateTime, nullable=True),
     Column("sealed_at", UTCDateTime, nullable=True),  # NULL: open, it cannot finish
+    # The restricted token (tenant) that made it; NULL: an unrestricted caller (0027).
+    Column("owner", String(200), nullable=True),
+    # A completion job's unfinished batch: the walk that refuses a cycle of waits.
+    Index(
+        "ix_hipq_batches_completion",
+        "completion_job_id",
+        postgresql_where=text("finished_at IS NULL"),
+        sqlite_where=text("finished_at IS NULL"),
+    ),
 )
 
 # The last heartbeat of an external job's attempt (POST /v1/callbacks/{key}/heartbeat):
@@ -272,6 +281,9 @@ pull_claims = Table(
     Column("token_digest", String(64), nullable=False),  # SHA-256, hex
     Column("worker", String(200), nullable=False),
     Column("fetched_at", UTCDateTime, nullable=False),
+    # The fingerprint of the outcome its worker reported (``hipq.pull.reports``): set
+    # once, so that a second, different outcome for the claim is refused at once.
+    Column("reported", String(64), nullable=True),
 )
 
 attempts = Table(

@@ -201,7 +201,7 @@ async def proxy_to(upstream: str) -> AsyncIterator[Proxy]:
 
 def count_jobs(server: Server, **params: Any) -> int:
     """Jobs the server holds that match ``params`` (read straight from the API)."""
-    body = httpx.get(f"{server.url}/v1/jobs", params={"limit": 1000, **params}, timeout=10).json()
+    body = httpx.get(f"{server.url}/v1/jobs", params={"limit": 1000, **params}, timeout=30).json()
     return len(body["jobs"])
 
 

@@ -104,9 +104,11 @@ def test_postgres_sigterm_lets_running_jobs_finish_and_none_runs_again(
         drop_database_sync(postgres_admin_url, name)
 
 
-def cut_off_then_rerun(servers: Servers, tmp_path: Path, signals: int, **config: object) -> None:
+def cut_off_then_rerun(
+    servers: Servers, tmp_path: Path, signals: int, **config: object
+) -> HipqServer:
     """Jobs far longer than the stop may wait: cut off, still `running`, then run again
-    (and completed) by the next process."""
+    (and completed) by the next process. Returns the process that was stopped."""
     url = f"sqlite+aiosqlite:///{tmp_path / 'hipq.db'}"
     first = servers.start("first", config_for(tmp_path, url, **config), work_ms=20_000)
     ids = post_and_fill(first, 20_000)
@@ -124,6 +126,7 @@ def cut_off_then_rerun(servers: Servers, tmp_path: Path, signals: int, **config:
     runs = runs_by_job(servers)
     assert {j for j, n in runs.items() if n == 2} == cut_off
     assert all(runs[j] == 1 for j in set(ids) - cut_off)
+    return first
 
 
 def test_a_second_sigterm_stops_at_once(servers: Servers, tmp_path: Path) -> None:
@@ -134,4 +137,16 @@ def test_a_second_sigterm_stops_at_once(servers: Servers, tmp_path: Path) -> Non
 def test_the_end_of_the_grace_stops_and_the_next_start_reruns(
     servers: Servers, tmp_path: Path
 ) -> None:
-    cut_off_then_rerun(servers, tmp_path, signals=1, shutdown_grace="1s")
+    stopped = cut_off_then_rerun(
+        servers, tmp_path, signals=1, shutdown_grace="2s", log_level="info"
+    )
+    # The log tells the stop as it happens: the wait announced, its progress, what it
+    # cut off, and "stopped" last; nothing says the process finished before it has.
+    lines = [line for line in stopped.log_tail(lines=10_000).splitlines() if line.strip()]
+    waiting = next(i for i, line in enumerate(lines) if "waiting up to" in line)
+    assert "jobs in flight" in lines[waiting], lines[waiting]
+    progress = [line for line in lines[waiting:] if "still in flight; waiting up to" in line]
+    assert progress, "\n".join(lines[waiting:])
+    assert any("stopping at the end of the grace" in line for line in lines[waiting:])
+    assert not any("Finished server process" in line for line in lines), "\n".join(lines)
+    assert lines[-1].endswith("stopped"), "\n".join(lines[waiting:])

@@ -13,7 +13,7 @@ import httpx
 import pytest
 from sqlalchemy import delete
 
-from hipq.api.app import create_app
+from hipq.app import create_app
 from hipq.ingest.job_intake import IntakeError
 from hipq.service import Service
 from hipq.store import Conflict

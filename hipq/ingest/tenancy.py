@@ -1,5 +1,8 @@
-"""What a token's jobs may be: its queues and job types, and what its ``JobLimits``
-let them set.
+"""What a token's jobs may be: the names they give (type, queue, notification
+targets), checked before intake resolves them so that a name the tenant may not use and
+one that does not exist answer alike (a 422 for an unknown name would let it list
+another tenant's); and, for each job as resolved, its queues, job types and what its
+``JobLimits`` let it set.
 
 Decided here, in pure code, for each job as intake resolved it (the type's defaults
 applied): ``hipq.ingest.job_intake.Intake.resolve`` refuses it (the API's 403 naming
@@ -8,13 +11,68 @@ the field).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from hipq.config import JobTypeConfig
 from hipq.durations import format_duration
+from hipq.job_types import JobTypes
 from hipq.jobs import NewJob
 from hipq.retry import retry_bounds
 from hipq.security.tokens import JobLimits, Principal
+
+
+def allowed_queues(principal: Principal, types: JobTypes) -> frozenset[str] | None:
+    """The queues a token may submit to: those of its ``queue=``; for a token restricted
+    by ``type=`` only, its job types' own queues (it may not spend another queue's
+    capacity); None: any."""
+    if principal.queues is not None:
+        return principal.queues
+    if principal.types is not None:
+        return frozenset(types[t].config.queue for t in principal.types if t in types)
+    return None
+
+
+def name_refusal(
+    principal: Principal, fields: Mapping[str, Any], types: JobTypes
+) -> tuple[str, str] | None:
+    """(field, why) when a restricted token's job names a type, queue or notification
+    target the token may not use, whether or not it exists; None otherwise (and for an
+    unrestricted token, whose unknown names intake answers 422)."""
+    if not principal.restricted:
+        return None
+    name = fields.get("type")
+    info = types.lookup(name)
+    queues = allowed_queues(principal, types)
+    own_queue = info is not None and (queues is None or info.config.queue in queues)
+    if info is None or (principal.types is not None and name not in principal.types):
+        return "type", f"may not submit jobs of type {name!r}"
+    queue = fields.get("queue")
+    if queue is None and not own_queue:
+        # Its type's queue is another tenant's: said as for a type it may not use.
+        return "type", f"may not submit jobs of type {name!r}"
+    if queue is not None and queues is not None and queue not in queues:
+        return "queue", f"may not submit to queue {queue!r}"
+    return _target_refusal(principal.job_limits, fields.get("notify"), info.config.notify)
+
+
+def targets_refusal(principal: Principal, notify: Sequence[str] | None) -> tuple[str, str] | None:
+    """(field, why) when a restricted token names a notification target it may not use
+    where no job type brings its own (a batch's ``notify``); None if it may."""
+    if not principal.restricted:
+        return None
+    return _target_refusal(principal.job_limits, notify, ())
+
+
+def _target_refusal(
+    limits: JobLimits, notify: Sequence[str] | None, type_targets: Sequence[str]
+) -> tuple[str, str] | None:
+    if notify is None or limits.notify is None:
+        return None
+    for name in notify:
+        if name not in type_targets and name not in limits.notify:
+            return "notify", f"may not notify target {name!r}"
+    return None
 
 
 def caller_refusal(caller: Principal, job: NewJob, jt: JobTypeConfig) -> tuple[str, str] | None:

@@ -403,8 +403,20 @@ class JobTable(Transactions):
                 )
             elif current is not None and action is not KeyAction.INSERT:
                 new = {k: row[k] for k in NEW_JOB_COLUMNS}
+                changes = replacing(new, action, now)
+                if current.after and current.waiting_for:
+                    # What it waits for is replaced too: the new job's after, parked
+                    # by the caller (hipq.store.dependencies), else nothing.
+                    await conn.execute(
+                        delete(job_dependencies).where(
+                            job_dependencies.c.job_id == current.id,
+                            job_dependencies.c.outcome.is_(None),
+                        )
+                    )
+                    changes.update(waiting_for=0)
+                    changes.setdefault("run_at", current.after_run_at or now)  # its own
                 return await self._job_update_guarded(
-                    conn, current.id, guards.KEYED_REPLACE, replacing(new, action, now)
+                    conn, current.id, guards.KEYED_REPLACE, changes
                 )
             stmt = (
                 self.dialect.insert(jobs)

@@ -1,4 +1,4 @@
-"""a job's end cancels every job that depends on it in two statements, at any depth
+"""a job's end cancels every job that depends on it set-based, at any depth
 
 Revision ID: 0028
 Revises: 0025
@@ -13,14 +13,19 @@ queue's whole tick.
 
 Now the job whose end starts it (the root) cancels the whole set at once. A recursive
 query finds every job that would be cancelled (those that wait for the root, or for
-one of those, with ``after_failed = 'cancel'``); one update marks them
+one of those, with ``after_failed = 'cancel'``, at any depth); they are marked
 (``waiting_for = -1``) with the reason each is cancelled (the prerequisite it runs
-after that ended first: the root, or a job of the set), and a second update cancels
-the marked ones. Their own triggers still fire, one level deep: each counts down its
-``after_failed = 'run'`` dependents and records its outcome on its dependency rows,
-but a job cancelled by a root (its old ``waiting_for`` is the mark) cancels nothing
-itself, since the root's set holds all of it. The counts of batches and the
-completion jobs they release move with each row, as before.
+after that ended first: the root, or a job of the set); the jobs that run anyway
+(``after_failed = 'run'``) after marked ones are counted down and released, the
+marked ones' dependency rows keep their outcome, and one update cancels the marked
+jobs. Their own dependents trigger does not fire (its WHEN skips a marked row: the
+root did its part); the counts of their batches, the completion jobs those release
+and their notifications move with each row, as before. On PostgreSQL the set is held
+in an array that every statement reads by an index, and the function runs without
+JIT (the planner's estimates of a walk of unknown depth made it compile each time).
+The walk is a LATERAL subquery per job of a round there, so that each round reads the
+indexes whatever the planner estimates; SQLite follows them as written. An index of
+the marked rows (empty between transactions) lets SQLite find them again.
 
 Also an index of the batches not finished by their completion job: the walk that
 refuses a cycle among waits (``hipq.store.dependencies``) follows a completion job

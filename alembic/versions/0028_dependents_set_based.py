@@ -188,9 +188,10 @@ BEGIN
     doomed := {PG_DOOMED};
   END IF;
   IF cardinality(doomed) > 0 THEN
+    -- (one that another transaction ended meanwhile stays as that ended it)
     UPDATE hipq_jobs SET {MARKED}, last_error = (SELECT {_reason("c.cause")} FROM (SELECT
         {_first_ended("hipq_jobs.id", "IN (SELECT unnest(doomed))")} AS cause) AS c)
-      WHERE id {_IN_SET};
+      WHERE id {_IN_SET} AND state = 'scheduled' AND waiting_for > 0;
     FOR q IN WITH released AS (
       {_run_anyway("GREATEST({0}, {1})", _IN_SET)}
       RETURNING queue, waiting_for

@@ -330,8 +330,9 @@ class JobTable(Transactions):
             joined = await batch_join(conn, batch_id, [made[i] for i in places], field)
             for i, job in zip(places, joined, strict=True):
                 made[i] = job
+            here = set(places)
             await self._refuse_batch_cycle(
-                conn, batch_id, [made[i] if i in places else None for i in range(len(made))]
+                conn, batch_id, [j if i in here else None for i, j in enumerate(made)]
             )
         return made
 

@@ -212,7 +212,7 @@ def test_jobs_are_selected_and_retried_and_all_failed_deleted_at_760px(
     assert asked[-1].startswith("Delete every job that matches this filter (1 job)?")
     wait_for(
         lambda: httpx.get(f"{dashboard.url}/v1/jobs/{ids[2]}").status_code == 404 or None,
-        30,
+        60,
         f"job {ids[2]} deleted",
     )
     assert [dashboard.job(i)["state"] for i in ids[:2]] == ["scheduled"] * 2

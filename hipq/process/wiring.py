@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
+from hipq import __version__
 from hipq.batch_loop.chain import ChainConfigError, build_stages
 from hipq.batch_loop.limits import LiveLimits
 from hipq.batch_loop.loop import QueueLoop
@@ -174,6 +175,7 @@ class _Wiring:
             started_at=now,
             heartbeat_at=now,
             queues=serves,
+            version=__version__,
         )
         return ProcessRegistry(
             self.store,

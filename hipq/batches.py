@@ -21,10 +21,12 @@ from hipq.jobs import NewJob
 @dataclass(frozen=True, slots=True)
 class NewBatch:
     """A batch to make; ``completion``: its completion job, resolved, or None;
-    ``notify``: the notification targets told when it finishes."""
+    ``notify``: the notification targets told when it finishes; ``owner``: the tenant
+    (restricted token) that makes it, None for an unrestricted caller."""
 
     completion: NewJob | None = None
     notify: list[str] | None = None
+    owner: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,6 +42,7 @@ class Batch:
     created_at: datetime
     finished_at: datetime | None
     sealed_at: datetime | None
+    owner: str | None = None
 
     @property
     def pending(self) -> int:

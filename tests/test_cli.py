@@ -424,6 +424,10 @@ def test_serve_refuses_a_bad_config(tmp_path: Path) -> None:
         # A malformed database URL ended in a 70-line traceback (its password shown).
         "database_url": {"database_url": "postgresql+asyncpg://u:pw-x7@db:notaport/hipq"},
         "database_url: cannot": {"database_url": "sqlite+aiosqlite//no-slashes"},
+        # Its host "[bad" parsed: the start waited a minute as if the database were down.
+        "database_url: cannot be read as a database URL: its host": {
+            "database_url": "postgresql+asyncpg://u:pw-x7@[bad:5432/db"
+        },
     }
     paths = [
         write_config(tmp_path / f"bad{i}.yaml", db, **overrides)
@@ -499,7 +503,7 @@ def test_a_second_serve_of_a_sqlite_file_is_refused_before_the_heavy_imports(
     errors = [line for line in done.stderr.splitlines() if not line.startswith("import time:")]
     assert len(errors) == 1 and "already served by pid 4242" in errors[0], done.stderr[-2000:]
     imported = {line.rsplit("|", 1)[-1].strip() for line in done.stderr.splitlines()}
-    for heavy in ("uvicorn", "fastapi", "hipq.service", "hipq.api.app", "aiosqlite"):
+    for heavy in ("uvicorn", "fastapi", "hipq.service", "hipq.app", "aiosqlite"):
         assert heavy not in imported, heavy
 
 

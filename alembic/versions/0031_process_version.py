@@ -1,7 +1,7 @@
 """each process's hipq version in the registry
 
 Revision ID: 0031
-Revises: 0025
+Revises: 0029
 Create Date: 2026-11-29
 
 ``hipq_processes.version``: the hipq version a process runs, written with its
@@ -14,7 +14,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "0031"
-down_revision = "0025"
+down_revision = "0029"
 branch_labels = None
 depends_on = None
 

@@ -11,8 +11,8 @@ from fastapi import APIRouter, Depends, Header, Path, Query, Request, Response
 
 from hipq.api.answers import json_answer
 from hipq.api.arrival import since_arrival
-from hipq.api.auth import check_tenancy, principal_of, require
-from hipq.api.batches import new_batch
+from hipq.api.auth import check_names, owner_of, principal_of, require
+from hipq.api.batches import tenant_batch
 from hipq.api.errors import InvalidParameter
 from hipq.api.json_body import JSONBodyRoute, off_loop
 from hipq.api.long_polls import LongPolls, TooManyWaits
@@ -35,15 +35,16 @@ from hipq.api.models import (
 )
 from hipq.api.paging import Cursor, json_size, within_budget
 from hipq.api.why_waiting import explained
-from hipq.batch_loop.operator_requests import Reschedule, RetryRefused
+from hipq.dependencies import job_field
 from hipq.durations import parse_duration
 from hipq.ingest.job_intake import NUL_MESSAGE, IntakeError, nul_field
 from hipq.jobs import NewJob
 from hipq.lifecycle import IN_FLIGHT, State
 from hipq.observability import tracing
+from hipq.operator_requests import Reschedule, RetryRefused
 from hipq.process.job_waiters import MAX_WAIT_SECONDS
 from hipq.service import Service
-from hipq.store import JobFilter
+from hipq.store import BadReference, JobFilter
 
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"], route_class=JSONBodyRoute)
 # The creating routes, included first of all the routers: FastAPI tries the included
@@ -152,16 +153,19 @@ async def _insert(
     service = _service(request)
     now = service.clock()
     scoped_key = _scoped_key(request, key) if key else ""
+    caller = principal_of(request)
+    names = [{"type": i.type, "queue": i.queue, "notify": i.notify} for i in items]
+    check_names(request, names, prefix)
 
     def resolve() -> tuple[list[NewJob], tuple[str, str] | None]:
         new = []
         for i, item in enumerate(items):
             try:
-                new.append(service.intake.resolve(item.fields_set(), now))
+                new.append(service.intake.resolve(item.fields_set(), now, caller))
             except IntakeError as exc:
-                raise IntakeError(
-                    f"{prefix}{i}].{exc.field}" if prefix else exc.field, exc.message
-                ) from None
+                if not prefix:
+                    raise
+                raise exc.within(f"{prefix}{i}].") from None
         idempotency = None
         if key:
             # Dumping every job again to hash the request costs as much as validating it:
@@ -174,18 +178,23 @@ async def _insert(
 
     # Resolving walks every payload (the NUL check): a big body's, off the event loop.
     new, idempotency = await off_loop(await _body_size(request), resolve)
-    check_tenancy(request, new, prefix)
     joining = [i for i, j in enumerate(new) if j.batch_id is not None]
     if joining and batch is not None:
         raise IntakeError(
             f"{prefix}{joining[0]}].batch_id",
             "the request makes a batch (batch) that its jobs join: give one or the other",
         )
+    made = tenant_batch(request, batch, now)
+    unseen = await service.store.batch_unseen(
+        [new[i].batch_id or 0 for i in joining], owner_of(request)
+    )
+    if unseen is not None:  # another tenant's batch: answered as one that does not exist
+        place = next(i for i in joining if new[i].batch_id == unseen)
+        raise BadReference(f"batch {unseen} does not exist", job_field(place, len(new), "batch_id"))
     # The store wakes the queues' loops once the jobs are committed.
     with tracing.enqueue_span(request.headers, new) as traced:
         if grouped:  # shares a transaction with the other requests waiting (group commit)
             return await service.job_writer.insert(list(traced), idempotency)
-        made = new_batch(service.intake, batch, now)
         return await service.store.job_insert_many(list(traced), now, idempotency, made)
 
 

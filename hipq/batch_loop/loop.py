@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
+from hipq.activity import Loop
 from hipq.batch_loop import crash_recovery
 from hipq.batch_loop.admission import Admission
 from hipq.batch_loop.chain import GuardedChain
@@ -40,7 +41,6 @@ from hipq.jobs import Job
 from hipq.lifecycle import State
 from hipq.outcomes import Outcome, Settlement, Succeeded
 from hipq.plugins import RetryStrategies
-from hipq.process.activity import Loop
 from hipq.store import LeaseLost, Store
 from hipq.store.requests import Requests, requests_pending
 from hipq.throttling import Stage, feed_back
@@ -312,7 +312,7 @@ class QueueLoop(Loop):
                 self.lease_ttl,
                 fence_later=self._fence_later(reports, now),
             ) as batch:
-                cancels: Requests = {}  # operators' requests (hipq.batch_loop.operator_requests)
+                cancels: Requests = {}  # operators' requests (hipq.operator_requests)
                 # Heartbeats of external jobs are hinted and rechecked with cancels.
                 await self.heartbeats.take(batch, self.in_flight, reports, self._check_cancels, now)
                 if self._check_cancels:

@@ -13,9 +13,9 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from hipq.faults import FaultReporter
 from hipq.jobs import Job
 from hipq.lifecycle import State
-from hipq.observability.faults import FaultReporter
 from hipq.store import Store
 
 # The wait before re-reading after the n-th failure in a row: 0.5 s doubling, at most 30 s.

@@ -385,6 +385,18 @@ class WorkerReport(_Out):
     attempt: int
 
 
+class ReportResult(_Out):
+    """What became of one report of ``report_outcomes``: ``accepted`` (stored, settled at
+    its queue loop's next tick), ``conflict`` (the token does not hold the job's claim,
+    or the claim took another outcome: nothing changed) or ``not_found``."""
+
+    id: int
+    status: str
+    attempt: int | None = None
+    field: str | None = None
+    message: str | None = None
+
+
 class WorkerBeat(WorkerReport):
     """A pull worker's heartbeat or checkpoint, stored, with the deadline it sets."""
 

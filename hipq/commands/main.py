@@ -114,7 +114,7 @@ def serve(
         tracing.configure_from_env()  # the hipq[otel] extra, set up by OTEL_* variables
     except Exception as exc:
         fail(f"OpenTelemetry: {exc}")
-    # While serving, SIGTERM and SIGINT are hipq.process.stop_signals'. Before that (the service
+    # While serving, SIGTERM and SIGINT are hipq.commands.stop_signals'. Before that (the service
     # starting), SIGTERM's default action would kill the process without any cleanup: as
     # KeyboardInterrupt it unwinds. (Outside the main thread signals cannot be set.)
     with contextlib.suppress(ValueError):
@@ -157,12 +157,11 @@ def _event_loop_runner() -> Callable[[Coroutine[Any, Any, None]], None]:
 
 
 async def _serve(settings: Settings, tokens: Tokens) -> None:
-    from hipq.api.app import create_app
+    from hipq.app import create_app
+    from hipq.commands.stop_signals import Server, StopSignals
     from hipq.config import ConfigError
     from hipq.process import runtime
-    from hipq.process.stop_signals import Server, StopSignals
-    from hipq.process.wiring import build_service
-    from hipq.service import ServiceError
+    from hipq.service import ServiceError, build_service
     from hipq.store import StoreSetupError
 
     try:
@@ -219,6 +218,7 @@ def server_config(app: Any, settings: Settings) -> Any:
     """The ``uvicorn.Config`` that ``hipq serve`` runs ``app`` with (also the benchmarks')."""
     import uvicorn
 
+    from hipq.api.connection_limits import ConnectionLimits
     from hipq.api.slow_clients import header_timeout_protocol
 
     return uvicorn.Config(
@@ -230,7 +230,12 @@ def server_config(app: Any, settings: Settings) -> Any:
         access_log=False,
         # Beyond this many connections at once the server answers 503 at once.
         limit_concurrency=settings.server.max_connections,
-        http=header_timeout_protocol(settings.server.header_read_timeout),
+        http=header_timeout_protocol(
+            settings.server.header_read_timeout,
+            ConnectionLimits(
+                settings.server.max_connections_per_peer, settings.server.unlimited_peers
+            ),
+        ),
         # Requests under way at a stop get the same grace as the jobs in flight.
         timeout_graceful_shutdown=max(1, round(settings.shutdown_grace)),
     )

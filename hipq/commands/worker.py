@@ -32,7 +32,15 @@ def worker(
             help="the async handler, with the signature of a python job type's",
         ),
     ],
-    concurrency: Annotated[int, typer.Option(min=1, max=1000, help="jobs run at once")] = 10,
+    concurrency: Annotated[
+        int,
+        typer.Option(
+            min=1,
+            max=1000,
+            help="the weight of the jobs run at once (a job of weight 2 counts twice; one "
+            "heavier than this is left for another worker)",
+        ),
+    ] = 10,
     wait: Annotated[
         float, typer.Option(min=0, max=60, help="seconds each fetch waits for a job")
     ] = 30.0,

@@ -13,9 +13,9 @@ from typing import Any
 from starlette.datastructures import QueryParams
 
 from hipq.api.jobs import MAX_LABEL_FILTERS
-from hipq.api.models import EARLIEST, LATEST
 from hipq.api.paging import parse_id
 from hipq.dashboard.display import utc_input
+from hipq.ingest.job_in import EARLIEST, LATEST
 from hipq.lifecycle import State
 from hipq.storable_text import NUL_MESSAGE
 from hipq.store.operator_reads import JobQuery

@@ -16,7 +16,6 @@ from fastapi import APIRouter, Request
 from fastapi.responses import FileResponse, HTMLResponse, RedirectResponse
 from fastapi.templating import Jinja2Templates
 
-from hipq import __version__
 from hipq.api import auth
 from hipq.api import schedules as schedules_api
 from hipq.api.paging import parse_id
@@ -38,6 +37,7 @@ from hipq.lifecycle import State
 from hipq.service import Service
 from hipq.store import NotFound
 from hipq.store.records import Response
+from hipq.version import __version__
 
 PREFIX = "/dashboard"
 RESPONSE_STATUSES = ("pending", "late", "expired", "duplicate", "matched")

@@ -9,16 +9,19 @@ opening. Errors name the field, as the API reports them.
 from __future__ import annotations
 
 from contextvars import ContextVar
+from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any
 
 from hipq.config import Settings
 from hipq.durations import parse_duration
 from hipq.ingest.response_intake import callback_key_problem, route_key_problem
+from hipq.ingest.tenancy import caller_refusal
 from hipq.job_keys import JOB_KEY_MODES
-from hipq.job_types import JobTypeInfo, JobTypes
+from hipq.job_types import PULL_KEY_PREFIX, JobTypeInfo, JobTypes
 from hipq.jobs import Job, NewJob
 from hipq.plugins import PluginError, RetryStrategies
+from hipq.security.tokens import Principal
 from hipq.storable_text import NUL_MESSAGE, nul_field
 from hipq.templates import TemplateError, new_job_context
 from hipq.windows import Window, WindowError, next_opening, parse_windows
@@ -40,6 +43,15 @@ class IntakeError(ValueError):
         if sep and where.startswith("windows") and " " not in where:
             return cls(where, message)
         return cls("windows", str(exc))
+
+    def within(self, prefix: str) -> IntakeError:
+        """The same refusal, its field named within a list (``jobs[3].``)."""
+        return type(self)(prefix + self.field, self.message)
+
+
+class CallerRefused(IntakeError):
+    """A job its caller may not add (outside its token's queues, types or job limits):
+    the API's 403 naming the field."""
 
 
 # Whether an unknown job type's error lists the configured ones: the API sets it per
@@ -123,8 +135,13 @@ class Intake:
             raise IntakeError("run_in", "must be between 0 and 3650d")
         return now + timedelta(seconds=seconds)
 
-    def resolve(self, job: dict[str, Any], now: datetime) -> NewJob:
-        """``job`` holds the API fields that the client set (validated for shape)."""
+    def resolve(
+        self, job: dict[str, Any], now: datetime, caller: Principal | None = None
+    ) -> NewJob:
+        """``job`` holds the API fields that the client set (validated for shape).
+
+        ``caller``: who adds it (None: the service itself). Its job is its tenant's
+        (``NewJob.tenant``) and must be one its token allows (``CallerRefused``)."""
         for name, value in job.items():
             where = nul_field(value, name)
             if where:
@@ -135,6 +152,8 @@ class Intake:
         if queue not in self.settings.queues:
             raise IntakeError("queue", f"unknown queue {queue!r}")
         run_at = self.run_at(job.get("run_at"), job.get("run_in"), now)
+        if caller is not None and not caller.job_limits.past_run_at:
+            run_at = max(run_at, now)  # not before the jobs others added earlier
         windows = job.get("windows") or None
         if windows:
             windows, run_at = self._windowed(windows, run_at)
@@ -163,6 +182,11 @@ class Intake:
                 correlation_key = template.render(context)
             except TemplateError as exc:
                 raise IntakeError("payload", f"correlation key: {exc}") from None
+        if correlation_key is not None and correlation_key.startswith(PULL_KEY_PREFIX):
+            # Pull workers' keys are hipq's own: a job holding one could take a claim's.
+            raise IntakeError(
+                "correlation_key", f"keys beginning with {PULL_KEY_PREFIX!r} are hipq's own"
+            )
         if correlation_key is not None and (problem := callback_key_problem(correlation_key)):
             # Rendered from the payload, the key may hold what its callback URL cannot.
             raise IntakeError("correlation_key", problem)
@@ -175,7 +199,7 @@ class Intake:
         unique_for = self.unique_for_seconds(job.get("unique_for"), job_key)
         weight = job["weight"] if job.get("weight") is not None else jt.weight
         self.check_weight(queue, weight)
-        return NewJob(
+        new = NewJob(
             type=info.name,
             queue=queue,
             payload=payload,
@@ -197,6 +221,12 @@ class Intake:
             after_failed=(job.get("after_failed") or "cancel") if job.get("after") else None,
             batch_id=job.get("batch_id"),
         )
+        if caller is None or not caller.authenticated:
+            return new
+        if refused := caller_refusal(caller, new, jt):
+            field, why = refused
+            raise CallerRefused(field, f"token {caller.name!r} {why}")
+        return replace(new, tenant=caller.tenant) if caller.tenant else new
 
     def notify_targets(self, asked: list[str] | None, default: list[str]) -> list[str] | None:
         """The targets of a job's outcome notifications: its own, else its type's;

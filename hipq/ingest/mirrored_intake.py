@@ -64,7 +64,8 @@ def mirror_from_rows(
     type_rows: list[Sequence[Any]], queue_rows: list[Sequence[Any]]
 ) -> tuple[dict[str, MirroredJobType], dict[str, MirroredQueue]]:
     types = {}
-    for name, queue, priority, weight, timeout, retry, key, parts, at_dispatch in type_rows:
+    for row in type_rows:
+        name, queue, priority, weight, timeout, retry, key, parts, at_dispatch, labels, notify = row
         types[name] = MirroredJobType(
             name=name,
             queue=queue,
@@ -75,6 +76,8 @@ def mirror_from_rows(
             correlation_key=key,
             key_parts=_loaded(parts),
             key_at_dispatch=bool(at_dispatch),
+            labels=_loaded(labels) or {},
+            notify=_loaded(notify),
         )
     return types, {name: MirroredQueue(name, capacity) for name, capacity in queue_rows}
 
@@ -144,6 +147,7 @@ def _resolve_one(
     bad_label = sorted(k for k, v in labels.items() if not isinstance(v, str))
     if bad_label:
         raise refuse(f"labels.{bad_label[0]}", "must be a string")
+    labels = {**jt.labels, **labels}  # the job's own values win
     run_at = _run_at(job.get("run_at"), now, refuse)
     priority = job.get("priority", jt.priority)
     if not _is_int(priority) or abs(priority) > _INT32:
@@ -195,6 +199,7 @@ def _resolve_one(
         "updated_at": now,
         "cancel_requested": False,
         "flags": flags,
+        "notify": jt.notify,
     }
     return Resolved(row, mode, unique_for)
 

@@ -5,7 +5,7 @@
   dedicated connection for the NOTIFY wake-ups of the others, reconnecting
   with a short backoff.
 
-Both are ``hipq.process.activity.Activity``s that the service starts first and stops last.
+Both are ``hipq.activity.Activity``s that the service starts first and stops last.
 """
 
 from __future__ import annotations
@@ -22,11 +22,11 @@ from typing import IO, Any, Protocol
 import asyncpg  # type: ignore[import-untyped]
 from sqlalchemy.engine import make_url
 
-from hipq.batch_loop.wakeup import CHANNEL
+from hipq.activity import Activity
 from hipq.config import sqlite_lock_path, sqlite_served_message
-from hipq.observability.faults import FaultReporter
-from hipq.process.activity import Activity
+from hipq.faults import FaultReporter
 from hipq.store.records import StoreSetupError
+from hipq.store.wakeup import CHANNEL
 
 log = logging.getLogger("hipq.batch_loop.wakeup")
 

@@ -14,7 +14,6 @@ from sqlalchemy import String, case, cast, func, literal, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from hipq import waiting
-from hipq.batch_loop.wakeup import cancels_payload, jobs_payload
 from hipq.jobs import Job, Start
 from hipq.lifecycle import State
 from hipq.store import state_guards as guards
@@ -26,6 +25,7 @@ from hipq.store.state_guards import IN_FLIGHT_SQL, IN_FLIGHT_VALUES, OPEN_VALUES
 from hipq.store.statements import NEXT_RUN_AT
 from hipq.store.tick import ClaimRead, DueScanOf
 from hipq.store.transactions import Transactions
+from hipq.store.wakeup import cancels_payload, jobs_payload
 
 
 class QueueTable(Transactions):
@@ -174,7 +174,7 @@ class QueueTable(Transactions):
         async with self._write() as conn:
             await self._queue_row(conn, queue)
             await conn.execute(update(queues).where(queues.c.name == queue).values(paused=paused))
-            # The wake-up that reaches a paused loop (hipq.batch_loop.wakeup).
+            # The wake-up that reaches a paused loop (hipq.store.wakeup).
             await self._notify(conn, {cancels_payload(queue)})
 
     async def lease_acquire(self, queue: str, owner: str, now: datetime, ttl: float) -> int | None:

@@ -34,10 +34,10 @@ from hipq.job_types import JobTypeInfo
 from hipq.jobs import Job
 from hipq.observability import tracing
 from hipq.outcomes import Failed
-from hipq.process.kafka_client import Backoff, client_options, close_quietly
 from hipq.retry import AttemptError
 from hipq.templates import job_context
 from hipq.transports.base import JobTasks, Reporter, report_send
+from hipq.transports.kafka_client import Backoff, client_options, close_quietly
 from hipq.transports.rendering import BodyTemplate, RenderError, compile_body
 
 log = logging.getLogger("hipq.transports.kafka")

@@ -3,7 +3,7 @@ on SQLite the one process of the file)."""
 
 from __future__ import annotations
 
-from hipq import __version__
+from hipq.version import __version__
 from tests.api.conftest import Api
 
 

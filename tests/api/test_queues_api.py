@@ -8,7 +8,7 @@ from typing import Any
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
-from hipq.api.app import create_app
+from hipq.app import create_app
 from hipq.service import Service
 from tests.api.conftest import Api, api_settings, open_api
 from tests.support import FakeClock, eventually

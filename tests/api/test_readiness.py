@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import httpx
 
-from hipq.api.app import create_app
+from hipq.app import create_app
 from hipq.service import Service
 from tests.peers import free_port
 from tests.support import eventually, make_settings

@@ -11,7 +11,7 @@ import httpx
 import pytest
 from playwright.sync_api import expect
 
-from hipq import __version__
+from hipq.version import __version__
 from tests.dashboard.conftest import Dashboard
 from tests.e2e.conftest import wait_for
 

@@ -134,6 +134,30 @@ def test_hipq_worker_runs_jobs_and_stops_gracefully(
     assert worker.wait(timeout=60) == 0
 
 
+def test_hipq_worker_concurrency_counts_weight(
+    tmp_path: Path, servers: Servers, workers: Workers
+) -> None:
+    """--concurrency 3 runs one job of weight 2 and one of weight 1 at once, never two
+    of weight 2 (whose weights would add up to 4)."""
+    server = servers.start("a", config(tmp_path, f"sqlite+aiosqlite:///{tmp_path}/hipq.db"))
+    heavy = [{"type": "crunch", "weight": 2} for _ in range(4)]
+    light = [{"type": "crunch", "weight": 1} for _ in range(4)]
+    posted = server.post("/v1/jobs/batch", {"jobs": heavy + light})["jobs"]
+    weights = {j["id"]: (2 if i < 4 else 1) for i, j in enumerate(posted)}
+    handler = "tests.e2e.e2e_handlers:record_span"
+    worker = workers.start(server, "crunch", 150, "--concurrency", "3", "--handler", handler)
+    ids = list(weights)
+    wait_for(lambda: all_completed(server, ids), 120, "8 jobs completed by the worker")
+    spans = (Path(f"{servers.runs_file}.spans")).read_text().split()
+    load, peak = 0, 0
+    for job_id, mark in zip(spans[::2], spans[1::2], strict=True):
+        load += weights[int(job_id)] if mark == "start" else -weights[int(job_id)]
+        peak = max(peak, load)
+    assert peak <= 3
+    worker.send_signal(signal.SIGTERM)
+    assert worker.wait(timeout=60) == 0
+
+
 def test_hipq_worker_refuses_bad_input_in_one_line(tmp_path: Path, servers: Servers) -> None:
     server = servers.start("a", config(tmp_path, f"sqlite+aiosqlite:///{tmp_path}/hipq.db"))
     env = {k: v for k, v in os.environ.items() if not k.startswith("HIPQ_")}

@@ -15,7 +15,7 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from hipq.api.app import create_app
+from hipq.app import create_app
 from hipq.security.signatures import signature_headers
 from hipq.service import Service
 from tests.peers import CallbackService, free_port, serve_app

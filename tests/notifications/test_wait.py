@@ -10,9 +10,9 @@ from typing import Any
 import httpx
 import pytest
 
-from hipq.api.app import create_app
 from hipq.api.arrival import ARRIVED, since_arrival
 from hipq.api.slow_clients import header_timeout_protocol
+from hipq.app import create_app
 from hipq.lifecycle import State
 from hipq.process.job_waiters import JobWaiters
 from hipq.store import JobViews, Store

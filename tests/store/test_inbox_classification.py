@@ -12,9 +12,9 @@ from typing import Any
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from hipq.ingest.outcome_rules import OutcomeRule
 from hipq.ingest.response_intake import new_response
 from hipq.lifecycle import State
+from hipq.outcome_rules import OutcomeRule
 from hipq.outcomes import Failed, Succeeded
 from hipq.retry import AttemptError
 from hipq.store import NewResponse, Store

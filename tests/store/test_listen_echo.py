@@ -11,9 +11,8 @@ import asyncpg
 import pytest
 from sqlalchemy.exc import DBAPIError
 
-from hipq.batch_loop import wakeup
 from hipq.jobs import NewJob
-from hipq.store import InsertResult, Store
+from hipq.store import InsertResult, Store, wakeup
 from hipq.store.process_guard import asyncpg_dsn
 from tests.support import eventually
 

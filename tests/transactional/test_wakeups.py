@@ -9,9 +9,9 @@ from collections.abc import AsyncIterator
 import asyncpg
 import pytest
 
-from hipq.batch_loop import wakeup
 from hipq.lifecycle import State
 from hipq.service import Service
+from hipq.store import wakeup
 from tests.support import eventually
 from tests.transactional.apps import in_transaction, urls
 from tests.transactional.conftest import started

@@ -1,4 +1,4 @@
-"""The background-loop base (``hipq.process.activity.Loop``): it steps at its interval and when
+"""The background-loop base (``hipq.activity.Loop``): it steps at its interval and when
 woken, a step under way finishes within the grace at stop (or is cancelled after it),
 and a step that raises is logged once per fault and does not end the loop."""
 
@@ -9,7 +9,7 @@ import logging
 
 import pytest
 
-from hipq.process.activity import Activity, Loop
+from hipq.activity import Activity, Loop
 from tests.support import eventually
 
 log = logging.getLogger("hipq.test_activity")

@@ -31,6 +31,23 @@ MAX_RUN_IN_SECONDS = 3650 * 86400
 MAX_TIMEOUT_SECONDS = 3650 * 86400.0
 
 
+def timeout_problem(seconds: float) -> str | None:
+    """Why a job cannot have this timeout; None if it can (every way in asks here)."""
+    if seconds <= 0:
+        return "must be greater than zero"
+    if seconds > MAX_TIMEOUT_SECONDS:
+        return "must be at most 3650d"
+    return None
+
+
+def capacity_problem(weight: int, queue: str, capacity: int | None) -> str | None:
+    """Why a job of ``weight`` can never run in ``queue`` (None: it fits; a queue
+    without a capacity takes any weight)."""
+    if capacity is not None and weight > capacity:
+        return f"{weight} exceeds the capacity {capacity} of queue {queue}"
+    return None
+
+
 class IntakeError(ValueError):
     def __init__(self, field: str, message: str) -> None:
         super().__init__(f"{field}: {message}")
@@ -78,10 +95,8 @@ class Intake:
             timeout = parse_duration(raw)
         except ValueError as exc:
             raise IntakeError("timeout", str(exc)) from None
-        if timeout <= 0:
-            raise IntakeError("timeout", "must be greater than zero")
-        if timeout > MAX_TIMEOUT_SECONDS:
-            raise IntakeError("timeout", "must be at most 3650d")
+        if problem := timeout_problem(timeout):
+            raise IntakeError("timeout", problem)
         return timeout
 
     @staticmethod
@@ -115,10 +130,8 @@ class Intake:
         capacity = (
             self.settings.queues[queue].concurrency if queue in self.settings.queues else None
         )
-        if capacity is not None and weight > capacity:
-            raise IntakeError(
-                "weight", f"{weight} exceeds the capacity {capacity} of queue {queue}"
-            )
+        if problem := capacity_problem(weight, queue, capacity):
+            raise IntakeError("weight", problem)
 
     @staticmethod
     def run_at(run_at: datetime | None, run_in: Any, now: datetime) -> datetime:

@@ -1,7 +1,7 @@
 """hipq_job_row: a correlation key beginning with ``hipq-pull:`` is refused
 
-Revision ID: 0030
-Revises: 0031
+Revision ID: 0031
+Revises: 0030
 Create Date: 2026-11-29
 
 A pull job's correlation key is hipq's own, a new random one per claim
@@ -19,8 +19,8 @@ import sqlalchemy as sa
 
 from alembic import op
 
-revision = "0030"
-down_revision = "0031"
+revision = "0031"
+down_revision = "0030"
 branch_labels = None
 depends_on = None
 

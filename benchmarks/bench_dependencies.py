@@ -30,7 +30,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from engines import add_engine_options, chosen_engines
-from sqlalchemy import func, insert, select, update
+from sqlalchemy import bindparam, func, insert, select, update
 
 from hipq.commands.bench import fresh_database, utcnow
 from hipq.dependencies import AFTER_PARKED, waiting_reason
@@ -74,19 +74,26 @@ async def chain(store: Store, count: int) -> int:
                 .where(jobs.c.id.in_([ids[i - 1] for i in part]))
                 .values(has_dependents=True)
             )
-            for i in part:
-                await conn.execute(
-                    update(jobs)
-                    .where(jobs.c.id == ids[i])
-                    .values(
-                        after=[ids[i - 1]],
-                        after_failed="cancel",
-                        after_run_at=jobs.c.run_at,
-                        run_at=AFTER_PARKED,
-                        waiting_for=1,
-                        waiting_reason=waiting_reason([ids[i - 1]], "cancel"),
-                    )
-                )
+            await conn.execute(
+                update(jobs)
+                .where(jobs.c.id == bindparam("b_id"))
+                .values(
+                    after=bindparam("b_after"),
+                    after_failed="cancel",
+                    after_run_at=jobs.c.run_at,
+                    run_at=AFTER_PARKED,
+                    waiting_for=1,
+                    waiting_reason=bindparam("b_reason"),
+                ),
+                [
+                    {
+                        "b_id": ids[i],
+                        "b_after": [ids[i - 1]],
+                        "b_reason": waiting_reason([ids[i - 1]], "cancel"),
+                    }
+                    for i in part
+                ],
+            )
     return head.id
 
 

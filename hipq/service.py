@@ -21,6 +21,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any, Literal, Self
 
 from hipq.activity import Activity
+from hipq.backoff import Backoff
 from hipq.batch_loop.loop import QueueLoop
 from hipq.config import Settings, load_settings
 from hipq.faults import unavailable
@@ -75,7 +76,7 @@ class StoreActivity:
 
     async def _open_when_reachable(self) -> None:
         give_up = time.monotonic() + self.wait_seconds
-        delay = 0.25
+        backoff = Backoff(first=0.25, cap=2.0)
         while True:
             try:
                 await self.store.open(self.migrate)
@@ -84,14 +85,14 @@ class StoreActivity:
                 cause = unavailable(exc)
                 if cause is None:
                     raise
+                delay = backoff.next()
                 if time.monotonic() + delay > give_up:
                     raise ServiceError(
                         f"the database is unavailable (waited {self.wait_seconds:g}s): {cause}"
                     ) from None
-                if delay == 0.25:
+                if backoff.failures == 1:
                     log.warning("waiting up to %gs for the database (%s)", self.wait_seconds, cause)
             await asyncio.sleep(delay)
-            delay = min(delay * 2, 2.0)
 
     async def stop(self) -> None:
         await self.store.close()

@@ -1,6 +1,6 @@
 """What the client returns: the API's response bodies as typed, read-only models.
 
-They mirror hipq.api.models field for field (tests/client/test_models.py fails when the
+They mirror hipq.api.models field for field (tests/client/test_units.py fails when the
 two part) instead of importing them: the server's models pull in the store and
 SQLAlchemy, a second of import time for every program and CLI call that only talks
 HTTP. Fields a newer server adds are kept (``extra="allow"``), not refused.
@@ -120,6 +120,7 @@ class Batch(_Out):
     created_at: datetime
     finished_at: datetime | None
     sealed_at: datetime | None  # None: open, jobs may join and it cannot finish
+    owner: str | None = None  # the tenant that made it; None: an unrestricted caller
     status: Literal["open", "sealed", "finished"]
 
 

@@ -18,7 +18,7 @@ from hipq.durations import parse_duration
 from hipq.ingest.response_intake import callback_key_problem, route_key_problem
 from hipq.ingest.tenancy import caller_refusal
 from hipq.job_keys import JOB_KEY_MODES
-from hipq.job_types import PULL_KEY_PREFIX, JobTypeInfo, JobTypes
+from hipq.job_types import PULL_KEY_PREFIX, PULL_KEY_REFUSED, JobTypeInfo, JobTypes
 from hipq.jobs import Job, NewJob
 from hipq.plugins import PluginError, RetryStrategies
 from hipq.security.tokens import Principal
@@ -29,6 +29,23 @@ from hipq.windows import Window, WindowError, next_opening, parse_windows
 MAX_RUN_IN_SECONDS = 3650 * 86400
 # Longer is a client bug, and the deadline (claimed_at + timeout) must stay a valid date.
 MAX_TIMEOUT_SECONDS = 3650 * 86400.0
+
+
+def timeout_problem(seconds: float) -> str | None:
+    """Why a job cannot have this timeout; None if it can (every way in asks here)."""
+    if seconds <= 0:
+        return "must be greater than zero"
+    if seconds > MAX_TIMEOUT_SECONDS:
+        return "must be at most 3650d"
+    return None
+
+
+def capacity_problem(weight: int, queue: str, capacity: int | None) -> str | None:
+    """Why a job of ``weight`` can never run in ``queue`` (None: it fits; a queue
+    without a capacity takes any weight)."""
+    if capacity is not None and weight > capacity:
+        return f"{weight} exceeds the capacity {capacity} of queue {queue}"
+    return None
 
 
 class IntakeError(ValueError):
@@ -78,10 +95,8 @@ class Intake:
             timeout = parse_duration(raw)
         except ValueError as exc:
             raise IntakeError("timeout", str(exc)) from None
-        if timeout <= 0:
-            raise IntakeError("timeout", "must be greater than zero")
-        if timeout > MAX_TIMEOUT_SECONDS:
-            raise IntakeError("timeout", "must be at most 3650d")
+        if problem := timeout_problem(timeout):
+            raise IntakeError("timeout", problem)
         return timeout
 
     @staticmethod
@@ -115,10 +130,8 @@ class Intake:
         capacity = (
             self.settings.queues[queue].concurrency if queue in self.settings.queues else None
         )
-        if capacity is not None and weight > capacity:
-            raise IntakeError(
-                "weight", f"{weight} exceeds the capacity {capacity} of queue {queue}"
-            )
+        if problem := capacity_problem(weight, queue, capacity):
+            raise IntakeError("weight", problem)
 
     @staticmethod
     def run_at(run_at: datetime | None, run_in: Any, now: datetime) -> datetime:
@@ -184,9 +197,7 @@ class Intake:
                 raise IntakeError("payload", f"correlation key: {exc}") from None
         if correlation_key is not None and correlation_key.startswith(PULL_KEY_PREFIX):
             # Pull workers' keys are hipq's own: a job holding one could take a claim's.
-            raise IntakeError(
-                "correlation_key", f"keys beginning with {PULL_KEY_PREFIX!r} are hipq's own"
-            )
+            raise IntakeError("correlation_key", PULL_KEY_REFUSED)
         if correlation_key is not None and (problem := callback_key_problem(correlation_key)):
             # Rendered from the payload, the key may hold what its callback URL cannot.
             raise IntakeError("correlation_key", problem)

@@ -15,9 +15,10 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, NamedTuple
 
 from hipq.durations import parse_duration
-from hipq.ingest.job_intake import MAX_RUN_IN_SECONDS, MAX_TIMEOUT_SECONDS
+from hipq.ingest.job_intake import MAX_RUN_IN_SECONDS, capacity_problem, timeout_problem
 from hipq.ingest.response_intake import callback_key_problem, route_key_problem
 from hipq.job_keys import JOB_KEY_MODES
+from hipq.job_types import PULL_KEY_PREFIX, PULL_KEY_REFUSED
 from hipq.store.job_types_mirror import MirroredJobType, MirroredQueue
 from hipq.store.schema import KEY_MAX_LENGTH
 from hipq.templates import JOB_ROOTS, TemplateError, compile_template, new_job_context
@@ -155,16 +156,13 @@ def _resolve_one(
     weight = job.get("weight", jt.weight)
     if not _is_int(weight) or not 1 <= weight <= 1_000_000:
         raise refuse("weight", "must be an integer between 1 and 1000000")
-    capacity = queues[queue].concurrency
-    if capacity is not None and weight > capacity:
-        raise refuse("weight", f"{int(weight)} exceeds the capacity {capacity} of queue {queue}")
+    if problem := capacity_problem(int(weight), queue, queues[queue].concurrency):
+        raise refuse("weight", problem)
     timeout = job.get("timeout_seconds", jt.timeout_seconds)
     if isinstance(timeout, bool) or not isinstance(timeout, int | float):
         raise refuse("timeout_seconds", "must be a number of seconds")
-    if timeout <= 0:
-        raise refuse("timeout_seconds", "must be greater than zero")
-    if timeout > MAX_TIMEOUT_SECONDS:
-        raise refuse("timeout_seconds", "must be at most 3650d")
+    if problem := timeout_problem(timeout):
+        raise refuse("timeout_seconds", problem)
     retry = dict(jt.retry)
     if "max_attempts" in job:
         attempts = job["max_attempts"]
@@ -297,6 +295,8 @@ def _correlation_key(
             raise refuse("payload", f"correlation key: {exc}") from None
     if key is None:
         return None
+    if key.startswith(PULL_KEY_PREFIX):  # pull workers' keys are hipq's own
+        raise refuse("correlation_key", PULL_KEY_REFUSED)
     if problem := callback_key_problem(key):
         raise refuse("correlation_key", problem)
     if len(key) > KEY_MAX_LENGTH:

@@ -334,8 +334,9 @@ class JobTable(Transactions):
             joined = await batch_join(conn, batch_id, [made[i] for i in places], field, 0, owner)
             for i, job in zip(places, joined, strict=True):
                 made[i] = job
+            here = set(places)
             await self._refuse_batch_cycle(
-                conn, batch_id, [made[i] if i in places else None for i in range(len(made))]
+                conn, batch_id, [j if i in here else None for i, j in enumerate(made)]
             )
         return made
 
@@ -407,8 +408,20 @@ class JobTable(Transactions):
                 )
             elif current is not None and action is not KeyAction.INSERT:
                 new = {k: row[k] for k in NEW_JOB_COLUMNS}
+                changes = replacing(new, action, now)
+                if current.after and current.waiting_for:
+                    # What it waits for is replaced too: the new job's after, parked
+                    # by the caller (hipq.store.dependencies), else nothing.
+                    await conn.execute(
+                        delete(job_dependencies).where(
+                            job_dependencies.c.job_id == current.id,
+                            job_dependencies.c.outcome.is_(None),
+                        )
+                    )
+                    changes.update(waiting_for=0)
+                    changes.setdefault("run_at", current.after_run_at or now)  # its own
                 return await self._job_update_guarded(
-                    conn, current.id, guards.KEYED_REPLACE, replacing(new, action, now)
+                    conn, current.id, guards.KEYED_REPLACE, changes
                 )
             stmt = (
                 self.dialect.insert(jobs)

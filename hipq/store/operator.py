@@ -129,9 +129,11 @@ class OperatorTable(Transactions):
             )
             return job
 
-    async def job_by_key(self, job_key: str) -> Job:
-        """The open job that holds ``job_key``."""
-        query = select(jobs).where(jobs.c.job_key == job_key, jobs.c.state.in_(OPEN_SQL))
+    async def job_by_key(self, job_key: str, tenant: str = "") -> Job:
+        """The open job of ``tenant`` ('': the service) that holds ``job_key``."""
+        query = select(jobs).where(
+            jobs.c.job_key == job_key, jobs.c.tenant == tenant, jobs.c.state.in_(OPEN_SQL)
+        )
         async with self._read() as conn:
             row = (await conn.execute(query)).first()
         if row is None:

@@ -156,6 +156,14 @@ jobs = Table(
         postgresql_where=text("state = 'scheduled'"),
         sqlite_where=text("state = 'scheduled'"),
     ),
+    # The jobs a failed or cancelled one is cancelling, while its trigger runs (alembic
+    # 0028): empty between transactions.
+    Index(
+        "ix_hipq_jobs_cancelling",
+        "id",
+        postgresql_where=text("waiting_for = -1"),
+        sqlite_where=text("waiting_for = -1"),
+    ),
     Index("ix_hipq_jobs_state", "state", "id"),
     Index(
         "uq_hipq_jobs_open_correlation_key",
@@ -341,6 +349,7 @@ processes = Table(
     Column("started_at", UTCDateTime, nullable=False),
     Column("heartbeat_at", UTCDateTime, nullable=False),
     Column("queues", Json, nullable=False),  # the queue names it may serve
+    Column("version", String(50), nullable=True),  # the hipq it runs (NULL: before 0031)
 )
 
 # What an executor's transports reported of jobs handed to it (``hipq.batch_loop.hand_off``),

@@ -37,7 +37,7 @@ from hipq.outcomes import Failed
 from hipq.retry import AttemptError
 from hipq.templates import job_context
 from hipq.transports.base import JobTasks, Reporter, report_send
-from hipq.transports.kafka_client import Backoff, client_options, close_quietly
+from hipq.transports.kafka_client import client_options, close_quietly, reconnect_backoff
 from hipq.transports.rendering import BodyTemplate, RenderError, compile_body
 
 log = logging.getLogger("hipq.transports.kafka")
@@ -159,7 +159,7 @@ class KafkaTransport:
         self._check_now.set()
 
     async def _maintain(self) -> None:
-        backoff = Backoff()
+        backoff = reconnect_backoff()
         while self._producer is None:
             producer = AIOKafkaProducer(
                 **client_options(self._kafka),

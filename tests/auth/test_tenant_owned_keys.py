@@ -23,13 +23,14 @@ TOKENS = {
     "ops": ([], None),
 }
 ABSENT_ID = 987654321
+SERVICE = ["submit", "read", "operate"]
 
 
 @pytest.fixture
 async def tenants(database_url: str, tmp_path: Path) -> AsyncIterator[tuple[Api, dict[str, str]]]:
     secrets = {name: new_token() for name in TOKENS}
     lines = [
-        config_line(n, ["submit"], secrets[n], queues=q and ["default"], tenant=t)
+        config_line(n, ["submit"] if q else SERVICE, secrets[n], queues=q and ["default"], tenant=t)
         for n, (q, t) in TOKENS.items()
     ]
     (tmp_path / "tokens").write_text("\n".join(lines) + "\n")
@@ -113,6 +114,15 @@ async def test_the_service_and_a_tenant_keep_their_own_keys(
     from_code = await api.service.add_job("echo", {"who": "code"}, job_key="S")
     assert from_code.id == service_job["id"]  # the service's own key, replaced
     assert (await api.service.get_job(tenant_job["id"])).payload == {"who": "beta"}
+    # By key, the service names its own job; a list by key shows every owner's.
+    ops = {"Authorization": f"Bearer {secrets['ops']}"}
+    by_key = await api.client.get("/v1/jobs/by-key/S", headers=ops)
+    assert by_key.json()["id"] == service_job["id"]
+    _made(await _post(api, secrets["beta"], job_key="only-beta"))
+    absent = await api.client.get("/v1/jobs/by-key/only-beta", headers=ops)
+    assert absent.status_code == 404
+    listed = await api.client.get("/v1/jobs", params={"job_key": "S"}, headers=ops)
+    assert sorted(j["id"] for j in listed.json()["jobs"]) == [tenant_job["id"], service_job["id"]]
 
 
 async def test_another_tenants_job_as_an_after_reference_is_an_absent_one(

@@ -14,7 +14,7 @@ def test_batches_add_and_show(server: Server) -> None:  # noqa: F811
     assert len(body["jobs"]) == 2
     shown = hipq("batches", "show", str(body["batch_id"]), *url).json()
     assert shown["total"] == 2 and shown["on_complete"] == "ok"
-    wait_for(lambda: job_state(server, shown["completion_job_id"]) == "completed", 30, "done")
+    wait_for(lambda: job_state(server, shown["completion_job_id"]) == "completed", 60, "done")
     shown = hipq("batches", "show", str(body["batch_id"]), *url).json()
     assert (shown["pending"], shown["completed"]) == (0, 2)
 
@@ -35,7 +35,7 @@ def test_batches_create_join_seal_and_list(server: Server) -> None:  # noqa: F81
     assert joined["batch_id"] == made["id"] and len(joined["jobs"]) == 1
     sealed = hipq("batches", "seal", batch_id, *url).json()
     assert sealed["total"] == 2 and sealed["sealed_at"] is not None
-    wait_for(lambda: job_state(server, made["completion_job_id"]) == "completed", 30, "done")
+    wait_for(lambda: job_state(server, made["completion_job_id"]) == "completed", 60, "done")
     listed = hipq("batches", "list", "--json", *url).json()
     assert listed["batches"][0]["id"] == made["id"]
     assert listed["batches"][0]["status"] == "finished"

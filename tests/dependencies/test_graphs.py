@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from sqlalchemy import func, insert, select, update
+from sqlalchemy import bindparam, func, insert, select, update
 
 from hipq.dependencies import AFTER_PARKED, waiting_reason
 from hipq.store.schema import job_dependencies, jobs
@@ -40,19 +40,26 @@ async def chain(api: Api, head: int, size: int) -> list[int]:
                 .where(jobs.c.id.in_([ids[i - 1] for i in part]))
                 .values(has_dependents=True)
             )
-        for i in range(1, len(ids)):
-            await conn.execute(
-                update(jobs)
-                .where(jobs.c.id == ids[i])
-                .values(
-                    after=[ids[i - 1]],
-                    after_failed="cancel",
-                    after_run_at=jobs.c.run_at,
-                    run_at=AFTER_PARKED,
-                    waiting_for=1,
-                    waiting_reason=waiting_reason([ids[i - 1]], "cancel"),
-                )
-            )
+        await conn.execute(
+            update(jobs)
+            .where(jobs.c.id == bindparam("b_id"))
+            .values(
+                after=bindparam("b_after"),
+                after_failed="cancel",
+                after_run_at=jobs.c.run_at,
+                run_at=AFTER_PARKED,
+                waiting_for=1,
+                waiting_reason=bindparam("b_reason"),
+            ),
+            [
+                {
+                    "b_id": ids[i],
+                    "b_after": [ids[i - 1]],
+                    "b_reason": waiting_reason([ids[i - 1]], "cancel"),
+                }
+                for i in range(1, len(ids))
+            ],
+        )
     return ids[1:]
 
 

@@ -123,3 +123,21 @@ async def test_a_waiting_job_rescheduled_or_retried_keeps_waiting(api: Api) -> N
     await api.tick()
     assert (await api.job(first["id"]))["state"] == "completed"
     assert (await api.job(waiting["id"]))["state"] == "completed"
+
+
+async def test_a_replace_replaces_what_a_job_waits_for(api: Api) -> None:
+    first = await api.post_job(type="ok", run_in="1h")
+    second = await api.post_job(type="ok", run_in="1h")
+    waiting = await api.post_job(type="ok", job_key="w", after=[first["id"]])
+    await post(api, "/v1/jobs", {"type": "ok", "job_key": "w", "after": [second["id"]]})
+    replaced = await api.job(waiting["id"])
+    assert (replaced["after"], replaced["waiting_for"]) == ([second["id"]], 1)
+    await post(api, f"/v1/jobs/{first['id']}/cancel", None, 200)
+    assert (await api.job(waiting["id"]))["state"] == "scheduled"
+
+    # Replaced without after (its run_at kept), it waits for nothing and runs.
+    body = {"type": "ok", "job_key": "w", "job_key_mode": "preserve_run_at"}
+    await post(api, "/v1/jobs", body)
+    await api.tick()
+    assert (await api.job(waiting["id"]))["state"] == "completed"
+    assert (await api.job(second["id"]))["state"] == "scheduled"

@@ -125,10 +125,10 @@ def test_hipq_worker_runs_jobs_and_stops_gracefully(
     # A slow job under way when SIGTERM arrives finishes and reports before the worker exits.
     slow_worker = workers.start(server, "long_crunch", 3000)
     [slow] = post(server, 1, "long_crunch")
-    wait_for(lambda: any(job == slow for job, _a, _p in read_runs(servers.runs_file)), 30, "run")
+    wait_for(lambda: any(job == slow for job, _a, _p in read_runs(servers.runs_file)), 60, "run")
     slow_worker.send_signal(signal.SIGTERM)
     assert slow_worker.wait(timeout=60) == 0
-    assert wait_for(lambda: all_completed(server, [slow]), 30, "the slow job completed")
+    assert wait_for(lambda: all_completed(server, [slow]), 60, "the slow job completed")
     assert [r for r in read_runs(servers.runs_file) if r[0] == slow] == [(slow, 1, slow_worker.pid)]
     worker.send_signal(signal.SIGTERM)
     assert worker.wait(timeout=60) == 0

@@ -29,7 +29,7 @@ def post_and_fill(server: HipqServer, work_ms: int) -> list[int]:
     ids = [ref["id"] for ref in server.post("/v1/jobs/batch", body)["jobs"]]
     wait_for(
         lambda: queue(server)["running"] == CONCURRENCY,
-        30,
+        60,
         "the queue full of running jobs",
         describe=server.describe,
     )
@@ -44,7 +44,7 @@ def config_for(tmp_path: Path, url: str, **overrides: object) -> Path:
 def signal_and_wait(server: HipqServer, limit: float, signals: int = 1) -> None:
     for n in range(signals):
         if n:  # the second signal once the first one's drain is under way
-            wait_for(lambda: "stopping" in server.log_tail(), 10, "the first signal seen")
+            wait_for(lambda: "stopping" in server.log_tail(), 60, "the first signal seen")
         server.process.send_signal(signal.SIGTERM)
     try:
         code = server.process.wait(timeout=limit)
@@ -76,7 +76,7 @@ def sigterm_lets_running_jobs_finish(servers: Servers, tmp_path: Path, url: str)
     assert at_stop.states["scheduled"] == TOTAL - len(ran_first) > 0
 
     second = servers.start("second", config, work_ms=50)
-    wait_for(lambda: drained(second), 30, "every job settled", describe=second.describe)
+    wait_for(lambda: drained(second), 60, "every job settled", describe=second.describe)
     assert_all_completed(second, ids)
     runs = runs_by_job(servers)
     assert set(runs) == set(ids)
@@ -121,7 +121,7 @@ def cut_off_then_rerun(
     assert at_stop.running == cut_off, "the cut-off jobs are left `running` for the next owner"
 
     second = servers.start("second", config_for(tmp_path, url), work_ms=50)
-    wait_for(lambda: drained(second), 30, "every job settled", describe=second.describe)
+    wait_for(lambda: drained(second), 60, "every job settled", describe=second.describe)
     assert_all_completed(second, ids)
     runs = runs_by_job(servers)
     assert {j for j, n in runs.items() if n == 2} == cut_off

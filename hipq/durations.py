@@ -7,7 +7,10 @@ import re
 from decimal import Decimal
 
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
-_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d)")
+# ASCII digits only: Python's \d and float() also take other scripts' digits ("٣h").
+_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d)", re.ASCII)
+# The longest duration hipq takes anywhere (a timeout, a window, a delay): ten years.
+MAX_DURATION_SECONDS = 3650 * 86400.0
 
 
 def parse_duration(value: object) -> float:
@@ -23,6 +26,8 @@ def parse_duration(value: object) -> float:
         text = value.strip().replace(" ", "")
         if not text:
             raise ValueError("empty duration")
+        if not text.isascii():
+            raise ValueError(f"invalid duration {value!r}: write it in ASCII digits, e.g. '30s'")
         try:
             seconds = float(text)
         except ValueError:

@@ -30,6 +30,10 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("hipq.throttling")
 
+# The most capacity units (a queue's concurrency, a throttler's limit) hipq takes: far
+# above any real capacity, and bounded so that sums of weights stay exact everywhere.
+MAX_CAPACITY = 1_000_000_000
+
 # HTTP statuses by which an external system says it is over its capacity.
 OVERLOAD_STATUSES = frozenset({429, 503})
 

@@ -32,7 +32,7 @@ from typing import Any, ClassVar
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from hipq import Feedback, Job, RunningView, ThrottlerBase, Verdict
-from hipq.durations import format_duration, parse_duration
+from hipq.durations import MAX_DURATION_SECONDS, format_duration, parse_duration
 
 # Starts are paced: at most a 1/_SLICES share of the rate in any 1/_SLICES of the
 # window, so that a whole window's starts do not leave in one burst (a peer that
@@ -59,6 +59,8 @@ class AdaptiveSettings(BaseModel):
         seconds = parse_duration(value)
         if seconds <= 0:
             raise ValueError("per must be longer than 0, e.g. '1s'")
+        if seconds > MAX_DURATION_SECONDS:
+            raise ValueError("per must be at most 3650d")
         return seconds
 
     @field_validator("latency", mode="before")
@@ -69,6 +71,8 @@ class AdaptiveSettings(BaseModel):
         seconds = parse_duration(value)
         if seconds <= 0:
             raise ValueError("latency must be longer than 0, e.g. '2s'")
+        if seconds > MAX_DURATION_SECONDS:
+            raise ValueError("latency must be at most 3650d")
         return seconds
 
     @model_validator(mode="after")

@@ -9,11 +9,14 @@ from typing import ClassVar
 from pydantic import BaseModel, ConfigDict, Field
 
 from hipq import Job, RunningView, ThrottlerBase, Verdict
+from hipq.throttling import MAX_CAPACITY
 
 
 class ConcurrencySettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    limit: int = Field(ge=1, description="capacity units held by running + awaiting jobs")
+    limit: int = Field(
+        ge=1, le=MAX_CAPACITY, description="capacity units held by running + awaiting jobs"
+    )
 
 
 class WeightedConcurrency(ThrottlerBase):

@@ -22,6 +22,7 @@ from typing import Any, ClassVar, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from hipq import Job, RunningView, ThrottlerBase, Verdict
+from hipq.throttling import MAX_CAPACITY
 
 _KEY = re.compile(r"^(labels\.[^.]+|payload(\.[^.]+)+)$")
 _SHOWN = 60  # characters of a key value a reason shows
@@ -30,7 +31,9 @@ _SHOWN = 60  # characters of a key value a reason shows
 class PerKeySettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
     key: str = Field(description="labels.<name> or payload.<field>[.<field>...]")
-    limit: int = Field(ge=1, description="in-flight jobs (or weight) per key value")
+    limit: int = Field(
+        ge=1, le=MAX_CAPACITY, description="in-flight jobs (or weight) per key value"
+    )
     missing: Literal["pass", "hold"] = Field(
         "pass", description="jobs without the key: not limited (pass) or held (hold)"
     )

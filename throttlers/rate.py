@@ -21,12 +21,13 @@ from typing import Any, ClassVar
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from hipq import Job, RunningView, ThrottlerBase, Verdict
-from hipq.durations import format_duration, parse_duration
+from hipq.durations import MAX_DURATION_SECONDS, format_duration, parse_duration
+from hipq.throttling import MAX_CAPACITY
 
 
 class RateSettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    limit: int = Field(ge=1, description="starts allowed in any window of `per`")
+    limit: int = Field(ge=1, le=MAX_CAPACITY, description="starts allowed in any window of `per`")
     per: float = Field(description="the window, a duration such as '1s' or '5m'")
     label: str | None = Field(
         None, min_length=1, description="count per value of this label instead of overall"
@@ -38,6 +39,8 @@ class RateSettings(BaseModel):
         seconds = parse_duration(value)
         if seconds <= 0:
             raise ValueError("per must be longer than 0, e.g. '1s' or '1m'")
+        if seconds > MAX_DURATION_SECONDS:
+            raise ValueError("per must be at most 3650d")
         return seconds
 
 

@@ -37,6 +37,7 @@ from typing import Any, ClassVar
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from hipq import Job, RunningView, ScanGroups, ThrottlerBase, Verdict
+from hipq.throttling import MAX_CAPACITY
 
 # The bucket of jobs whose label is missing or not listed (only when ``other`` > 0).
 OTHER = object()
@@ -48,7 +49,7 @@ class SharesSettings(BaseModel):
     label: str = Field(min_length=1, description="the label whose value picks the share")
     shares: dict[str, float] = Field(description="percent of the capacity per label value")
     capacity: int | None = Field(
-        None, ge=1, description="capacity units; default: the queue's concurrency"
+        None, ge=1, le=MAX_CAPACITY, description="capacity units; default: the queue's concurrency"
     )
     other: float = Field(0, ge=0, le=100, description="percent for missing and unlisted values")
     lend: bool = Field(False, description="let busy shares borrow what idle shares leave unused")

@@ -1,7 +1,7 @@
 """a job's end cancels every job that depends on it set-based, at any depth
 
 Revision ID: 0028
-Revises: 0025
+Revises: 0027
 Create Date: 2026-11-29
 
 Until now the trigger that settles a job's dependents (0022) cancelled the direct ones,
@@ -37,7 +37,7 @@ import sqlalchemy as sa
 from alembic import context, op
 
 revision = "0028"
-down_revision = "0025"
+down_revision = "0027"
 branch_labels = None
 depends_on = None
 

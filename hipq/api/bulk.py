@@ -14,7 +14,15 @@ from fastapi import APIRouter, Depends, Path, Request, Response
 
 from hipq.api.auth import require
 from hipq.api.json_body import JSONBodyRoute
-from hipq.api.models import MAX_ID, BulkCountOut, BulkIn, BulkListOut, BulkOut, ErrorOut
+from hipq.api.models import (
+    ASCII_DIGITS,
+    MAX_ID,
+    BulkCountOut,
+    BulkIn,
+    BulkListOut,
+    BulkOut,
+    ErrorOut,
+)
 from hipq.ingest.job_intake import IntakeError
 from hipq.service import Service
 from hipq.storable_text import NUL_MESSAGE, nul_field
@@ -35,7 +43,7 @@ _PARAMS = {
     "reschedule": {"run_at", "run_in", "priority", "reset_attempts", "max_attempts"},
     "delete": set(),
 }
-BulkId = Annotated[int, Path(ge=1, le=MAX_ID, description="the bulk operation's id")]
+BulkId = Annotated[int, Path(ge=1, le=MAX_ID, description="the bulk operation's id"), ASCII_DIGITS]
 
 
 def _service(request: Request) -> Service:

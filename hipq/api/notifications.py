@@ -10,7 +10,7 @@ from pydantic import BaseModel, Field
 
 from hipq.api.auth import require
 from hipq.api.json_body import JSONBodyRoute
-from hipq.api.models import MAX_ID, ErrorOut
+from hipq.api.models import ASCII_DIGITS, MAX_ID, ErrorOut
 from hipq.api.paging import Cursor, json_size, within_budget
 from hipq.outbox import Notification
 from hipq.service import Service
@@ -46,7 +46,7 @@ class NotificationListOut(BaseModel):
     next_cursor: str | None = Field(description="pass as ?cursor= for the next page")
 
 
-JobId = Annotated[int, Path(ge=1, le=MAX_ID, description="the job's id")]
+JobId = Annotated[int, Path(ge=1, le=MAX_ID, description="the job's id"), ASCII_DIGITS]
 
 
 @router.get(

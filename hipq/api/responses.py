@@ -11,7 +11,7 @@ from pydantic import BaseModel, Field
 from hipq.api.auth import require
 from hipq.api.errors import InvalidParameter
 from hipq.api.json_body import JSONBodyRoute
-from hipq.api.models import MAX_ID, ErrorOut
+from hipq.api.models import ASCII_DIGITS, MAX_ID, ErrorOut
 from hipq.api.paging import Cursor, json_size, within_budget
 from hipq.ingest.response_intake import shown_headers
 from hipq.service import Service
@@ -69,7 +69,7 @@ class MatchIn(BaseModel):
     )
 
 
-ResponseId = Annotated[int, Path(ge=1, le=MAX_ID, description="the response's id")]
+ResponseId = Annotated[int, Path(ge=1, le=MAX_ID, description="the response's id"), ASCII_DIGITS]
 
 
 class ParkedOut(BaseModel):

@@ -32,6 +32,24 @@ ADJUSTABLE: dict[str, frozenset[str]] = {
 }
 
 
+# A throttler's index as stored: ASCII digits without leading zeros, so that one
+# throttler has one key ("1" and "01" would be two overrides of which either may win).
+_INDEX = re.compile(r"0|[1-9][0-9]{0,5}")
+
+
+def canonical_index(index: object) -> str | None:
+    """``index`` as stored, or None when it is not written canonically."""
+    text = str(index)
+    return text if _INDEX.fullmatch(text) else None
+
+
+def _as_stored(index: str) -> str:
+    try:
+        return str(int(index)) if index.isdecimal() else index
+    except ValueError:
+        return index
+
+
 class LimitsError(ValueError):
     """A change that the chain would refuse; ``field`` names where (API: a 422)."""
 
@@ -44,7 +62,10 @@ def merged(current: dict[str, Any], change: dict[str, Any]) -> dict[str, Any]:
     """``current`` overrides with ``change`` applied: each setting given replaces the
     one before (a share's ``shares`` as a whole)."""
     before = current.get("throttlers", {})
-    out: dict[str, Any] = {"throttlers": {k: dict(v) for k, v in before.items()}}
+    out: dict[str, Any] = {"throttlers": {}}
+    for index, settings in before.items():
+        # Stored by an older hipq as "01" or "٣": merged into the one index it meant.
+        out["throttlers"].setdefault(_as_stored(str(index)), {}).update(settings)
     if "concurrency" in current:
         out["concurrency"] = current["concurrency"]
     if "concurrency" in change:
@@ -73,7 +94,11 @@ def queue_with(config: QueueConfig, overrides: dict[str, Any]) -> QueueConfig:
     items = [dict(item) for item in config.throttlers]
     for index, settings in (overrides.get("throttlers") or {}).items():
         where = f"throttlers.{index}"
-        if not str(index).isdigit() or int(index) >= len(items):
+        if canonical_index(index) is None:
+            raise LimitsError(
+                where, "a throttler's index is its place in ASCII digits without leading zeros"
+            )
+        if int(index) >= len(items):
             raise LimitsError(where, f"the queue has no throttler {index} (it has {len(items)})")
         ((kind, raw),) = items[int(index)].items()
         allowed = ADJUSTABLE.get(kind, frozenset())

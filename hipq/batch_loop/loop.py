@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
+from hipq.activity import Loop
 from hipq.batch_loop import crash_recovery
 from hipq.batch_loop.admission import Admission
 from hipq.batch_loop.chain import GuardedChain
@@ -40,7 +41,6 @@ from hipq.jobs import Job
 from hipq.lifecycle import State
 from hipq.outcomes import Outcome, Settlement, Succeeded
 from hipq.plugins import RetryStrategies
-from hipq.process.activity import Loop
 from hipq.store import LeaseLost, Store
 from hipq.store.requests import Requests, requests_pending
 from hipq.throttling import Stage, feed_back
@@ -127,6 +127,9 @@ class QueueLoop(Loop):
         self.assigned = True
         self.hand_back_grace = hand_back_grace
         self._handing_back_since: float | None = None
+        # Jobs found running at a takeover, sent again once a tick has matched the
+        # inbox (``acquire``): job id -> attempt.
+        self._resume_after_match: dict[int, int] = {}
         # Who sends the claimed jobs when other live processes serve the queue too
         # (``hipq.batch_loop.hand_off``); alone, the loop sends them all itself.
         self.hand_off = HandOff(owner, keep_below=config.hand_off_above)
@@ -211,7 +214,16 @@ class QueueLoop(Loop):
         # Each job type chooses: again at once, or after its retry strategy's delay.
         running = self.hand_off.own(j for j in self.in_flight.values() if j.state == State.RUNNING)
         self.events.emit("lease_acquired", queue=self.name, token=token, resumed=len(running))
-        self._resume(running)
+        if self.correlation.active:
+            # A response stored while nobody owned the queue (its callback came after the
+            # owner died, before its "sent" was written) settles its job at the first
+            # tick, which looks in the inbox before anything is sent again: a job sent
+            # once and answered is not sent twice, nor does its stored answer free its
+            # capacity while a second request is still at the receiver.
+            self._check_responses = True
+            self._resume_after_match = {j.id: j.attempt for j in running}
+        else:
+            self._resume(running)
         return True
 
     def _resume(self, running: list[Job]) -> None:
@@ -221,6 +233,19 @@ class QueueLoop(Loop):
         self._dispatch(resumed)
         for job, outcome in interrupted:
             self.outcome(job, outcome)
+
+    def _resume_unanswered(self) -> None:
+        """After the takeover's first look in the inbox: send again the jobs found
+        running that it did not settle (still running, same attempt, sent by nobody else)."""
+        waiting, self._resume_after_match = self._resume_after_match, {}
+        running = [
+            job
+            for job_id, attempt in waiting.items()
+            if (job := self.in_flight.get(job_id)) is not None
+            and job.attempt == attempt
+            and job.state == State.RUNNING
+        ]
+        self._resume(self.hand_off.own(running))
 
     async def _read_handed(self) -> None:
         """Which running jobs another process was handed to send, and a look at the
@@ -256,7 +281,7 @@ class QueueLoop(Loop):
         for job in self.in_flight.values():
             self._transport_of(job).abandon(job.id)
         self.in_flight, self._reports = {}, Reports()
-        self.hand_off.handed = {}
+        self.hand_off.handed, self._resume_after_match = {}, {}
         await self.store.lease_release(self.name, self.owner, token)
         self.token = None
         self.events.emit("lease_handed_back", queue=self.name, token=token)
@@ -267,7 +292,7 @@ class QueueLoop(Loop):
         for job_id in list(self.in_flight):
             self._transport_of(self.in_flight[job_id]).abandon(job_id)
         self.token, self.in_flight, self._reports = None, {}, Reports()
-        self.hand_off.handed = {}
+        self.hand_off.handed, self._resume_after_match = {}, {}
 
     async def release(self) -> None:
         if self.token is not None:
@@ -303,6 +328,12 @@ class QueueLoop(Loop):
         alive, took_reports = self.hand_off.live, self.hand_off.unread
         self.hand_off.unread = False  # a hint during the tick is for the next one
         handed: dict[int, str] = {}
+        # What the tick looks for is decided with where its fence goes, before it waits
+        # for the write lock (SQLite): a hint arriving meanwhile is for the next tick, or
+        # this one would read before a fence it chose to send later.
+        fence_later = self._fence_later(reports, now)
+        check_cancels, matched_inbox = self._check_cancels, self._check_responses
+        self._check_cancels = self._check_responses = False
         try:
             async with self.store.queue_batch(
                 self.name,
@@ -310,17 +341,15 @@ class QueueLoop(Loop):
                 token,
                 now,
                 self.lease_ttl,
-                fence_later=self._fence_later(reports, now),
+                fence_later=fence_later,
             ) as batch:
-                cancels: Requests = {}  # operators' requests (hipq.batch_loop.operator_requests)
+                cancels: Requests = {}  # operators' requests (hipq.operator_requests)
                 # Heartbeats of external jobs are hinted and rechecked with cancels.
-                await self.heartbeats.take(batch, self.in_flight, reports, self._check_cancels, now)
-                if self._check_cancels:
-                    self._check_cancels = False
+                await self.heartbeats.take(batch, self.in_flight, reports, check_cancels, now)
+                if check_cancels:
                     cancels = await requests_pending(batch)
                 matched: Matches = {}
-                if self._check_responses:
-                    self._check_responses = False
+                if matched_inbox:
                     matched = await self.correlation.match(batch, self.in_flight, committed)
                 if took_reports:
                     rows = await batch.report_take()
@@ -331,9 +360,9 @@ class QueueLoop(Loop):
                 if used:
                     committed.append(matched_event(self.name, used, self.in_flight, now))
                 claimed: list[Job] = []
+                done = {s.job_id for s in settled}
+                live = [j for j in self.in_flight.values() if j.id not in done]
                 if not batch.paused and self._drain.claims and self.assigned:
-                    done = {s.job_id for s in settled}
-                    live = [j for j in self.in_flight.values() if j.id not in done]
                     admitted = await self.admission.admit(batch, live, now)
                     claimed = await self.correlation.dispatch_keys(
                         batch, admitted.claimed, self.outcome
@@ -349,6 +378,8 @@ class QueueLoop(Loop):
                     report.full = admitted.full
                 # With the fence sent along with the due scan, paused is known only now.
                 self._paused_since_tick = time.monotonic() if batch.paused else None
+                if batch.paused and self.assigned:
+                    await self.admission.hold_paused(batch, live, now)
                 if not claimed or settled or batch.knows_next_run_at(now):
                     # A tick that only claimed (a new job on an idle queue) reads it
                     # after the dispatch, unless its due scan read it along; a busy
@@ -372,6 +403,8 @@ class QueueLoop(Loop):
         # left undispatched they stayed `running` after a graceful stop, to be run again
         # by the next owner as if cut off. The drain waits for them (``ticking``).
         self._dispatch(self.hand_off.own(claimed))
+        if self._resume_after_match and matched_inbox:
+            self._resume_unanswered()
         if took_reports and self.hand_off.handed:
             # A process that joined during the tick and was handed jobs by it is live.
             alive |= frozenset(handed.values())
@@ -420,7 +453,11 @@ class QueueLoop(Loop):
         if read is None:  # the dialect has no such statement
             self._scan_claims = False
             return await self._tick(token)
-        self._paused_since_tick = time.monotonic() if read.queue_row[0] else None
+        if read.queue_row[0]:
+            # Paused (it claimed nothing): a whole tick counts what the pause holds.
+            self._scan_claims = False
+            return await self._tick(token)
+        self._paused_since_tick = None
         admitted = self.admission.admitted_at_scan(read.claimed, read.read)
         claimed = admitted.claimed
         self.correlation.keys_of(claimed, self.outcome)  # none built here: checked only

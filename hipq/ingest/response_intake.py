@@ -15,8 +15,8 @@ from typing import Any
 
 import orjson
 
-from hipq.ingest.outcome_rules import OutcomeRule, decide
-from hipq.storable_text import NUL_MESSAGE, nul_field
+from hipq.outcome_rules import OutcomeRule, decide
+from hipq.storable_text import NUL_MESSAGE, SURROGATE_MESSAGE, nul_field, surrogate_field
 from hipq.store import NewResponse
 from hipq.store.schema import KEY_MAX_LENGTH
 from hipq.templates import KeyTemplate, TemplateError
@@ -36,6 +36,9 @@ HIDDEN_HEADERS = frozenset(
         "webhook-signature",
     }
 )
+# Names that say a header carries a credential or a signature (``api-key``,
+# ``x-auth-token``, ``stripe-signature``, ``x-hub-signature-256``...): not kept either.
+_SECRET_LOOKING = re.compile(r"auth|token|secret|signature|api-?key|password|session|cookie")
 
 # The callback route's sibling: POST /v1/callbacks/{key}/heartbeat.
 HEARTBEAT_SUFFIX = "/heartbeat"
@@ -112,9 +115,12 @@ def check_callback_key(key: str) -> None:
 
 
 def check_body(body: Any, where: str) -> None:
-    """Refuse a body holding U+0000 (``where`` names the body in the error's field)."""
+    """Refuse a body holding U+0000 or a lone surrogate, which no JSON column stores
+    (``where`` names the body in the error's field)."""
     if found := nul_field(body, where):
         raise ResponseRefused(found, NUL_MESSAGE)
+    if found := surrogate_field(body, where):
+        raise ResponseRefused(found, SURROGATE_MESSAGE)
 
 
 def new_response(
@@ -169,7 +175,13 @@ def shown_headers(headers: Mapping[str, str] | None) -> dict[str, str] | None:
     """``headers`` without those never kept (rows stored before they were dropped)."""
     if headers is None:
         return None
-    return {k: v for k, v in headers.items() if k.lower() not in HIDDEN_HEADERS}
+    return {k: v for k, v in headers.items() if not hidden_header(k)}
+
+
+def hidden_header(name: str) -> bool:
+    """Whether a header is never stored nor shown with a response."""
+    lowered = name.lower()
+    return lowered in HIDDEN_HEADERS or _SECRET_LOOKING.search(lowered) is not None
 
 
 def signed_key_problem(template: KeyTemplate, body: Any, key: str) -> str | None:

@@ -39,24 +39,30 @@ async def prerequisites(
     refs: dict[Place, int | str],
     order: Sequence[int],
     count: int,
+    tenant: str = "",
 ) -> dict[Place, tuple[int, str]]:
     """Per reference, the (id, state) of the stored job it names, every one locked so
     that none can finish before the dependency rows are committed (its trigger would
     not count a row it cannot see). Ids and keys are each read in one statement per
     ``CHUNK``, however many jobs name them. Raises ``BadReference`` for an unknown one,
-    naming the first job of ``order`` (the insert's) that names one."""
+    naming the first job of ``order`` (the insert's) that names one.
+
+    Only ``tenant``'s jobs are named: a key within it, an id of its jobs (the
+    service, '', names any job by id); another tenant's job answers as an absent one."""
     ids = sorted({r for r in refs.values() if isinstance(r, int)})
     keys = sorted({r for r in refs.values() if isinstance(r, str)})
     by_id: dict[int, str] = {}
     by_key: dict[str, tuple[int, str]] = {}
     for part in _chunks(ids):
         query = select(jobs.c.id, jobs.c.state).where(jobs.c.id.in_(part)).order_by(jobs.c.id)
+        if tenant:
+            query = query.where(jobs.c.tenant == tenant)
         by_id.update((r.id, r.state) for r in await conn.execute(dialect.for_update(query)))
     for part in _chunks(keys):
         # The newest job holding each key (an open one holds it alone, and is the newest).
         keyed = (
             select(jobs.c.id, jobs.c.state, jobs.c.job_key)
-            .where(jobs.c.job_key.in_(part))
+            .where(jobs.c.job_key.in_(part), jobs.c.tenant == tenant)
             .order_by(jobs.c.id)
         )
         for r in await conn.execute(dialect.for_update(keyed)):

@@ -16,13 +16,12 @@ from sqlalchemy import Select, and_, case, delete, exists, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from hipq.batch_loop.operator_requests import key_taken_over
-from hipq.batch_loop.wakeup import jobs_payload
 from hipq.batches import NewBatch
 from hipq.dependencies import DependencyError, in_request, job_field
 from hipq.job_keys import KeyAction, holder_states, key_action, replacing
 from hipq.jobs import Attempt, Job, NewJob
 from hipq.lifecycle import TERMINAL, State, check_transition
+from hipq.operator_requests import key_taken_over
 from hipq.store import state_guards as guards
 from hipq.store.batches import batch_create, batch_join, batch_seal, batch_set_completion
 from hipq.store.dependencies import park, prerequisites, refuse_cycle, wait_again
@@ -40,6 +39,7 @@ from hipq.store.schema import (
 )
 from hipq.store.state_guards import OPEN_SQL, const
 from hipq.store.transactions import Transactions
+from hipq.store.wakeup import jobs_payload
 
 # One request of ``job_insert_each``: its jobs, and its (Idempotency-Key, request hash).
 InsertRequest = tuple[Sequence[NewJob], tuple[str, str] | None]
@@ -258,7 +258,9 @@ class JobTable(Transactions):
             for k, ref in enumerate(job.after or ())
             if k not in inner[i]
         }
-        stored = await prerequisites(conn, self.dialect, outer, order, len(new_jobs))
+        # One request's jobs are one caller's: they name the jobs of one tenant.
+        tenant = new_jobs[0].tenant if new_jobs else ""
+        stored = await prerequisites(conn, self.dialect, outer, order, len(new_jobs), tenant)
         made: dict[int, Job] = {}
         for round_ in _rounds(order, inner):
             resolved: dict[int, tuple[NewJob, list[tuple[int, str]]]] = {}
@@ -389,7 +391,7 @@ class JobTable(Transactions):
             earlier = None
             if job.unique_for_seconds is not None:
                 since = now - timedelta(seconds=job.unique_for_seconds)
-                earlier = await self._key_created_since(conn, job.job_key, since)
+                earlier = await self._key_created_since(conn, job, since)
             current = None if earlier is not None else await self._key_holder(conn, job)
             holder = None if current is None else (current.state, current.attempt)
             action = key_action(job.job_key_mode, holder, in_period=earlier is not None)
@@ -423,7 +425,8 @@ class JobTable(Transactions):
                 self.dialect.insert(jobs)
                 .values(row)
                 .on_conflict_do_nothing(
-                    index_elements=[jobs.c.job_key], index_where=OPEN_JOB_KEY_WHERE
+                    index_elements=[jobs.c.tenant, jobs.c.job_key],
+                    index_where=OPEN_JOB_KEY_WHERE,
                 )
                 .returning(jobs.c.id)
             )
@@ -433,12 +436,16 @@ class JobTable(Transactions):
         raise Conflict(f"job_key {job.job_key!r} is contended; try again", field="job_key")
 
     async def _key_holder(self, conn: AsyncConnection, job: NewJob) -> Job | None:
-        """The job holding ``job``'s key for its mode, locked: an open one first (the one
-        the open-key index allows), else the latest that failed for good."""
+        """The job of ``job``'s owner holding its key for its mode, locked: an open one
+        first (the one the open-key index allows), else the latest that failed for good."""
         holders = [const(s.value) for s in sorted(holder_states(job.job_key_mode))]
         query = (
             select(jobs)
-            .where(jobs.c.job_key == job.job_key, jobs.c.state.in_(holders))
+            .where(
+                jobs.c.job_key == job.job_key,
+                jobs.c.tenant == job.tenant,
+                jobs.c.state.in_(holders),
+            )
             .order_by(case((jobs.c.state.in_(OPEN_SQL), 0), else_=1), jobs.c.id.desc())
             .limit(1)
         )
@@ -446,12 +453,17 @@ class JobTable(Transactions):
         return None if existing is None else row_to_job(existing)
 
     async def _key_created_since(
-        self, conn: AsyncConnection, job_key: str | None, since: datetime
+        self, conn: AsyncConnection, job: NewJob, since: datetime
     ) -> Job | None:
-        """The first job holding ``job_key`` created at or after ``since``, in any state."""
+        """The first job of ``job``'s owner holding its key created at or after
+        ``since``, in any state."""
         query = (
             select(jobs)
-            .where(jobs.c.job_key == job_key, jobs.c.created_at >= since)
+            .where(
+                jobs.c.job_key == job.job_key,
+                jobs.c.tenant == job.tenant,
+                jobs.c.created_at >= since,
+            )
             .order_by(jobs.c.created_at, jobs.c.id)
             .limit(1)
         )

@@ -16,6 +16,8 @@ import pytest
 from hipq.api.json_body import MAX_DEPTH
 from tests.api.conftest import Api, open_api
 from tests.api.test_jobs_api import assert_error
+from tests.pull.test_pull_api import PULL, fetch, report
+from tests.pull.test_pull_api import QUEUES as PULL_QUEUES
 
 JSON = {"content-type": "application/json"}
 
@@ -246,3 +248,117 @@ async def test_a_page_of_jobs_is_bounded_in_bytes(sqlite_api: Api) -> None:
             break
         cursor = {"cursor": page["next_cursor"]}
     assert seen == ids[::-1]
+
+
+# -- identifiers and numbers: one spelling, bounded where they enter ---------------------
+
+LIMITED = {
+    "default": {
+        "concurrency": 10,
+        "throttlers": [{"rate": {"limit": 5, "per": "1s"}}, {"concurrency": {"limit": 8}}],
+    },
+    "bulk": {},
+}
+
+
+async def patch_limits(api: Api, body: dict[str, Any]) -> httpx.Response:
+    return await api.client.patch("/v1/queues/default/limits", json=body)
+
+
+async def test_a_throttler_index_has_one_spelling(database_url: str) -> None:
+    async with open_api(database_url, queues=LIMITED) as api:
+        assert (await patch_limits(api, {"throttlers": {"1": {"limit": 1}}})).status_code == 200
+        for index in ("01", "٣", "²", "1.0", " 1", "-1", ""):
+            refused = await patch_limits(api, {"throttlers": {index: {"limit": 4}}})
+            assert_error(refused, 422, f"throttlers.{index}")
+        changed = await patch_limits(api, {"throttlers": {"1": {"limit": 7}}})
+        assert changed.status_code == 200, changed.text
+        limits = changed.json()["limits"]
+        assert limits["overrides"] == {"throttlers": {"1": {"limit": 7}}}
+        assert limits["throttlers"][1] == {"concurrency": {"limit": 7}}
+
+
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        ({"throttlers": {"0": {"per": 1e308}}}, "throttlers.0.per"),
+        ({"throttlers": {"0": {"per": "99999999999d"}}}, "throttlers.0.per"),
+        ({"throttlers": {"0": {"limit": 10**19}}}, "throttlers.0.limit"),
+        ({"throttlers": {"1": {"limit": 2**63 - 1}}}, "throttlers.1.limit"),
+        ({"concurrency": 2**63 - 1}, "concurrency"),
+        ({"concurrency": 10**19}, "concurrency"),
+        ({"concurrency": 0}, "concurrency"),
+    ],
+)
+async def test_limits_out_of_range_are_refused(sqlite_url: str, body: dict, field: str) -> None:
+    async with open_api(sqlite_url, queues=LIMITED) as api:
+        assert_error(await patch_limits(api, body), 422, field)
+        shown = (await api.client.get("/v1/queues/default")).json()
+        assert shown["concurrency"] == 10 and shown["limits"]["overrides"] == {}
+
+
+async def test_durations_take_ascii_digits_only(api: Api) -> None:
+    for field in ("unique_for", "timeout", "run_in"):
+        job = {"type": "ok", "job_key": "k", field: "٣h"}
+        refused = await api.client.post("/v1/jobs", json=job)
+        assert_error(refused, 422, field)
+        assert "ASCII" in refused.json()["message"]
+    assert await api.count_jobs() == 0
+    kept = await api.post_job(type="ok", job_key="k", unique_for="3h", timeout="90s")
+    assert kept["timeout"] == 90
+
+
+@pytest.mark.parametrize("flag", ["a\x7fb", "a\x85b", "\x9f", "a\nb"])
+async def test_flags_refuse_control_characters(sqlite_api: Api, flag: str) -> None:
+    job = await sqlite_api.client.post("/v1/jobs", json={"type": "ok", "flags": ["ok", flag]})
+    assert_error(job, 422, "flags")
+    put = await sqlite_api.client.put("/v1/queues/default/forbidden-flags", json={"flags": [flag]})
+    assert_error(put, 422, "flags")
+    assert await sqlite_api.count_jobs() == 0
+    assert (await sqlite_api.post_job(type="ok", flags=["naïve-ü"]))["flags"] == ["naïve-ü"]
+
+
+async def test_path_ids_are_ascii_digits(api: Api) -> None:
+    job = await api.post_job(type="ok")
+    batch = await api.client.post("/v1/batches", json={})
+    assert batch.status_code == 201, batch.text
+    for ref, found in ((job["id"], "/v1/jobs"), (batch.json()["id"], "/v1/batches")):
+        assert (await api.client.get(f"{found}/{ref}")).status_code == 200
+        for spelled in (f"{ref}.0", f"%20{ref}", f"{ref}%20", f"+{ref}", "\u0661"):
+            refused = await api.client.get(f"{found}/{spelled}")
+            assert_error(refused, 422, "job_id" if found == "/v1/jobs" else "batch_id")
+
+
+async def test_a_workers_report_with_a_lone_surrogate_is_refused(sqlite_url: str) -> None:
+    async with open_api(sqlite_url, job_types=PULL, queues=PULL_QUEUES) as api:
+        await api.post_job(type="pull_a")
+        await api.tick()
+        [job] = await fetch(api, ["pull_a"])
+        for body, field in (
+            ('{"token": "%s", "result": {"s": "\\ud800"}}', "result.s"),
+            ('{"token": "%s", "result": {"\\udfff": 1}}', "result.?"),
+        ):
+            raw = body % job["token"]
+            answer = await post_raw(api, f"/v1/workers/jobs/{job['id']}/complete", raw)
+            assert_error(answer, 422, field)
+        beat = await api.client.post(
+            f"/v1/workers/jobs/{job['id']}/heartbeat", json={"token": job["token"], "pct": 5}
+        )
+        assert_error(beat, 422, "pct")
+        done = await report(api, job, "complete", result={"s": "\U0001f600"})
+        assert done.status_code == 202, done.text
+        await api.tick()
+        assert (await api.job(job["id"]))["result"] == {"s": "\U0001f600"}
+
+
+async def test_a_heartbeat_refuses_an_unknown_field(sqlite_url: str) -> None:
+    beating = {
+        "heartbeat_timeout": "30s",
+        "transport": {"http": {"url": "http://127.0.0.1:9/work"}},
+    }
+    async with open_api(sqlite_url, job_types={"beating": beating}) as api:
+        url = "/v1/callbacks/k1/heartbeat?type=beating"
+        unknown = await api.client.post(url, json={"progress": 1, "pct": 5})
+        assert_error(unknown, 422, "pct")
+        known = await api.client.post(url, json={"progress": 1, "checkpoint": {"n": 1}})
+        assert_error(known, 404, "key")  # read, then no job in flight has the key

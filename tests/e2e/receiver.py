@@ -6,6 +6,10 @@ It measures what a user of a throttled peer cares about: the weight in flight pe
 region, per tenant and in total (from the request's arrival until its callback
 leaves), its peaks, and which hipq process sent each request (the port of the
 callback URL it carries: each process's own).
+
+``answer_late`` holds the 202 itself until the callback leaves (the sender sees its
+request sent only then: an early callback); ``callback_port``, when set, sends every
+callback to that process instead, as a balancer in front of the processes would.
 """
 
 from __future__ import annotations
@@ -26,14 +30,16 @@ from tests.peers import free_port, serve_app
 
 
 class Receiver:
-    def __init__(self, hold: float = 0.03) -> None:
-        self.hold = hold
+    def __init__(self, hold: float = 0.03, *, answer_late: bool = False) -> None:
+        self.hold, self.answer_late = hold, answer_late
+        self.callback_port: int | None = None
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.in_flight: Counter[str] = Counter()  # weight per "*", "region=..", "tenant=.."
         self.peak: Counter[str] = Counter()
         self.requests: Counter[int] = Counter()  # job number -> requests received
         self.by_port: Counter[int] = Counter()  # callback port (the sender) -> requests
+        self.in_flight_by_port: Counter[int] = Counter()  # the sender -> requests held
         self.callbacks_failed = 0
         self._lock = threading.Lock()
         self._ready = threading.Event()
@@ -75,20 +81,28 @@ class Receiver:
     async def _work(self, request: Request) -> JSONResponse:
         body = await request.json()
         callback = body["callback_url"]
+        sender = urlsplit(callback).port or 0
         with self._lock:
             self.requests[body["n"]] += 1
-            self.by_port[urlsplit(callback).port or 0] += 1
+            self.by_port[sender] += 1
+            self.in_flight_by_port[sender] += 1
             for key in self._keys(body):
                 self.in_flight[key] += body["w"]
                 self.peak[key] = max(self.peak[key], self.in_flight[key])
-        task = asyncio.create_task(self._call_back(callback, body))
+        if self.callback_port is not None:
+            balanced = urlsplit(callback)._replace(netloc=f"127.0.0.1:{self.callback_port}")
+            callback = balanced.geturl()
+        task = asyncio.create_task(self._call_back(callback, body, sender))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+        if self.answer_late:
+            await asyncio.sleep(self.hold)
         return JSONResponse({"accepted": True}, 202)
 
-    async def _call_back(self, url: str, body: dict[str, Any]) -> None:
+    async def _call_back(self, url: str, body: dict[str, Any], sender: int) -> None:
         await asyncio.sleep(self.hold)
         with self._lock:  # done before the callback: its job may then settle
+            self.in_flight_by_port[sender] -= 1
             for key in self._keys(body):
                 self.in_flight[key] -= body["w"]
         for attempt in range(5):

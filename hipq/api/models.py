@@ -416,6 +416,9 @@ class ProcessOut(BaseModel):
     started_at: datetime = Field(description="when it started")
     heartbeat_at: datetime = Field(description="its last heartbeat (every lease_ttl / 3)")
     queues: list[str] = Field(description="the queues it may run (serve_queues, --queues)")
+    version: str | None = Field(
+        None, description="the hipq version it runs (null: a process older than 0031)"
+    )
     owned: list[str] = Field(description="the queues whose loop it runs now")
     in_flight: int = Field(description="running and awaiting jobs of the queues it runs")
     in_flight_by_queue: dict[str, dict[str, int]] = Field(

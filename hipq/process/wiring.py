@@ -38,6 +38,7 @@ from hipq.store.wakeup import Wakeups
 from hipq.transports.base import Transport
 from hipq.transports.python import HandlerImportError, PythonTransport, import_handler
 from hipq.transports.traced import traced
+from hipq.version import __version__
 
 if TYPE_CHECKING:
     from hipq.process.kafka_consumer import ResponseConsumer
@@ -162,6 +163,7 @@ class _Wiring:
             started_at=now,
             heartbeat_at=now,
             queues=serves,
+            version=__version__,
         )
         return ProcessRegistry(
             self.store,

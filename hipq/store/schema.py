@@ -349,6 +349,7 @@ processes = Table(
     Column("started_at", UTCDateTime, nullable=False),
     Column("heartbeat_at", UTCDateTime, nullable=False),
     Column("queues", Json, nullable=False),  # the queue names it may serve
+    Column("version", String(50), nullable=True),  # the hipq it runs (NULL: before 0031)
 )
 
 # What an executor's transports reported of jobs handed to it (``hipq.batch_loop.hand_off``),

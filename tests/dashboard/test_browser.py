@@ -11,6 +11,7 @@ import httpx
 import pytest
 from playwright.sync_api import expect
 
+from hipq.version import __version__
 from tests.dashboard.conftest import Dashboard
 from tests.e2e.conftest import wait_for
 
@@ -353,6 +354,7 @@ def test_the_processes_page_shows_each_process_its_queues_and_its_jobs(
     expect(page.get_by_role("link", name="Processes")).to_have_attribute("aria-current", "page")
     process = page.locator(f"#process-{pid}")
     expect(process.locator(".pid")).to_have_text(str(pid))
+    expect(process.locator(".version")).to_have_text(__version__)
     expect(process.locator(".heartbeat")).to_contain_text(" ago")
     expect(process.locator(".serves")).to_have_text("default, regional")
     # The queues it owns now (the registry's first beats may take a moment to show both).

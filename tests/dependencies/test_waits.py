@@ -165,3 +165,14 @@ async def test_a_cancel_runs_those_after_it_anyway_at_any_depth(api: Api) -> Non
     await api.tick()
     await api.tick()
     assert [(await api.job(j["id"]))["state"] for j in (c, e, f)] == ["completed"] * 3
+
+
+async def test_a_batch_whose_job_names_its_own_completion_job_is_refused(api: Api) -> None:
+    before = await api.post_job(type="ok", run_in="1h")
+    # The completion job is made first: it takes the next id.
+    body = {
+        "batch": {"on_complete": {"type": "record"}},
+        "jobs": [{"type": "ok"}, {"type": "ok", "after": [before["id"] + 1]}],
+    }
+    refused_as_cycle(await post(api, "/v1/jobs/batch", body, 422), "jobs[1].after")
+    assert await api.count_jobs() == 1

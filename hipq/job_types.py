@@ -32,6 +32,8 @@ _LATE_ROOTS = frozenset({"id", "attempt"})
 # marks the type's key as built at claim; callers may not give a key with the prefix.
 PULL_KEY = "hipq-pull:{id}:{attempt}"
 PULL_KEY_PREFIX = "hipq-pull:"
+# Why a key a caller gives with that prefix is refused (every way in, the SQL functions too).
+PULL_KEY_REFUSED = f"keys beginning with {PULL_KEY_PREFIX!r} are hipq's own"
 
 
 def new_pull_key() -> str:

@@ -18,7 +18,7 @@ from hipq.durations import parse_duration
 from hipq.ingest.response_intake import callback_key_problem, route_key_problem
 from hipq.ingest.tenancy import caller_refusal
 from hipq.job_keys import JOB_KEY_MODES
-from hipq.job_types import PULL_KEY_PREFIX, JobTypeInfo, JobTypes
+from hipq.job_types import PULL_KEY_PREFIX, PULL_KEY_REFUSED, JobTypeInfo, JobTypes
 from hipq.jobs import Job, NewJob
 from hipq.plugins import PluginError, RetryStrategies
 from hipq.security.tokens import Principal
@@ -197,9 +197,7 @@ class Intake:
                 raise IntakeError("payload", f"correlation key: {exc}") from None
         if correlation_key is not None and correlation_key.startswith(PULL_KEY_PREFIX):
             # Pull workers' keys are hipq's own: a job holding one could take a claim's.
-            raise IntakeError(
-                "correlation_key", f"keys beginning with {PULL_KEY_PREFIX!r} are hipq's own"
-            )
+            raise IntakeError("correlation_key", PULL_KEY_REFUSED)
         if correlation_key is not None and (problem := callback_key_problem(correlation_key)):
             # Rendered from the payload, the key may hold what its callback URL cannot.
             raise IntakeError("correlation_key", problem)

@@ -18,6 +18,7 @@ from hipq.durations import parse_duration
 from hipq.ingest.job_intake import MAX_RUN_IN_SECONDS, capacity_problem, timeout_problem
 from hipq.ingest.response_intake import callback_key_problem, route_key_problem
 from hipq.job_keys import JOB_KEY_MODES
+from hipq.job_types import PULL_KEY_PREFIX, PULL_KEY_REFUSED
 from hipq.store.job_types_mirror import MirroredJobType, MirroredQueue
 from hipq.store.schema import KEY_MAX_LENGTH
 from hipq.templates import JOB_ROOTS, TemplateError, compile_template, new_job_context
@@ -294,6 +295,8 @@ def _correlation_key(
             raise refuse("payload", f"correlation key: {exc}") from None
     if key is None:
         return None
+    if key.startswith(PULL_KEY_PREFIX):  # pull workers' keys are hipq's own
+        raise refuse("correlation_key", PULL_KEY_REFUSED)
     if problem := callback_key_problem(key):
         raise refuse("correlation_key", problem)
     if len(key) > KEY_MAX_LENGTH:

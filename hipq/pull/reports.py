@@ -1,9 +1,10 @@
 """A pull worker's report as it travels the inbox, and the outcome it settles.
 
-A worker completes, fails or snoozes a job through ``/v1/workers/jobs/{id}/...``;
-the route stores the report as a response under the job's per-attempt correlation
-key (``source`` ``worker``), whose body says which it was. The owner's tick matches
-it as any response (``hipq.batch_loop.correlation``) and reads the outcome here: a
+A worker completes, fails or snoozes a job through ``/v1/workers/jobs/{id}/...`` or
+``/v1/workers/reports``; the route stores the report as a response under the job's
+per-claim random correlation key (``source`` ``worker``, the only source that settles
+a pull job), whose body says which it was. The owner's tick matches it as any
+response (``hipq.batch_loop.correlation``) and reads the outcome here: a
 failure keeps the worker's traceback and may be final, a snooze gives the attempt
 back, as a python handler's do.
 """

@@ -49,6 +49,7 @@ CASES: list[tuple[dict[str, Any], tuple[Any, ...] | str]] = [
     ({**RECEIPT, "payload": {}}, "payload"),  # its key's template cannot be rendered
     ({"type": "tagged", "job_key": ""}, "job_key"),
     ({"type": "per_attempt", "correlation_key": "x"}, "correlation_key"),
+    ({"type": "tagged", "correlation_key": "hipq-pull:1:1"}, "correlation_key"),  # hipq's own
     ({"type": "tagged", "labels": {"region": 1}}, "labels.region"),
 ]
 

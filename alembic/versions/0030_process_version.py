@@ -1,6 +1,6 @@
 """each process's hipq version in the registry
 
-Revision ID: 0031
+Revision ID: 0030
 Revises: 0029
 Create Date: 2026-11-29
 
@@ -13,7 +13,7 @@ import sqlalchemy as sa
 
 from alembic import op
 
-revision = "0031"
+revision = "0030"
 down_revision = "0029"
 branch_labels = None
 depends_on = None

@@ -176,3 +176,24 @@ async def test_a_batch_whose_job_names_its_own_completion_job_is_refused(api: Ap
     }
     refused_as_cycle(await post(api, "/v1/jobs/batch", body, 422), "jobs[1].after")
     assert await api.count_jobs() == 1
+
+
+async def test_a_job_after_one_cancelled_in_the_same_request_is_cancelled_too(api: Api) -> None:
+    gone = await api.post_job(type="ok", run_in="1h")
+    await post(api, f"/v1/jobs/{gone['id']}/cancel", None, 200)
+    made = await post(
+        api,
+        "/v1/jobs/batch",
+        {
+            "jobs": [
+                {"type": "ok", "job_key": "x", "after": [gone["id"]]},
+                {"type": "ok", "after": ["x"]},
+            ]
+        },
+    )
+    first, second = [await api.job(j["id"]) for j in made["jobs"]]
+    assert first["state"] == "cancelled"
+    assert (second["state"], second["last_error"]) == (
+        "cancelled",
+        f"job {first['id']} it runs after was cancelled",
+    )

@@ -314,6 +314,7 @@ class JobTable(Transactions):
         found = [j for j in made if j.batch_id is None]
         joined = iter(await batch_join(conn, batch_id, found, "batch", stored, batch.owner))
         made = [next(joined) if j.batch_id is None else j for j in made]
+        # A job may name the completion job made just now by its id.
         await self._refuse_batch_cycle(conn, batch_id, made)
         await batch_seal(conn, batch_id, now)
         return made

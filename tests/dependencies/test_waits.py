@@ -141,3 +141,59 @@ async def test_a_replace_replaces_what_a_job_waits_for(api: Api) -> None:
     await api.tick()
     assert (await api.job(waiting["id"]))["state"] == "completed"
     assert (await api.job(second["id"]))["state"] == "scheduled"
+
+
+async def test_a_cancel_runs_those_after_it_anyway_at_any_depth(api: Api) -> None:
+    a = await api.post_job(type="ok", run_in="1h")
+    b = await api.post_job(type="ok", after=[a["id"]])
+    c = await api.post_job(type="ok", after=[b["id"]], after_failed="run")
+    d = await api.post_job(type="ok", after=[c["id"], b["id"]])
+    e = await api.post_job(type="ok", after=[b["id"], a["id"]], after_failed="run")
+    f = await api.post_job(type="ok", after=[c["id"]])
+    await post(api, f"/v1/jobs/{a['id']}/cancel", None, 200)
+
+    got = {n: await api.job(j["id"]) for n, j in zip("bcdef", (b, c, d, e, f), strict=True)}
+    assert got["b"]["last_error"] == f"job {a['id']} it runs after was cancelled"
+    assert got["d"]["last_error"] == f"job {b['id']} it runs after was cancelled"
+    assert [got[n]["state"] for n in "bd"] == ["cancelled", "cancelled"]
+    # c and e run anyway (e counted down once by a, once by b); f waits for c.
+    assert [(got[n]["state"], got[n]["waiting_for"]) for n in "cef"] == [
+        ("scheduled", 0),
+        ("scheduled", 0),
+        ("scheduled", 1),
+    ]
+    await api.tick()
+    await api.tick()
+    assert [(await api.job(j["id"]))["state"] for j in (c, e, f)] == ["completed"] * 3
+
+
+async def test_a_batch_whose_job_names_its_own_completion_job_is_refused(api: Api) -> None:
+    before = await api.post_job(type="ok", run_in="1h")
+    # The completion job is made first: it takes the next id.
+    body = {
+        "batch": {"on_complete": {"type": "record"}},
+        "jobs": [{"type": "ok"}, {"type": "ok", "after": [before["id"] + 1]}],
+    }
+    refused_as_cycle(await post(api, "/v1/jobs/batch", body, 422), "jobs[1].after")
+    assert await api.count_jobs() == 1
+
+
+async def test_a_job_after_one_cancelled_in_the_same_request_is_cancelled_too(api: Api) -> None:
+    gone = await api.post_job(type="ok", run_in="1h")
+    await post(api, f"/v1/jobs/{gone['id']}/cancel", None, 200)
+    made = await post(
+        api,
+        "/v1/jobs/batch",
+        {
+            "jobs": [
+                {"type": "ok", "job_key": "x", "after": [gone["id"]]},
+                {"type": "ok", "after": ["x"]},
+            ]
+        },
+    )
+    first, second = [await api.job(j["id"]) for j in made["jobs"]]
+    assert first["state"] == "cancelled"
+    assert (second["state"], second["last_error"]) == (
+        "cancelled",
+        f"job {first['id']} it runs after was cancelled",
+    )

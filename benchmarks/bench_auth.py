@@ -16,7 +16,7 @@ import timeit
 from pathlib import Path
 
 from hipq.api import auth
-from hipq.api.app import create_app
+from hipq.app import create_app
 from hipq.config import load_settings
 from hipq.security.tokens import ENV_VAR, config_line, load_tokens, new_token
 from hipq.service import Service

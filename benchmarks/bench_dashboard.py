@@ -28,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from engines import add_engine_options, chosen_engines
 
-from hipq.api.app import create_app
+from hipq.app import create_app
 from hipq.commands.bench import NOOP_TYPE, QUEUE, fresh_database, settings_data, utcnow
 from hipq.config import Settings
 from hipq.jobs import NewJob

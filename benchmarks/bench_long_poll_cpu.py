@@ -35,8 +35,8 @@ from engines import add_engine_options, chosen_engines
 from uvicorn.protocols.http.flow_control import FlowControl
 from uvicorn.protocols.http.httptools_impl import RequestResponseCycle
 
-from hipq.api.app import create_app
 from hipq.api.one_send import _HeadWithBody
+from hipq.app import create_app
 from hipq.commands.bench import fresh_database
 from hipq.config import load_settings
 from hipq.process import runtime

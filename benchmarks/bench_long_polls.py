@@ -45,7 +45,7 @@ import httpx
 import uvicorn
 from engines import add_engine_options, chosen_engines
 
-from hipq.api.app import create_app
+from hipq.app import create_app
 from hipq.commands.bench import fresh_database
 from hipq.commands.main import listen, server_config
 from hipq.config import load_settings

@@ -9,7 +9,8 @@ subprocesses running ``noop`` (below), as workers on other machines would:
 
 - throughput: ``--jobs`` jobs posted in batches of 500 to a queue of concurrency 200,
   each worker fetching up to 50 at once; from the first POST to the last job
-  completed (read from the database);
+  completed (read from the database), with the ``hipq serve`` process's CPU seconds
+  (user + system) over the same span divided by the jobs;
 - latency: one idle worker waits in its fetch (a long poll); jobs are posted one at a
   time, each after the previous completed, and the handler notes when it starts.
 
@@ -35,6 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import httpx
+import psutil
 import yaml
 from engines import add_engine_options, chosen_engines
 from sqlalchemy import func, select
@@ -150,22 +152,31 @@ def started_at(starts: Path, job_id: int) -> float | None:
     return None
 
 
-async def throughput(base: str, store: Store, tmp: Path, workers: int, count: int) -> float:
+def cpu_seconds(process: psutil.Process) -> float:
+    times = process.cpu_times()
+    return float(times.user + times.system)
+
+
+async def throughput(
+    base: str, server: psutil.Process, store: Store, tmp: Path, workers: int, count: int
+) -> tuple[float, float]:
+    """Jobs/s, and the server's CPU seconds per job over the same span."""
     done_before = await completed(store)
     procs = start_workers(base, workers, 50, tmp / f"starts-{workers}.txt")
     try:
         await asyncio.sleep(3)  # the workers' imports, then their first (waiting) fetch
         async with httpx.AsyncClient(base_url=base, timeout=120) as client:
-            began = time.perf_counter()
+            began, cpu_began = time.perf_counter(), cpu_seconds(server)
             for first in range(0, count, 500):
                 batch = [{"type": "bench"}] * min(500, count - first)
                 posted = await client.post("/v1/jobs/batch", json={"jobs": batch})
                 posted.raise_for_status()
             await until_completed(store, done_before + count)
             took = time.perf_counter() - began
+            cpu = cpu_seconds(server) - cpu_began
     finally:
         stop(procs)
-    return count / took
+    return count / took, cpu / count
 
 
 async def latency(base: str, store: Store, tmp: Path, count: int) -> list[float]:
@@ -207,10 +218,12 @@ async def main() -> None:
                 store = Store.from_url(url)
                 try:
                     for workers in (1, 4):
-                        rate = await throughput(base, store, tmp, workers, args.jobs)
+                        rate, cpu = await throughput(
+                            base, psutil.Process(server.pid), store, tmp, workers, args.jobs
+                        )
                         print(
                             f"  {engine:<8} {workers} worker(s)  {args.jobs:,} jobs: "
-                            f"{rate:8.0f} jobs/s",
+                            f"{rate:8.0f} jobs/s  server CPU {cpu * 1000:6.3f} ms/job",
                             flush=True,
                         )
                     waits = sorted(x * 1000 for x in await latency(base, store, tmp, args.latency))

@@ -30,7 +30,7 @@ from engines import add_engine_options, chosen_engines
 
 from hipq.commands.bench import fresh_database
 from hipq.config import load_settings
-from hipq.schedules.scheduler import to_row
+from hipq.process.scheduler import to_row
 from hipq.service import Service
 
 START = datetime(2026, 3, 2, 9, 30, 30, tzinfo=UTC)

@@ -32,7 +32,7 @@ import httpx
 from engines import add_engine_options, chosen_engines
 from sqlalchemy import event
 
-from hipq.api.app import create_app
+from hipq.app import create_app
 from hipq.commands.bench import fresh_database
 from hipq.config import load_settings
 from hipq.service import Service

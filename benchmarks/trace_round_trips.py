@@ -32,7 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from engines import add_engine_options, chosen_engines
 
-from hipq.api.app import create_app
+from hipq.app import create_app
 from hipq.commands.bench import fresh_database
 from hipq.service import Service
 from tests.support import eventually, make_settings

@@ -10,7 +10,7 @@ from __future__ import annotations
 from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
-__version__ = "0.1.0"
+from hipq.version import __version__
 
 # Written out, not computed: a type checker reads a literal list only, and takes a
 # name missing from it as private ("does not explicitly export").

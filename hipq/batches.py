@@ -21,10 +21,12 @@ from hipq.jobs import NewJob
 @dataclass(frozen=True, slots=True)
 class NewBatch:
     """A batch to make; ``completion``: its completion job, resolved, or None;
-    ``notify``: the notification targets told when it finishes."""
+    ``notify``: the notification targets told when it finishes; ``owner``: the tenant
+    (restricted token) that makes it, None for an unrestricted caller."""
 
     completion: NewJob | None = None
     notify: list[str] | None = None
+    owner: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,6 +42,7 @@ class Batch:
     created_at: datetime
     finished_at: datetime | None
     sealed_at: datetime | None
+    owner: str | None = None
 
     @property
     def pending(self) -> int:
@@ -54,6 +57,19 @@ class Batch:
         return "open" if self.sealed_at is None else "sealed"
 
 
+_WAITS_FOR = "waits for batch {} to finish"
+
+
 def waiting_reason(batch_id: int) -> str:
     """What a completion job waits for."""
-    return f"waits for batch {batch_id} to finish"
+    return _WAITS_FOR.format(batch_id)
+
+
+def waited_batch(reason: str | None) -> int | None:
+    """The batch a completion job waits for, from its ``waiting_reason``; None for any
+    other reason."""
+    head, _, tail = _WAITS_FOR.partition("{}")
+    if reason is None or not reason.startswith(head) or not reason.endswith(tail):
+        return None
+    found = reason[len(head) : len(reason) - len(tail)]
+    return int(found) if found.isdigit() else None

@@ -63,10 +63,16 @@ class ServerConfig(_Strict):
     # A connection whose request headers are not complete this long after it opened
     # (or after the request's first byte) is closed.
     header_read_timeout: Seconds = Field(10.0, gt=0)
-    # A request body that stops arriving for this long is cut off with 408.
+    # A request body not complete this long after its headers is cut off with 408
+    # (a deadline for the whole body, however it trickles in).
     body_read_timeout: Seconds = Field(30.0, gt=0)
     # Connections (and requests) at once; further ones get 503 from the server.
     max_connections: int = Field(1000, ge=1)
+    # Connections at once from one client address; its next one gets 503 at once
+    # (null: no bound). Behind a proxy or load balancer every caller has its address:
+    # list it in ``unlimited_peers`` (loopback is, for a proxy on the same host).
+    max_connections_per_peer: int | None = Field(100, ge=1)
+    unlimited_peers: list[str] = Field(default_factory=lambda: ["127.0.0.1", "::1"])
     # Requests held open by ?wait= at once, per token (per client address without
     # tokens); one more gets 429. Keeps one caller from holding every connection.
     max_waits_per_token: int = Field(20, ge=1)
@@ -550,13 +556,20 @@ class Settings(BaseSettings):
         from sqlalchemy.exc import ArgumentError
 
         try:
-            make_url(value)
+            host = make_url(value).host
         except (ArgumentError, ValueError) as exc:
             port = " (its port is not a number)" if isinstance(exc, ValueError) else ""
             raise ValueError(
                 "cannot be read as a database URL such as sqlite+aiosqlite:///hipq.db "
                 f"or postgresql+asyncpg://user@host/db{port}"
             ) from None
+        # ``u@[bad:5432/db`` parses, with the host "[bad": connecting would then fail
+        # like a database that is down, retried for a minute, instead of this line.
+        if host and ("[" in host or "]" in host):
+            raise ValueError(
+                "cannot be read as a database URL: its host is neither a name nor an "
+                "[IPv6] address in brackets"
+            )
         return value
 
     @classmethod

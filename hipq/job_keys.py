@@ -20,9 +20,10 @@ __all__ = ["JOB_KEY_MODES", "KeyAction", "holder_states", "key_action", "replaci
 
 JOB_KEY_MODES = ("replace", "preserve_run_at", "unsafe_dedupe")
 
-# The holder's columns a replacement keeps: its key, its queue (whose loop owns it) and
-# its batch (a batch counts the jobs that joined it).
-KEPT_ON_REPLACE = frozenset({"job_key", "queue", "batch_id"})
+# The holder's columns a replacement keeps: its key, its queue (whose loop owns it), its
+# batch (a batch counts the jobs that joined it) and its owner (a key is found within
+# its owner only: a replace never moves a job to another).
+KEPT_ON_REPLACE = frozenset({"job_key", "queue", "batch_id", "tenant"})
 
 
 class KeyAction(StrEnum):

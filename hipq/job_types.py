@@ -8,12 +8,13 @@ rules are checked here, so a bad one stops ``hipq serve`` with one line.
 
 from __future__ import annotations
 
+import secrets
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from hipq.config import JobTypeConfig, Settings
-from hipq.ingest.outcome_rules import ANY_RESPONSE, OutcomeRule, OutcomeRuleError, rule_for
+from hipq.outcome_rules import ANY_RESPONSE, OutcomeRule, OutcomeRuleError, rule_for
 from hipq.plugins import PluginError, RetryStrategies
 from hipq.templates import (
     JOB_ROOTS,
@@ -25,9 +26,17 @@ from hipq.templates import (
 
 # Roots known only once the job exists / is claimed: such keys are built at dispatch.
 _LATE_ROOTS = frozenset({"id", "attempt"})
-# A pull type's key is hipq's own, one per attempt: a worker's report travels the
-# inbox under it, so a report of an earlier attempt can never settle a later one.
+# A pull type's key is hipq's own, a new random one per claim (``new_pull_key``): a
+# worker's report travels the inbox under it, so a report of an earlier claim can never
+# settle a later one, and no one can name it who did not read it. The template only
+# marks the type's key as built at claim; callers may not give a key with the prefix.
 PULL_KEY = "hipq-pull:{id}:{attempt}"
+PULL_KEY_PREFIX = "hipq-pull:"
+
+
+def new_pull_key() -> str:
+    """A pull job's correlation key for one claim: unguessable."""
+    return PULL_KEY_PREFIX + secrets.token_urlsafe(24)
 
 
 class JobTypeError(ValueError):

@@ -102,6 +102,8 @@ class NewJob:
     after: list[int | str] | None = None
     after_failed: str | None = None
     batch_id: int | None = None  # the batch it joins (hipq.batches), or its request's
+    # Its owner: a restricted token's tenant, '' for the service (docs/security.md).
+    tenant: str = ""
 
 
 @dataclass(frozen=True, slots=True)

@@ -7,7 +7,9 @@ a new payload), or give up.
 
 from __future__ import annotations
 
+import math
 import random
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, ClassVar, Protocol, runtime_checkable
@@ -140,3 +142,26 @@ class NoRetry:
 
     def decide(self, job: Job, error: AttemptError, now: datetime) -> RetryDecision:
         return GiveUp(f"no retries: {error.message}")
+
+
+# The built-in strategies' settings, by name: what a bound on a token reads.
+_BUILT_IN: dict[str, type[_Settings]] = {
+    "exponential": ExponentialSettings,
+    "fixed": FixedSettings,
+    "none": NoneSettings,
+}
+
+
+def retry_bounds(config: Mapping[str, Any]) -> tuple[int, float] | None:
+    """(most attempts, shortest delay in seconds) of a built-in strategy's ``config``
+    (validated already); None for a plugin's, whose delays hipq cannot know. A strategy
+    that never retries waits for ever."""
+    model = _BUILT_IN.get(str(config.get("strategy")))
+    if model is None:
+        return None
+    s = model.model_validate(config)
+    if isinstance(s, ExponentialSettings):
+        return s.max_attempts, min(s.max, s.initial) * (1 - s.jitter)
+    if isinstance(s, FixedSettings):
+        return s.max_attempts, s.delay
+    return s.max_attempts, math.inf

@@ -3,7 +3,7 @@
 ``hipq serve`` runs one ``Service`` inside the API's lifespan; an application runs one in
 its own process (``async with Service.from_config(...) as service``, then
 ``service.add_job(...)``: docs/howto-embed.md); tests build one (``Service(settings)`` or
-``hipq.process.wiring.build_service``) and drive its loops tick by tick
+``build_service``) and drive its loops tick by tick
 (``hipq.testing.run_until_idle``). What the parts are and how they are built is
 ``hipq.process.wiring``'s.
 """
@@ -20,23 +20,24 @@ from datetime import datetime
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Literal, Self
 
+from hipq.activity import Activity
+from hipq.backoff import Backoff
 from hipq.batch_loop.loop import QueueLoop
 from hipq.config import Settings, load_settings
+from hipq.faults import unavailable
 from hipq.ingest.job_intake import IntakeError
 from hipq.jobs import Job, NewJob
 from hipq.lifecycle import State
 from hipq.observability import tracing
-from hipq.observability.faults import unavailable
-from hipq.process.activity import Activity
 from hipq.process.bulk_runner import BulkRunner
 from hipq.process.job_types_publisher import JobTypesPublisher
 from hipq.process.job_waiters import JobWaiters
 from hipq.process.notifier import Notifier
 from hipq.process.queue_gauges import QueueGaugeReader
 from hipq.process.status_polls import status_polls_of
-from hipq.process.stopping import drain
 from hipq.process.wiring import Parts, ServiceError, build_parts, utcnow
 from hipq.pull.waiters import FetchWaiters
+from hipq.stopping import drain
 from hipq.store import JobFilter, Store, migrations
 from hipq.store.process_guard import ProcessGuard
 from hipq.transports.base import Transport
@@ -46,7 +47,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("hipq.service")
 
-__all__ = ["IntakeError", "Service", "ServiceError", "utcnow"]
+__all__ = ["IntakeError", "Service", "ServiceError", "build_service", "utcnow"]
 
 JobKeyMode = Literal["replace", "preserve_run_at", "unsafe_dedupe"]
 
@@ -75,7 +76,7 @@ class StoreActivity:
 
     async def _open_when_reachable(self) -> None:
         give_up = time.monotonic() + self.wait_seconds
-        delay = 0.25
+        backoff = Backoff(first=0.25, cap=2.0)
         while True:
             try:
                 await self.store.open(self.migrate)
@@ -84,14 +85,14 @@ class StoreActivity:
                 cause = unavailable(exc)
                 if cause is None:
                     raise
+                delay = backoff.next()
                 if time.monotonic() + delay > give_up:
                     raise ServiceError(
                         f"the database is unavailable (waited {self.wait_seconds:g}s): {cause}"
                     ) from None
-                if delay == 0.25:
+                if backoff.failures == 1:
                     log.warning("waiting up to %gs for the database (%s)", self.wait_seconds, cause)
             await asyncio.sleep(delay)
-            delay = min(delay * 2, 2.0)
 
     async def stop(self) -> None:
         await self.store.close()
@@ -167,7 +168,7 @@ class Service:
         run_loops: bool = True,
         parts: Parts | None = None,
     ) -> None:
-        # Without ``parts`` (tests), built here as ``hipq.process.wiring.build_service`` does.
+        # Without ``parts`` (tests), built here as ``build_service`` does.
         parts = parts or build_parts(settings, clock=clock, owner=owner, run_loops=run_loops)
         self.settings, self.clock, self.owner = parts.settings, parts.clock, parts.owner
         self.run_loops = parts.run_loops
@@ -234,8 +235,6 @@ class Service:
 
         ``run_loops=False`` builds one whose queues run only when driven
         (``hipq.testing.run_until_idle``)."""
-        from hipq.process.wiring import build_service
-
         if isinstance(config, Settings):
             if settings:  # a copy with unvalidated keys would fail later, less clearly
                 raise TypeError(
@@ -356,7 +355,7 @@ class Service:
         self._started.clear()
 
     def wake_queue(self, payload: str) -> None:
-        """Act on a wake-up payload (``hipq.batch_loop.wakeup``), from this process or another."""
+        """Act on a wake-up payload (``hipq.store.wakeup``), from this process or another."""
         self.wakeups.deliver(payload)
 
     def wake_all(self) -> None:
@@ -380,33 +379,16 @@ class Service:
     # -- jobs, for an application that runs the service in its own process ----------
 
     async def add_job(
-        self,
-        type: str,
-        payload: Mapping[str, Any] | None = None,
-        *,
-        queue: str | None = None,
-        run_at: datetime | None = None,
-        run_in: float | str | None = None,
-        priority: int | None = None,
-        weight: int | None = None,
-        labels: Mapping[str, str] | None = None,
-        windows: Sequence[Mapping[str, Any]] | None = None,
-        timeout: float | str | None = None,  # noqa: ASYNC109 - the job's, as in the API
-        retry: Mapping[str, Any] | None = None,
-        correlation_key: str | None = None,
-        job_key: str | None = None,
-        job_key_mode: JobKeyMode | None = None,
-        unique_for: float | str | None = None,
-        critical: bool = False,
-        flags: Sequence[str] | None = None,
-        notify: Sequence[str] | None = None,
+        self, type: str, payload: Mapping[str, Any] | None = None, **fields: Any
     ) -> Job:
-        """Add one job as ``POST /v1/jobs`` does: the fields mean what the API's do, an
-        unset one takes the job type's default, and a refused job raises
-        ``IntakeError`` (``.field`` names the field, as the API's 422 does) with nothing
-        written. A ``job_key`` or ``correlation_key`` held by an open job raises
+        """Add one job as ``POST /v1/jobs`` does: ``fields`` are the API's job fields
+        (``hipq.api.models.JobIn``: ``queue``, ``run_at``, ``labels``, ``after``,
+        ``batch_id``, ...), which mean what the API's do; an unset one takes the job
+        type's default, and a refused job raises ``IntakeError`` (``.field`` names the
+        field, as the API's 422 does; an unknown keyword too) with nothing written. A
+        ``job_key`` or ``correlation_key`` held by an open job raises
         ``hipq.store.Conflict`` (the API's 409). Returns the stored job."""
-        fields = _set_fields(locals())
+        fields = {"type": type, **({} if payload is None else {"payload": payload}), **fields}
         new = self._resolve([fields], "")
         self._check_started("add_job")
         with tracing.enqueue_span({}, new) as traced:
@@ -469,7 +451,7 @@ class Service:
         intake the API uses; an error names the field as the API does."""
         from pydantic import ValidationError
 
-        from hipq.api.models import JobIn
+        from hipq.ingest.job_in import JobIn
 
         now = self.clock()
         new: list[NewJob] = []
@@ -483,23 +465,23 @@ class Service:
                 named = f"{where}{field}" if field else where.rstrip(".")
                 raise IntakeError(named, message) from None
             except IntakeError as exc:
-                raise IntakeError(f"{where}{exc.field}", exc.message) from None
+                if not where:
+                    raise
+                raise exc.within(where) from None
         return new
 
 
-def _set_fields(args: dict[str, Any]) -> dict[str, Any]:
-    """``add_job``'s arguments as the API's job fields: those the caller set."""
-    skip = {"self", "critical"}
-    fields = {k: v for k, v in args.items() if k not in skip and v is not None}
-    for name in ("payload", "labels", "retry"):
-        if name in fields:
-            fields[name] = dict(fields[name])
-    for name in ("windows", "flags", "notify"):
-        if name in fields:
-            fields[name] = [dict(w) if name == "windows" else w for w in fields[name]]
-    if args["critical"]:
-        fields["critical"] = True
-    return fields
+def build_service(
+    settings: Settings,
+    *,
+    clock: Callable[[], datetime] = utcnow,
+    owner: str | None = None,
+    run_loops: bool = True,
+) -> Service:
+    """The ``Service`` of ``settings``, its parts built by ``hipq.process.wiring``; a
+    configuration hipq cannot run raises ``ServiceError`` (one readable line)."""
+    parts = build_parts(settings, clock=clock, owner=owner, run_loops=run_loops)
+    return Service(settings, parts=parts)
 
 
 def _first_problem(exc: Any) -> tuple[str, str]:

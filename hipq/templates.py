@@ -20,11 +20,13 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from operator import attrgetter
 from typing import Any, Literal
 
 from hipq.jobs import Job
 
 __all__ = [
+    "JOB_CONTEXT_FIELDS",
     "JOB_ROOTS",
     "KAFKA_RESPONSE_ROOTS",
     "SIGNED_BODY_ROOTS",
@@ -40,8 +42,11 @@ __all__ = [
     "scalar_text",
 ]
 
-# Roots a job type's correlation_key template may use.
-JOB_ROOTS: frozenset[str] = frozenset({"payload", "attempt", "id", "type", "labels"})
+# The fields of a job its templates (its correlation key, its request) can read, in the
+# order of ``job_context``: a request template's roots (hipq.transports.rendering).
+JOB_CONTEXT_FIELDS = ("payload", "labels", "type", "id", "attempt", "correlation_key")
+# Roots a job type's correlation_key template may use: all of them but the key itself.
+JOB_ROOTS: frozenset[str] = frozenset(JOB_CONTEXT_FIELDS) - {"correlation_key"}
 # Roots a Kafka response source's key template may use.
 KAFKA_RESPONSE_ROOTS: frozenset[str] = frozenset({"key", "value", "headers", "topic"})
 # Roots a job type's callback_signature.key may use: the signed body, parsed as JSON.
@@ -265,14 +270,10 @@ def scalar_text(value: Any) -> str | None:
 
 def job_context(job: Job) -> dict[str, Any]:
     """The values a job's templates (its correlation key, its request) can read."""
-    return {
-        "payload": job.payload,
-        "labels": job.labels,
-        "type": job.type,
-        "id": job.id,
-        "attempt": job.attempt,
-        "correlation_key": job.correlation_key,
-    }
+    return dict(zip(JOB_CONTEXT_FIELDS, _job_context_values(job), strict=True))
+
+
+_job_context_values = attrgetter(*JOB_CONTEXT_FIELDS)
 
 
 def new_job_context(type: str, payload: Any, labels: Mapping[str, str]) -> dict[str, Any]:

@@ -35,7 +35,6 @@ from datetime import UTC, datetime, timedelta
 from functools import cache
 from typing import Any
 
-from hipq.batch_loop.operator_requests import key_taken_over
 from hipq.ingest.app_connections import AsyncRunner, SyncRunner, async_runner, sync_runner
 from hipq.ingest.mirrored_intake import (
     FIELDS,
@@ -51,6 +50,7 @@ from hipq.ingest.mirrored_intake import (
 )
 from hipq.job_keys import KeyAction, holder_states, key_action, replacing
 from hipq.lifecycle import State
+from hipq.operator_requests import key_taken_over
 from hipq.store.rows import NEW_JOB_COLUMNS
 from hipq.store.schema import jobs
 from hipq.store.state_guards import OPEN_STATES_SQL
@@ -133,7 +133,7 @@ def _job_of(args: Mapping[str, Any]) -> dict[str, Any]:
 _PG_ADD = "SELECT hipq_insert_jobs(CAST(:jobs AS jsonb), {many})"
 _READ_TYPES = (
     "SELECT name, queue, priority, weight, timeout_seconds, retry, correlation_key,"
-    " key_parts, key_at_dispatch FROM hipq_job_types"
+    " key_parts, key_at_dispatch, labels, notify FROM hipq_job_types"
 )
 _READ_QUEUES = "SELECT name, concurrency FROM hipq_queue_capacities"
 # An open job holding the key; a keyed job's own holder may keep it (it is replaced or
@@ -142,12 +142,14 @@ _KEY_IN_USE = (
     f"SELECT 1 FROM hipq_jobs WHERE correlation_key = :key AND {OPEN_STATES_SQL}"
     " AND (:job_key IS NULL OR job_key IS NOT :job_key)"
 )
+# Keys are the service's own (its jobs' owner is ''; docs/security.md).
 _KEY_CREATED_SINCE = (
-    "SELECT id FROM hipq_jobs WHERE job_key = :job_key AND created_at >= :since"
+    "SELECT id FROM hipq_jobs WHERE tenant = '' AND job_key = :job_key AND created_at >= :since"
     " ORDER BY created_at, id LIMIT 1"
 )
 _KEY_HOLDER = (
-    "SELECT id, state, attempt FROM hipq_jobs WHERE job_key = :job_key AND state IN ({states})"
+    "SELECT id, state, attempt FROM hipq_jobs WHERE tenant = '' AND job_key = :job_key"
+    " AND state IN ({states})"
     f" ORDER BY CASE WHEN {OPEN_STATES_SQL} THEN 0 ELSE 1 END, id DESC LIMIT 1"
 )
 # (RETURNING: every runner fetches the rows of its statement.)

@@ -38,8 +38,12 @@ log = logging.getLogger(__name__)
 _T = TypeVar("_T")
 
 POSTGRES_URL_ENV = "HIPQ_TEST_POSTGRES_URL"
-LOCAL_POSTGRES_HOST = "127.0.0.1"
-LOCAL_POSTGRES_PORT = 5432
+# Set by the pytest-xdist controller for its workers: the URL of the one server it
+# started for the run (see pytest_configure below).
+SUITE_POSTGRES_URL_ENV = "HIPQ_TEST_SUITE_POSTGRES_URL"
+# The suite's own server takes this many connections: several test processes, each
+# with pools, `hipq serve` subprocesses and helpers, never come near it.
+SUITE_MAX_CONNECTIONS = 500
 
 # Tansu starts consumer groups at generation 0, and aiokafka only sends
 # LeaveGroup for generation > 0, so a consumer closed in its first generation
@@ -102,29 +106,9 @@ def _port_open(host: str, port: int, timeout: float = 0.5) -> bool:
         return False
 
 
-def find_existing_postgres() -> str | None:
-    """The env-configured server, else a trust-auth server on 127.0.0.1:5432."""
-    env_url = os.environ.get(POSTGRES_URL_ENV)
-    if env_url:
-        return _render(_asyncpg_url(env_url))
-    if not _port_open(LOCAL_POSTGRES_HOST, LOCAL_POSTGRES_PORT):
-        return None
-    url = _render(
-        URL.create(
-            "postgresql+asyncpg",
-            username="postgres",
-            host=LOCAL_POSTGRES_HOST,
-            port=LOCAL_POSTGRES_PORT,
-            database="postgres",
-        )
-    )
-    # Something listens on 5432 but may want a password: then fall back.
-    return url if _run_sync(_can_connect(url, wait_s=5.0)) else None
-
-
 @dataclass
 class PgServer:
-    """A private PostgreSQL server from the ``pgserver`` wheel (unix socket only)."""
+    """A private PostgreSQL server from the ``pgserver`` wheel, on 127.0.0.1:<free port>."""
 
     url: str
     _server: Any = field(repr=False)
@@ -136,7 +120,13 @@ class PgServer:
             return
         self._stopped = True
         try:
-            self._server.cleanup()
+            from pgserver import _commands
+
+            data = self._server.pgdata
+            if (data / "postmaster.pid").exists():
+                _commands.pg_ctl(
+                    ["-w", "-m", "immediate", "stop"], pgdata=data, user=self._server.system_user
+                )
         finally:
             shutil.rmtree(self._tmpdir, ignore_errors=True)
 
@@ -147,64 +137,117 @@ class PgServer:
         self.stop()
 
 
-def start_pgserver() -> PgServer:
+def _server_options(port: int, socket_dir: str, max_connections: int) -> str:
+    """The postmaster's options: TCP on 127.0.0.1 (the fault tests put a TCP proxy in
+    front of it), room for the whole suite, and no durability a throwaway server needs."""
+    return " ".join(
+        [
+            "-h 127.0.0.1",
+            f"-p {port}",
+            f"-k {socket_dir}",
+            f"-c max_connections={max_connections}",
+            "-c fsync=off",
+            "-c synchronous_commit=off",
+            "-c full_page_writes=off",
+        ]
+    )
+
+
+def start_pgserver(max_connections: int = SUITE_MAX_CONNECTIONS) -> PgServer:
     """Start a throwaway PostgreSQL 16 from the ``pgserver`` wheel.
 
-    It listens on a unix socket in its own temp dir, so the URL has the form
-    ``postgresql+asyncpg://postgres@/postgres?host=<socket dir>``.
+    It listens on 127.0.0.1 on a free port and takes ``max_connections``; the URL
+    has the form ``postgresql+asyncpg://postgres@127.0.0.1:<port>/postgres``.
     """
     with warnings.catch_warnings():
         # platformdirs warns at import when XDG_RUNTIME_DIR is unset (containers, CI).
         warnings.simplefilter("ignore")
         import pgserver
+        from pgserver import _commands
 
     # pgserver chowns the data dir to a system user when run as root, so the
     # parent dir must be traversable; mkdtemp makes it 0700.
     tmpdir = Path(tempfile.mkdtemp(prefix="hipq-pg-"))
     tmpdir.chmod(0o755)
+    server: Any = None
     try:
-        server = pgserver.get_server(tmpdir / "data", cleanup_mode="delete")
-        info = server.get_postmaster_info()
-        if info.socket_dir is not None:
-            url = URL.create(
-                "postgresql+asyncpg",
-                username="postgres",
-                database="postgres",
-                query={"host": str(info.socket_dir)},
-            )
-            # The socket file name carries the port; 5432 is the default anyway.
-            if info.port and info.port != 5432:
-                url = url.set(port=info.port)
-        else:
-            url = _asyncpg_url(server.get_uri())
+        # pgserver makes the data dir (as a system user when run as root) and starts
+        # the server on a unix socket; restart it with the suite's options. It would
+        # stop only the postmaster it started itself, so PgServer.stop stops this one.
+        server = pgserver.get_server(tmpdir / "data", cleanup_mode=None)
+        socket_dir = server.get_postmaster_info().socket_dir or tmpdir
+        for attempt in range(3):
+            # A free port can be taken between probing and binding: try another.
+            port = _free_port()
+            options = _server_options(port, str(socket_dir), max_connections)
+            try:
+                _commands.pg_ctl(
+                    ["-w", "-t", "120", "-l", str(server.log), "-o", options, "restart"],
+                    pgdata=server.pgdata,
+                    user=server.system_user,
+                    timeout=180,
+                )
+                break
+            except subprocess.CalledProcessError:
+                if attempt == 2:
+                    raise
+        url = URL.create(
+            "postgresql+asyncpg",
+            username="postgres",
+            host="127.0.0.1",
+            port=port,
+            database="postgres",
+        )
     except BaseException:
+        if server is not None:
+            PgServer(url="", _server=server, _tmpdir=tmpdir).stop()
         shutil.rmtree(tmpdir, ignore_errors=True)
         raise
     handle = PgServer(url=_render(url), _server=server, _tmpdir=tmpdir)
-    if not _run_sync(_can_connect(handle.url, wait_s=10.0)):
+    if not _run_sync(_can_connect(handle.url, wait_s=30.0)):
         handle.stop()
         raise RuntimeError(f"pgserver started but {handle.url} does not accept connections")
+    log.info("the suite's own PostgreSQL: %s", handle.url)
     return handle
 
 
-_fallback_server: PgServer | None = None
+_own_server: PgServer | None = None
 
 
 def resolve_postgres_admin_url() -> str:
     """URL of a PostgreSQL server to create test databases on.
 
-    Order: ``$HIPQ_TEST_POSTGRES_URL``; a server on 127.0.0.1:5432 that accepts
-    user ``postgres`` without a password; a private ``pgserver`` instance, which
-    is started once per process and stopped when the process exits.
+    Order: ``$HIPQ_TEST_POSTGRES_URL``; the server the xdist controller started for
+    the run; else a private ``pgserver`` instance, started once per process and
+    stopped when the process exits. The machine's own server (127.0.0.1:5432) is
+    never used unless named: other programs may hold most of its connections.
     """
-    global _fallback_server
-    existing = find_existing_postgres()
-    if existing is not None:
-        return existing
-    if _fallback_server is None:
-        _fallback_server = start_pgserver()
-        atexit.register(_fallback_server.stop)
-    return _fallback_server.url
+    global _own_server
+    for env in (POSTGRES_URL_ENV, SUITE_POSTGRES_URL_ENV):
+        named = os.environ.get(env)
+        if named:
+            return _render(_asyncpg_url(named))
+    if _own_server is None:
+        _own_server = start_pgserver()
+        atexit.register(_own_server.stop)
+    return _own_server.url
+
+
+def _runs_xdist_workers(config: pytest.Config) -> bool:
+    is_worker = hasattr(config, "workerinput")
+    return not is_worker and bool(getattr(config.option, "numprocesses", None))
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Under pytest-xdist, start the run's one PostgreSQL before the workers exist, so
+    that they share it (through the environment they inherit) rather than each
+    starting their own."""
+    if os.environ.get(POSTGRES_URL_ENV) or os.environ.get(SUITE_POSTGRES_URL_ENV):
+        return
+    if not _runs_xdist_workers(config):
+        return
+    os.environ[SUITE_POSTGRES_URL_ENV] = resolve_postgres_admin_url()
+    config.add_cleanup(lambda: os.environ.pop(SUITE_POSTGRES_URL_ENV, None))
 
 
 def unique_database_name(prefix: str = "hipq_test") -> str:
@@ -253,14 +296,9 @@ def drop_database_sync(admin_url: str, name: str) -> None:
 
 
 @pytest.fixture(scope="session")
-def postgres_admin_url() -> Iterator[str]:
+def postgres_admin_url() -> str:
     """SQLAlchemy asyncpg URL of a server to create test databases on."""
-    existing = find_existing_postgres()
-    if existing is not None:
-        yield existing
-        return
-    with start_pgserver() as server:
-        yield server.url
+    return resolve_postgres_admin_url()
 
 
 # --------------------------------------------------------------------------- #

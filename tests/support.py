@@ -37,7 +37,7 @@ def make_settings(database_url: str, **overrides: Any) -> Settings:
 
 async def eventually(
     check: Callable[[], Awaitable[Any]] | Callable[[], Any],
-    timeout: float = 10.0,  # noqa: ASYNC109 - a polling helper's bound, not a call's
+    timeout: float = 60.0,  # noqa: ASYNC109 - a polling helper's bound, not a call's
     interval: float = 0.02,
 ) -> Any:
     """Wait until ``check()`` returns something truthy (or raise with its last value)."""
@@ -80,7 +80,7 @@ class Recorder:
 
     async def one(self) -> tuple[str, Outcome | None]:
         """The one report of the send (waits for it, then a moment for a second one)."""
-        await eventually(lambda: self.calls, timeout=10)
+        await eventually(lambda: self.calls, timeout=60)
         await asyncio.sleep(0.05)  # a second report would show up here
         assert len(self.calls) == 1, self.calls
         kind, _job, outcome = self.calls[0]

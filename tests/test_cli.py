@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -156,7 +157,7 @@ class Server:
                 f"hipq serve exited with {self.process.returncode}:\n{self.log_text()}"
             )
         try:
-            return httpx.get(f"{self.url}/readyz", timeout=2).status_code == 200
+            return httpx.get(f"{self.url}/readyz", timeout=30).status_code == 200
         except httpx.HTTPError:
             return False
 
@@ -165,8 +166,9 @@ class Server:
 
 
 @contextlib.contextmanager
-def serving(config: Path, log: Path) -> Iterator[Server]:
-    """`hipq serve` on a free port, ready; stopped (killed if need be) afterwards."""
+def serving(config: Path, log: Path, env: dict[str, str] | None = None) -> Iterator[Server]:
+    """`hipq serve` on a free port, ready; stopped (killed if need be) afterwards.
+    ``env``: variables (e.g. HIPQ_...) set for it on top of the test's environment."""
     port = free_port()
     with open(log, "ab") as out:
         process = subprocess.Popen(
@@ -174,7 +176,7 @@ def serving(config: Path, log: Path) -> Iterator[Server]:
             stdin=subprocess.DEVNULL,
             stdout=out,
             stderr=subprocess.STDOUT,
-            env=_env(),
+            env={**_env(), **(env or {})},
             cwd=REPO,
             preexec_fn=_die_with_parent if sys.platform == "linux" else None,
         )
@@ -195,7 +197,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
 
 
 def job_state(server: Server, job_id: int) -> str:
-    return httpx.get(f"{server.url}/v1/jobs/{job_id}", timeout=10).json()["state"]
+    return httpx.get(f"{server.url}/v1/jobs/{job_id}", timeout=30).json()["state"]
 
 
 def wait_state(server: Server, job_id: int, state: str) -> None:
@@ -206,7 +208,7 @@ def wait_state(server: Server, job_id: int, state: str) -> None:
 
 
 def api_post(server: Server, path: str, body: Any) -> Any:
-    response = httpx.post(f"{server.url}{path}", json=body, timeout=10)
+    response = httpx.post(f"{server.url}{path}", json=body, timeout=30)
     assert response.status_code < 300, response.text
     return response.json()
 
@@ -316,6 +318,31 @@ def test_help_names_what_an_option_takes() -> None:
         assert "Commands:" in shown.out, shown
 
 
+def test_no_command_shows_a_type_as_a_placeholder() -> None:
+    """Every command's help, as `hipq ... --help` builds it: a name (QUEUE, N), never
+    typer's <str> or <list[str]>."""
+    import click
+    import typer
+
+    from hipq.commands.main import app
+    from hipq.commands.options import name_the_values
+
+    root = typer.main.get_command(app)
+    name_the_values(root)
+
+    def helps(command: click.Command, path: list[str]) -> Iterator[tuple[str, str]]:
+        ctx = click.Context(command, info_name=" ".join(path))
+        yield " ".join(path), command.get_help(ctx)
+        for name, sub in getattr(command, "commands", {}).items():
+            yield from helps(sub, [*path, name])
+
+    shown = dict(helps(root, ["hipq"]))
+    assert "hipq jobs list" in shown and "hipq worker" in shown
+    for path, text in shown.items():
+        placeholders = re.findall(r"<(?:str|int|float|list\[\w+\])>", text)
+        assert not placeholders, f"{path} --help shows {placeholders}:\n{text}"
+
+
 def test_queues(server: Server) -> None:
     url = ["--url", server.url]
     table, one, paused = hipq_many(
@@ -332,6 +359,13 @@ def test_queues(server: Server) -> None:
     job = api_post(server, "/v1/jobs", {"type": "ok"})
     time.sleep(0.5)  # a few ticks of the 200ms loop: nothing may start
     assert job_state(server, job["id"]) == "scheduled"
+    listed, shown = hipq_many(
+        ["jobs", "list", "--state", "scheduled", "--queue", "default", *url],
+        ["jobs", "show", str(job["id"]), *url],
+    )
+    row = next(r for r in listed.out.splitlines() if r.split()[0] == str(job["id"]))
+    assert row.endswith("waiting: queue paused"), listed.out
+    assert shown.json()["waiting_reason"] == "queue paused"
     assert hipq("queues", "default", "--resume", *url).json()["paused"] is False
     wait_state(server, job["id"], "completed")
 
@@ -417,6 +451,10 @@ def test_serve_refuses_a_bad_config(tmp_path: Path) -> None:
         # A malformed database URL ended in a 70-line traceback (its password shown).
         "database_url": {"database_url": "postgresql+asyncpg://u:pw-x7@db:notaport/hipq"},
         "database_url: cannot": {"database_url": "sqlite+aiosqlite//no-slashes"},
+        # Its host "[bad" parsed: the start waited a minute as if the database were down.
+        "database_url: cannot be read as a database URL: its host": {
+            "database_url": "postgresql+asyncpg://u:pw-x7@[bad:5432/db"
+        },
     }
     paths = [
         write_config(tmp_path / f"bad{i}.yaml", db, **overrides)
@@ -492,7 +530,7 @@ def test_a_second_serve_of_a_sqlite_file_is_refused_before_the_heavy_imports(
     errors = [line for line in done.stderr.splitlines() if not line.startswith("import time:")]
     assert len(errors) == 1 and "already served by pid 4242" in errors[0], done.stderr[-2000:]
     imported = {line.rsplit("|", 1)[-1].strip() for line in done.stderr.splitlines()}
-    for heavy in ("uvicorn", "fastapi", "hipq.service", "hipq.api.app", "aiosqlite"):
+    for heavy in ("uvicorn", "fastapi", "hipq.service", "hipq.app", "aiosqlite"):
         assert heavy not in imported, heavy
 
 

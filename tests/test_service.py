@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from hipq.process.activity import Activity
-from hipq.process.wiring import build_service
-from hipq.service import Service
+from hipq.activity import Activity
+from hipq.service import Service, build_service
 from tests.support import FakeClock, make_settings
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 import uuid
 
@@ -10,10 +11,14 @@ import asyncpg
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from sqlalchemy import text
+from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import create_async_engine
 
 from tests.services import (
     FAST_CONSUMER_GROUP_KWARGS,
+    POSTGRES_URL_ENV,
+    SUITE_MAX_CONNECTIONS,
+    _can_connect,
     _connect_kwargs,
     create_database,
     drop_database,
@@ -57,15 +62,31 @@ async def test_postgres_admin_url_creates_and_drops_databases(postgres_admin_url
 
 
 @pytest.mark.postgres
-async def test_pgserver_fallback_starts_a_private_server() -> None:
-    started = time.monotonic()
-    server = await asyncio.to_thread(start_pgserver)
+async def test_the_suite_uses_its_own_server_with_room_for_its_connections(
+    postgres_admin_url: str,
+) -> None:
+    if os.environ.get(POSTGRES_URL_ENV):
+        pytest.skip(f"${POSTGRES_URL_ENV} names the server")
+    # Not the machine's shared server, whose connections other programs may hold.
+    assert make_url(postgres_admin_url).port != 5432
+    conn = await asyncpg.connect(**_connect_kwargs(postgres_admin_url))
     try:
-        assert "host=" in server.url
+        assert int(await conn.fetchval("SHOW max_connections")) >= SUITE_MAX_CONNECTIONS
+    finally:
+        await conn.close()
+
+
+@pytest.mark.postgres
+async def test_pgserver_starts_a_private_server_on_tcp() -> None:
+    server = await asyncio.to_thread(start_pgserver, 50)
+    try:
+        url = make_url(server.url)
+        # TCP on 127.0.0.1: the fault tests' proxy stands in front of it.
+        assert url.host == "127.0.0.1"
         await _create_use_drop(server.url)
     finally:
         await asyncio.to_thread(server.stop)
-    assert time.monotonic() - started < 30
+    assert not await _can_connect(server.url, wait_s=5.0)
 
 
 async def _consume(bootstrap: str, topic: str, group: str, count: int) -> list[bytes]:

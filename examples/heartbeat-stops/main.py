@@ -17,7 +17,7 @@ from typing import Any
 
 import httpx
 
-from hipq.api.app import create_app
+from hipq.app import create_app
 from hipq.config import load_settings
 from hipq.service import Service
 from hipq.transports.python import JobContext

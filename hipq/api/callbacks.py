@@ -15,7 +15,6 @@ from hipq.api.auth import CallbackAccess, token_proves_callback
 from hipq.api.errors import InvalidParameter, error_body
 from hipq.api.json_body import loads, off_loop
 from hipq.api.models import ErrorOut
-from hipq.ingest.outcome_rules import ANY_RESPONSE
 from hipq.ingest.response_intake import (
     WEBHOOK_ID,
     check_body,
@@ -25,9 +24,11 @@ from hipq.ingest.response_intake import (
     shown_headers,
     signed_key_problem,
 )
-from hipq.job_types import JobTypeInfo, JobTypes
+from hipq.job_types import PULL_KEY_PREFIX, JobTypeInfo, JobTypes
+from hipq.outcome_rules import ANY_RESPONSE
 from hipq.security.signatures import SignatureError, verify
 from hipq.service import Service
+from hipq.store import NotFound
 
 router = APIRouter(tags=["callbacks"])
 
@@ -122,6 +123,12 @@ def _bind(info: JobTypeInfo, body: Any, key: str) -> None:
         raise RuntimeError(f"job type {info.name!r} has no callback_signature.key")
     if problem := signed_key_problem(info.signed_key, body, key):
         raise _Unauthorized("key", problem)
+
+
+# A signed message is taken by one route: a heartbeat replayed as the callback (whose
+# body it may well satisfy) would complete the job, a callback replayed as a heartbeat
+# would extend it.
+_OTHER_ROUTE = "this signed message was delivered as {} already: send each message once"
 
 
 def _replay_window(info: JobTypeInfo) -> timedelta:
@@ -232,12 +239,19 @@ async def deliver_heartbeat(
             "type", f"job type {type!r} takes no heartbeats (it has no heartbeat_timeout)"
         )
     check_callback_key(key)
+    if info.pull or key.startswith(PULL_KEY_PREFIX):
+        # A pull job takes its worker's heartbeats only (with its token): answered as
+        # for a key no job has.
+        raise NotFound(f"no open job of type {type!r} has correlation key {key!r}", field="key")
     beat_in = await off_loop(len(raw), lambda: _beat(raw, info.signed_key is not None))
     if message is not None:
         try:
             _bind(info, beat_in.body, key)
         except _Unauthorized as exc:
             return exc.answer()
+        since = service.clock() - _replay_window(info)
+        if await service.store.response_delivered(info.name, fingerprint(None, message), since):
+            return _Unauthorized("webhook-id", _OTHER_ROUTE.format("a callback")).answer()
     beat, new = await service.store.heartbeat_record(
         key,
         info.name,
@@ -330,5 +344,10 @@ async def deliver_callback(
         )
         if seen is not None:
             return JSONResponse(CallbackAccepted(status="duplicate", response_id=seen).model_dump())
+        since = service.clock() - _replay_window(info)
+        if await service.store.heartbeat_message_taken(
+            info.name, response.fingerprint or "", since
+        ):
+            return _Unauthorized("webhook-id", _OTHER_ROUTE.format("a heartbeat")).answer()
     response_id = await service.responses.write(response)
     return CallbackAccepted(response_id=response_id)

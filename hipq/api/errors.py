@@ -18,9 +18,9 @@ from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from hipq.ingest.job_intake import IntakeError
+from hipq.faults import FaultReporter
+from hipq.ingest.job_intake import CallerRefused, IntakeError
 from hipq.ingest.response_intake import ResponseRefused
-from hipq.observability.faults import FaultReporter
 from hipq.store import BadReference, Conflict, NotFound, StoreError
 
 log = logging.getLogger("hipq.api")
@@ -37,7 +37,7 @@ class InvalidParameter(ValueError):
 # What a client is told to wait before it retries a request the database could not serve.
 RETRY_AFTER_SECONDS = 2
 
-# The errors a database fault arrives as (``hipq.observability.faults.unavailable`` tells which of
+# The errors a database fault arrives as (``hipq.faults.unavailable`` tells which of
 # them are one): the store's driver wrapped by SQLAlchemy, or the drivers' own.
 DATABASE_ERRORS: tuple[type[Exception], ...] = (
     sa_exc.DBAPIError,
@@ -226,6 +226,11 @@ def install(app: FastAPI, faults: FaultReporter) -> None:
 
     for refused in (IntakeError, ResponseRefused, InvalidParameter):
         app.add_exception_handler(refused, _invalid_field)
+
+    # A job its caller's token does not allow: 403 naming the field.
+    @app.exception_handler(CallerRefused)
+    async def _caller_refused(_r: Request, exc: CallerRefused) -> JSONResponse:
+        return JSONResponse(error_body("forbidden", [(exc.field, exc.message)]), 403)
 
     @app.exception_handler(StoreError)
     async def _store(_r: Request, exc: StoreError) -> JSONResponse:

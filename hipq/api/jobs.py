@@ -11,8 +11,8 @@ from fastapi import APIRouter, Depends, Header, Path, Query, Request, Response
 
 from hipq.api.answers import json_answer
 from hipq.api.arrival import since_arrival
-from hipq.api.auth import check_tenancy, principal_of, require
-from hipq.api.batches import new_batch
+from hipq.api.auth import check_names, owner_of, principal_of, require
+from hipq.api.batches import tenant_batch
 from hipq.api.errors import InvalidParameter
 from hipq.api.json_body import JSONBodyRoute, off_loop
 from hipq.api.long_polls import LongPolls, TooManyWaits
@@ -34,15 +34,17 @@ from hipq.api.models import (
     job_body,
 )
 from hipq.api.paging import Cursor, json_size, within_budget
-from hipq.batch_loop.operator_requests import Reschedule, RetryRefused
+from hipq.api.why_waiting import explained
+from hipq.dependencies import job_field
 from hipq.durations import parse_duration
 from hipq.ingest.job_intake import NUL_MESSAGE, IntakeError, nul_field
 from hipq.jobs import NewJob
 from hipq.lifecycle import IN_FLIGHT, State
 from hipq.observability import tracing
+from hipq.operator_requests import Reschedule, RetryRefused
 from hipq.process.job_waiters import MAX_WAIT_SECONDS
 from hipq.service import Service
-from hipq.store import JobFilter
+from hipq.store import BadReference, JobFilter
 
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"], route_class=JSONBodyRoute)
 # The creating routes, included first of all the routers: FastAPI tries the included
@@ -151,16 +153,19 @@ async def _insert(
     service = _service(request)
     now = service.clock()
     scoped_key = _scoped_key(request, key) if key else ""
+    caller = principal_of(request)
+    names = [{"type": i.type, "queue": i.queue, "notify": i.notify} for i in items]
+    check_names(request, names, prefix)
 
     def resolve() -> tuple[list[NewJob], tuple[str, str] | None]:
         new = []
         for i, item in enumerate(items):
             try:
-                new.append(service.intake.resolve(item.fields_set(), now))
+                new.append(service.intake.resolve(item.fields_set(), now, caller))
             except IntakeError as exc:
-                raise IntakeError(
-                    f"{prefix}{i}].{exc.field}" if prefix else exc.field, exc.message
-                ) from None
+                if not prefix:
+                    raise
+                raise exc.within(f"{prefix}{i}].") from None
         idempotency = None
         if key:
             # Dumping every job again to hash the request costs as much as validating it:
@@ -173,18 +178,23 @@ async def _insert(
 
     # Resolving walks every payload (the NUL check): a big body's, off the event loop.
     new, idempotency = await off_loop(await _body_size(request), resolve)
-    check_tenancy(request, new, prefix)
     joining = [i for i, j in enumerate(new) if j.batch_id is not None]
     if joining and batch is not None:
         raise IntakeError(
             f"{prefix}{joining[0]}].batch_id",
             "the request makes a batch (batch) that its jobs join: give one or the other",
         )
+    made = tenant_batch(request, batch, now)
+    unseen = await service.store.batch_unseen(
+        [new[i].batch_id or 0 for i in joining], owner_of(request)
+    )
+    if unseen is not None:  # another tenant's batch: answered as one that does not exist
+        place = next(i for i in joining if new[i].batch_id == unseen)
+        raise BadReference(f"batch {unseen} does not exist", job_field(place, len(new), "batch_id"))
     # The store wakes the queues' loops once the jobs are committed.
     with tracing.enqueue_span(request.headers, new) as traced:
         if grouped:  # shares a transaction with the other requests waiting (group commit)
             return await service.job_writer.insert(list(traced), idempotency)
-        made = new_batch(service.intake, batch, now)
         return await service.store.job_insert_many(list(traced), now, idempotency, made)
 
 
@@ -268,7 +278,8 @@ async def get_job(
     service = _service(request)
     if wait is None:  # the job, its attempts and its heartbeat on one connection
         view = await service.store.job_view(job_id)
-        return json_answer(job_body(view.job, view.attempts, view.heartbeat))
+        (job,) = await explained(service.store, service.clock, [view.job])
+        return json_answer(job_body(job, view.attempts, view.heartbeat))
     # The wait counts from the request's arrival, however long it queued behind others.
     seconds = wait_seconds(wait) - since_arrival(request.scope)
     long_polls: LongPolls = request.app.state.long_polls
@@ -277,7 +288,8 @@ async def get_job(
             view = await service.waiters.wait(job_id, seconds)
     except TooManyWaits as refused:
         return refused.answer()
-    return json_answer(job_body(view.job, view.attempts, view.heartbeat))
+    (job,) = await explained(service.store, service.clock, [view.job])
+    return json_answer(job_body(job, view.attempts, view.heartbeat))
 
 
 @router.get(
@@ -318,8 +330,11 @@ async def list_jobs(
         after_id=after,
         limit=limit,
     )
-    found = await _service(request).store.job_list(flt)
-    page = within_budget(found, lambda j: json_size(j.payload, j.result))
+    service = _service(request)
+    found = await service.store.job_list(flt)
+    page = await explained(
+        service.store, service.clock, within_budget(found, lambda j: json_size(j.payload, j.result))
+    )
     next_cursor = str(page[-1].id) if len(found) == limit or len(page) < len(found) else None
     return json_answer({"jobs": [job_body(j) for j in page], "next_cursor": next_cursor})
 
@@ -430,8 +445,10 @@ JobKey = Annotated[str, Path(min_length=1, max_length=500, description="a job_ke
 async def get_job_by_key(job_key: JobKey, request: Request) -> Response:
     if nul_field(job_key, "job_key"):
         raise IntakeError("job_key", NUL_MESSAGE)
-    store = _service(request).store
+    service = _service(request)
+    store = service.store
     job = await store.job_by_key(job_key)
+    (job,) = await explained(store, service.clock, [job])
     return json_answer(job_body(job, await store.job_attempts(job.id)))
 
 

@@ -2,31 +2,38 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from collections.abc import Callable, Iterable, Mapping
+from datetime import datetime
+from operator import attrgetter
 from typing import Annotated, Any, Literal
 
 from fastapi import Path
 from pydantic import (
     AfterValidator,
-    AwareDatetime,
     BaseModel,
     BeforeValidator,
-    ConfigDict,
     Field,
-    PlainValidator,
     StrictBool,
     StrictInt,
 )
 
-from hipq.dependencies import MAX_AFTER
+from hipq.ingest.job_in import (
+    _INT32,
+    MAX_ID,
+    Duration,
+    FlagName,
+    JobIn,
+    Labels,
+    RunAt,
+    TargetName,
+    WindowIn,
+    _In,
+)
 from hipq.jobs import Attempt, Job
 from hipq.storable_text import storable
 from hipq.store.heartbeats import Heartbeat
 from hipq.store.schema import KEY_MAX_LENGTH
 from hipq.throttling import MAX_CAPACITY
-
-# Ids are BIGINT (PostgreSQL) / INTEGER (SQLite): a larger number is a 422, not a driver error.
-MAX_ID = 2**63 - 1
 
 
 def _ascii_digits(value: Any) -> Any:
@@ -41,189 +48,6 @@ def _ascii_digits(value: Any) -> Any:
 # beyond BIGINT is a 422, not a database error).
 ASCII_DIGITS = BeforeValidator(_ascii_digits)
 JobId = Annotated[int, Path(ge=1, le=MAX_ID, description="the job's id"), ASCII_DIGITS]
-
-_INT32 = 2**31 - 1
-# Instants outside this range are client bugs, and near datetime's limits the window
-# and deadline arithmetic would overflow.
-EARLIEST, LATEST = datetime(1970, 1, 1, tzinfo=UTC), datetime(9000, 1, 1, tzinfo=UTC)
-
-
-def _plausible(value: datetime) -> datetime:
-    if not EARLIEST <= value < LATEST:
-        raise ValueError("must be between 1970-01-01 and 9000-01-01")
-    return value
-
-
-def _written(value: Any) -> Any:
-    # An instant is written as RFC 3339 text: a number would be taken as Unix seconds,
-    # which the schema does not say and a client may not mean.
-    if not isinstance(value, str | datetime):
-        raise ValueError("must be an RFC 3339 date-time string")
-    return value
-
-
-RunAt = Annotated[AwareDatetime, BeforeValidator(_written), AfterValidator(_plausible)]
-
-
-def _duration(value: Any) -> float | str:
-    # One check instead of a float | str union: a JSON true is not one second, and a
-    # refusal names the field instead of each member of the union.
-    if isinstance(value, bool) or not isinstance(value, int | float | str):
-        raise ValueError("expected a duration such as '30s' or a number of seconds")
-    if isinstance(value, int) and abs(value) > 2**53:  # float() would overflow or round
-        raise ValueError("out of range: at most 3650d")
-    return value if isinstance(value, str) else float(value)
-
-
-Duration = Annotated[float | str, PlainValidator(_duration, json_schema_input_type=float | str)]
-
-
-# A job's labels are read by throttlers at every tick and shown by the dashboard: a
-# bounded few, of bounded size (docs/api.md).
-MAX_LABELS = 50
-MAX_LABEL_NAME = 100
-MAX_LABEL_VALUE = 500
-Labels = Annotated[
-    dict[
-        Annotated[str, Field(max_length=MAX_LABEL_NAME)],
-        Annotated[str, Field(max_length=MAX_LABEL_VALUE)],
-    ],
-    Field(max_length=MAX_LABELS),
-]
-
-# No control characters, C0, DEL or C1 (U+0085 is a line break to many readers).
-FlagName = Annotated[str, Field(min_length=1, max_length=100, pattern=r"^[^\x00-\x1f\x7f-\x9f]+$")]
-TargetName = Annotated[str, Field(min_length=1, max_length=200)]
-# A job ``after`` names: its id, or a job key.
-AfterRef = Annotated[
-    Annotated[StrictInt, Field(ge=1, le=MAX_ID)]
-    | Annotated[str, Field(min_length=1, max_length=KEY_MAX_LENGTH)],
-    Field(union_mode="left_to_right"),
-]
-
-
-class _In(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-
-class WindowIn(_In):
-    start: str = Field(description="opening wall-clock time, HH:MM")
-    end: str = Field(
-        description="closing wall-clock time, HH:MM; earlier than start wraps midnight"
-    )
-    tz: str = Field("UTC", description="IANA time zone")
-    days: str | list[str] | None = Field(None, description="e.g. 'mon-fri' (the day it opens)")
-
-
-class RetryIn(BaseModel):
-    model_config = ConfigDict(extra="allow")
-    strategy: str | None = Field(None, description="exponential, fixed, none, or a plugin")
-    max_attempts: StrictInt | None = Field(
-        None, ge=1, le=10_000, description="attempts in all, the first one included"
-    )
-
-
-class JobIn(_In):
-    type: str = Field(min_length=1, max_length=200, description="a job type from the config")
-    payload: dict[str, Any] = Field(default_factory=dict, description="a JSON object")
-    queue: str | None = Field(None, max_length=200, description="default: the job type's queue")
-    run_at: RunAt | None = Field(None, description="not before this instant (RFC 3339)")
-    run_in: Duration | None = Field(
-        None, description="not before this long from now (seconds or '10m'); not with run_at"
-    )
-    priority: StrictInt | None = Field(None, ge=-_INT32, le=_INT32, description="lower runs first")
-    weight: StrictInt | None = Field(None, ge=1, le=1_000_000, description="capacity units")
-    labels: Labels = Field(
-        default_factory=dict,
-        description=(
-            f"used by throttlers: at most {MAX_LABELS}, names up to {MAX_LABEL_NAME} "
-            f"characters, values up to {MAX_LABEL_VALUE}"
-        ),
-    )
-    windows: list[WindowIn] | None = Field(
-        None, max_length=100, description="time-of-day windows it may start in"
-    )
-    timeout: Duration | None = Field(None, description="seconds, or a duration such as '24h'")
-    retry: RetryIn | None = Field(
-        None, description="the retry strategy; without strategy, merged into the job type's"
-    )
-    correlation_key: str | None = Field(
-        None,
-        min_length=1,
-        max_length=KEY_MAX_LENGTH,
-        description="the key its response carries, unique among open jobs; no control "
-        "characters, not '.' or '..', not ending in '/heartbeat' (its callback URL must "
-        "carry it); default: built from the job type's template",
-    )
-    job_key: str | None = Field(
-        None,
-        min_length=1,
-        max_length=KEY_MAX_LENGTH,
-        description="at most one open job per key (see job_key_mode); no control "
-        "characters, not '.' or '..' (the by-key routes must carry it)",
-    )
-    job_key_mode: Literal["replace", "preserve_run_at", "unsafe_dedupe"] | None = Field(
-        None,
-        description="for a job_key an open job holds: replace (default) its fields, the "
-        "same but preserve_run_at (until its first attempt), or unsafe_dedupe (return that "
-        "job, or one that failed for good, unchanged)",
-    )
-    unique_for: Duration | None = Field(
-        None,
-        description="with job_key: a job with the key created within this period (seconds "
-        "or e.g. '1h') is returned unchanged, whatever its state; after it, job_key_mode "
-        "applies",
-    )
-    critical: StrictBool = Field(
-        False, description="passes throttlers that let critical work through"
-    )
-    flags: list[FlagName] | None = Field(
-        None, max_length=20, description="an operator may forbid flags on a queue at run time"
-    )
-    notify: list[TargetName] | None = Field(
-        None,
-        max_length=20,
-        description=(
-            "names of notifications.targets that receive the job's outcome (each terminal "
-            "state); default: the job type's notify; [] sends none"
-        ),
-    )
-    after: list[AfterRef] | None = Field(
-        None,
-        max_length=MAX_AFTER,
-        description=(
-            "jobs it runs after: ids, or job keys (a job of the same batch first, else the "
-            "newest job with that key); it stays scheduled until all of them finished"
-        ),
-    )
-    after_failed: Literal["cancel", "run"] | None = Field(
-        None,
-        description="when a job it runs after fails or is cancelled: cancel (default) this "
-        "one too, or run it anyway",
-    )
-    batch_id: StrictInt | None = Field(
-        None,
-        ge=1,
-        le=MAX_ID,
-        description="join this batch (open, or sealed and not finished yet): it counts "
-        "the job and waits for it; a batch that finished is a 409, an unknown one a 422",
-    )
-
-    def fields_set(self) -> dict[str, Any]:
-        """As ``model_dump(exclude_unset=True, exclude_none=True)``, at a third of its cost
-        (the batch path calls it per job): only the nested models are dumped."""
-        data: dict[str, Any] = {}
-        for name in self.model_fields_set:
-            value = getattr(self, name)
-            if value is None:
-                continue
-            if isinstance(value, BaseModel):
-                value = value.model_dump(exclude_unset=True, exclude_none=True)
-            elif name == "windows":
-                value = [w.model_dump(exclude_unset=True, exclude_none=True) for w in value]
-            data[name] = value
-        data["type"] = self.type
-        return data
 
 
 class CompletionIn(_In):
@@ -302,7 +126,8 @@ class LimitsIn(_In):
         None,
         ge=1,
         le=MAX_CAPACITY,
-        description="the queue's capacity in units (at least 1); null: unlimited",
+        description="the queue's capacity in units (at least 1); null: unlimited, only "
+        "for a queue whose config sets no concurrency",
     )
     throttlers: dict[str, dict[str, Any]] = Field(
         default_factory=dict,
@@ -375,7 +200,10 @@ class JobOut(BaseModel):
     result: Any = Field(description="its result, once completed")
     last_error: str | None = Field(description="the last failure, or an operator's reason")
     waiting_reason: str | None = Field(
-        description="why a due job still waits (its throttler, or the jobs it runs after)"
+        description="why a scheduled job has not started, whatever the cause: the jobs or "
+        "batch it waits for, a closed window, a run_at to come, its queue paused, full or "
+        "run by no process, the throttler or forbidden flag that held it, or not read yet "
+        "(GET answers; null once it started)"
     )
     cancel_requested: bool = Field(description="an operator's verb waits for its queue's loop")
     flags: list[str] | None = Field(None, description="flags an operator may forbid on its queue")
@@ -408,68 +236,52 @@ class JobOut(BaseModel):
         return cls.model_validate(job_body(job, attempts, heartbeat))
 
 
+def _body_of(
+    fields: Iterable[str],
+    read_from: Mapping[str, str] | None = None,
+    shown_as: Mapping[str, Callable[[Any], Any]] | None = None,
+) -> Callable[[Any], dict[str, Any]]:
+    """A record's answer body: each of ``fields`` (a model's, in its order) the record's
+    attribute of that name, or of the one ``read_from`` names, turned by ``shown_as``
+    where it says. A field the model gains is then in every answer, or its read fails
+    at once. One ``attrgetter`` reads them all: as fast as the dict written out."""
+    names = tuple(fields)
+    read = attrgetter(*(dict(read_from or {}).get(n, n) for n in names))
+    shown = tuple((shown_as or {}).items())
+
+    def body(record: Any) -> dict[str, Any]:
+        out = dict(zip(names, read(record), strict=True))
+        for name, show in shown:
+            out[name] = show(out[name])
+        return out
+
+    return body
+
+
+# JobOut's last fields, given beside the job rather than read from it.
+BESIDE_THE_JOB = ("attempts", "heartbeat")
+# JobOut's fields read from a job attribute of another name: run_at as given, not parked
+# behind its `after`; the timeout in seconds.
+JOB_READ_FROM = {"run_at": "own_run_at", "timeout": "timeout_seconds"}
+_job_fields = _body_of(
+    [f for f in JobOut.model_fields if f not in BESIDE_THE_JOB],
+    JOB_READ_FROM,
+    {"state": attrgetter("value"), "timeout": float, "critical": bool, "cancel_requested": bool},
+)
+_attempt_body = _body_of(AttemptOut.model_fields)
+_heartbeat_body = _body_of(HeartbeatOut.model_fields, {"at": "beat_at"})
+
+
 def job_body(
     job: Job, attempts: list[Attempt] | None = None, heartbeat: Heartbeat | None = None
 ) -> dict[str, Any]:
     """``JobOut``'s fields as plain values, in its order: the routes that answer one job
     write this with orjson, the JSON pydantic would write, without building and
     validating a model on each answer (which cost more than the rest of a GET's own work)."""
-    return {
-        "id": job.id,
-        "type": job.type,
-        "queue": job.queue,
-        "state": job.state.value,
-        "payload": job.payload,
-        "run_at": job.own_run_at,
-        "priority": job.priority,
-        "weight": job.weight,
-        "labels": job.labels,
-        "windows": job.windows,
-        "timeout": float(job.timeout_seconds),
-        "retry": job.retry,
-        "critical": bool(job.critical),
-        "correlation_key": job.correlation_key,
-        "job_key": job.job_key,
-        "attempt": job.attempt,
-        "created_at": job.created_at,
-        "updated_at": job.updated_at,
-        "claimed_at": job.claimed_at,
-        "deadline": job.deadline,
-        "finished_at": job.finished_at,
-        "result": job.result,
-        "last_error": job.last_error,
-        "waiting_reason": job.waiting_reason,
-        "cancel_requested": bool(job.cancel_requested),
-        "flags": job.flags,
-        "notify": job.notify,
-        "after": job.after,
-        "after_failed": job.after_failed,
-        "waiting_for": job.waiting_for,
-        "batch_id": job.batch_id,
-        "attempts": None if attempts is None else [_attempt_body(a) for a in attempts],
-        "heartbeat": None if heartbeat is None else _heartbeat_body(heartbeat),
-    }
-
-
-def _attempt_body(a: Attempt) -> dict[str, Any]:
-    return {
-        "attempt": a.attempt,
-        "started_at": a.started_at,
-        "finished_at": a.finished_at,
-        "outcome": a.outcome,
-        "error": a.error,
-        "response": a.response,
-        "traceback": a.traceback,
-    }
-
-
-def _heartbeat_body(beat: Heartbeat) -> dict[str, Any]:
-    return {
-        "at": beat.beat_at,
-        "attempt": beat.attempt,
-        "deadline": beat.deadline,
-        "progress": beat.progress,
-    }
+    body = _job_fields(job)
+    body["attempts"] = None if attempts is None else [_attempt_body(a) for a in attempts]
+    body["heartbeat"] = None if heartbeat is None else _heartbeat_body(heartbeat)
+    return body
 
 
 class JobRef(BaseModel):
@@ -497,6 +309,11 @@ class BatchOut(BaseModel):
     sealed_at: datetime | None = Field(
         description="when it was sealed (a batch POST's at once); null: open, jobs may "
         "join and it cannot finish"
+    )
+    owner: str | None = Field(
+        None,
+        description="the tenant (restricted token) that made it, which alone of the "
+        "tenants may name it; null: made by an unrestricted caller",
     )
     status: Literal["open", "sealed", "finished"] = Field(
         description="open (jobs join, it cannot finish), sealed (it finishes once none is "
@@ -557,6 +374,16 @@ class QueueOut(BaseModel):
     owner: str | None = Field(description="the process whose loop runs this queue now")
     scheduled: int = Field(description="jobs scheduled (due or not)")
     due: int = Field(description="scheduled jobs whose run_at has come")
+    oldest_due_at: datetime | None = Field(
+        None,
+        description="the run_at of the due job that has waited longest: now minus it is "
+        "the queue's latency; null when none is due",
+    )
+    waiting_reason: str | None = Field(
+        None,
+        description="what holds every due job of the queue: paused, full, or run by no "
+        "process; null when nothing does (its jobs then say what holds each)",
+    )
     running: int = Field(description="jobs being sent or run")
     awaiting: int = Field(description="jobs sent, awaiting their response")
     failed: int = Field(description="jobs failed for good")
@@ -589,6 +416,9 @@ class ProcessOut(BaseModel):
     started_at: datetime = Field(description="when it started")
     heartbeat_at: datetime = Field(description="its last heartbeat (every lease_ttl / 3)")
     queues: list[str] = Field(description="the queues it may run (serve_queues, --queues)")
+    version: str | None = Field(
+        None, description="the hipq version it runs (null: a process older than 0031)"
+    )
     owned: list[str] = Field(description="the queues whose loop it runs now")
     in_flight: int = Field(description="running and awaiting jobs of the queues it runs")
     in_flight_by_queue: dict[str, dict[str, int]] = Field(
@@ -607,12 +437,16 @@ class ReadyOut(BaseModel):
     status: Literal["ready", "not ready"] = Field(description="ready: a job can be accepted now")
     problems: dict[str, str] = Field(
         description="what keeps hipq from being ready, by part (database, service, listen, "
-        "kafka_producer, kafka_consumer); empty when ready"
+        "kafka_producer, kafka_consumer, connections); empty when ready"
     )
     owner: str | None = Field(
         None, description="this process (host:pid:id); only for a caller with the read scope"
     )
-    queues_owned: list[str] = Field(description="the queues whose loop this process runs")
+    queues_owned: list[str] | None = Field(
+        None,
+        description="the queues whose loop this process runs; only for a caller with the "
+        "read scope (their names are the config's)",
+    )
     listener: bool | None = Field(
         description="PostgreSQL LISTEN connection up; null where it is not used"
     )

@@ -30,6 +30,7 @@ async def list_processes(request: Request) -> ProcessListOut:
                 started_at=p.started_at,
                 heartbeat_at=p.heartbeat_at,
                 queues=list(p.queues),
+                version=p.version,
                 owned=list(p.owned),
                 in_flight=p.in_flight,
                 in_flight_by_queue=dict(p.in_flight_by_queue),

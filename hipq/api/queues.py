@@ -7,6 +7,7 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Path, Request
 
+from hipq import waiting
 from hipq.api.auth import principal_of, require
 from hipq.api.errors import InvalidParameter, StrictJSONRoute
 from hipq.api.models import (
@@ -62,6 +63,10 @@ async def queue_out(service: Service, name: str) -> QueueOut:
         owner=counts.lease_owner,
         scheduled=counts.scheduled,
         due=counts.due,
+        oldest_due_at=counts.oldest_due_at,
+        waiting_reason=waiting.of_queue(
+            counts.paused, counts.lease_owner is not None, counts.stats
+        ),
         running=counts.running,
         awaiting=counts.awaiting,
         failed=counts.failed,
@@ -155,6 +160,15 @@ async def change_limits(name: Name, body: LimitsIn, request: Request) -> QueueOu
     service: Service = request.app.state.service
     await queue_out(service, name)
     change = body.model_dump(exclude_unset=True)
+    bound = service.settings.queues[name].concurrency
+    if "concurrency" in change and change["concurrency"] is None and bound is not None:
+        # Unlimited would put every job at once on the external system the config
+        # protects: a number changes the capacity, DELETE returns to the config's.
+        raise InvalidParameter(
+            "concurrency",
+            f"the config bounds this queue to {bound}: give a number (null, unlimited, is "
+            "only for a queue the config leaves unbounded)",
+        )
     for name_, value in change.items():
         if where := nul_field(value, name_):  # PostgreSQL's JSON cannot store it
             raise InvalidParameter(where, NUL_MESSAGE)

@@ -56,7 +56,7 @@ def possible_refusals(path: str, method: str, reads_body: bool) -> dict[int, str
         if path.startswith("/v1/") and not path.startswith("/v1/callbacks/"):
             refusals[415] = "A body that is not JSON (send `content-type: application/json`)"
     if reads_body:
-        refusals[408] = "The request body did not arrive within `server.body_read_timeout`"
+        refusals[408] = "The request body was not complete within `server.body_read_timeout`"
     return refusals
 
 
@@ -112,12 +112,23 @@ class RequestGuards:
             await send_error(send, status, _CODES[status], field, message)
             return
 
+        # One deadline for the whole body, not per chunk: a byte every few seconds
+        # would otherwise hold the connection for ever. Once the body is in, a receive
+        # (a wait for the client's disconnect) is not timed.
+        deadline = asyncio.get_running_loop().time() + self.body_timeout
+        body_done = False
+
         async def timed_receive() -> Message:
+            nonlocal body_done
+            if body_done:
+                return await receive()
             try:
-                async with asyncio.timeout(self.body_timeout):
-                    return await receive()
+                async with asyncio.timeout_at(deadline):
+                    message = await receive()
             except TimeoutError:
                 raise _BodyTimeout from None
+            body_done = message["type"] != "http.request" or not message.get("more_body")
+            return message
 
         try:
             await self.app(scope, timed_receive, send)
@@ -128,7 +139,7 @@ class RequestGuards:
                     408,
                     "request_timeout",
                     None,
-                    f"the request body did not arrive within {self.body_timeout:g}s",
+                    f"the request body was not complete within {self.body_timeout:g}s",
                 )
 
     def _refusal(self, scope: Scope, headers: dict[str, str]) -> tuple[int, str, str] | None:

@@ -20,9 +20,9 @@ from hipq.api.auth import require
 from hipq.api.errors import InvalidParameter
 from hipq.api.json_body import JSONBodyRoute
 from hipq.api.models import ErrorOut, JobOut
-from hipq.schedules import ScheduleError, Scheduler, build_schedule
+from hipq.process.scheduler import Scheduler, schedule_fields, to_row
+from hipq.schedules import ScheduleError, build_schedule
 from hipq.schedules.definition import Overlap
-from hipq.schedules.scheduler import schedule_fields, to_row
 from hipq.service import Service
 from hipq.storable_text import storable
 from hipq.store import Conflict

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from hipq import forbidden_flags
+from hipq import forbidden_flags, waiting
 from hipq.batch_loop import key_reads
 from hipq.batch_loop.chain import ChainResult, GuardedChain
 from hipq.batch_loop.group_reads import GroupReads
@@ -122,8 +122,15 @@ class Admission:
         capacity = self.config.concurrency
         in_use = sum(j.weight for j in live) if capacity is not None else 0
         if capacity is not None and in_use >= capacity:
-            # Full: nothing can be admitted, so do not read (and re-hold) the backlog.
-            await self._write_stats(batch, live, Counter(), now)
+            # Full: nothing can be admitted, so do not read (and re-hold) the backlog;
+            # count what it holds (as a read would have: a batch at most), and say
+            # why in the stats, which a reader of a due job is told (hipq.waiting).
+            await batch.fence()
+            if batch.paused:  # the loop counts what the pause holds (hold_paused)
+                return out
+            held = await self._due_held("concurrency", batch, now)
+            full = waiting.queue_full(in_use, capacity)
+            await self._write_stats(batch, live, held, now, holds_all=full)
             return out
         scan, max_weight = self.config.batch_size, None
         if self.scan_free:
@@ -267,14 +274,32 @@ class Admission:
         while self.starts and self.starts[0].at < horizon:
             self.starts.popleft()
 
+    async def hold_paused(self, batch: QueueBatch, live: list[Job], now: datetime) -> None:
+        """A paused queue's tick: its due jobs (a batch at most) are held by the pause.
+        Their reason is the queue's row (``hipq.waiting``), not written on each job."""
+        await self._write_stats(batch, live, await self._due_held(PAUSED_STAGE, batch, now), now)
+
+    async def _due_held(self, stage: str, batch: QueueBatch, now: datetime) -> Counter[str]:
+        """The due jobs ``stage`` holds, all of them: counted as far as a due read
+        would have read them (``batch_size``); no stage when there are none."""
+        held = Counter({stage: await batch.job_due_count(now, self.config.batch_size)})
+        return +held  # drops a zero count
+
     async def _write_stats(
-        self, batch: QueueBatch, live: list[Job], held_by: Counter[str], now: datetime
+        self,
+        batch: QueueBatch,
+        live: list[Job],
+        held_by: Counter[str],
+        now: datetime,
+        holds_all: str | None = None,
     ) -> None:
         """What an operator sees in GET /v1/queues/{name}; written only when it changes.
         The jobs each stage held this tick go out every tick, zeros included: the
         ``hipq_jobs_held`` gauge is what the last tick held, not what some tick did."""
         self._emit_held(held_by)
         stats = self._stats_of(live, held_by)
+        if holds_all is not None:
+            stats[waiting.HOLDS_ALL] = holds_all
         learned = stats.get("throttler_state")
         if stats != self._stats:
             await batch.queue_write_stats({**stats, "updated_at": now.isoformat()})
@@ -283,7 +308,7 @@ class Admission:
             self._stats = stats
 
     def _emit_held(self, held_by: Counter[str]) -> None:
-        names = [forbidden_flags.STAGE, *(s.name for s in self.stages)]
+        names = [PAUSED_STAGE, forbidden_flags.STAGE, *(s.name for s in self.stages)]
         held = dict.fromkeys(names, 0) | dict(held_by)
         self.events.emit("throttled", queue=self.queue, held_by=held)
 
@@ -305,6 +330,7 @@ class Admission:
         return stats
 
 
+PAUSED_STAGE = "paused"  # the name a paused queue's holds are counted under (held_by)
 _RATE_SLACK = timedelta(milliseconds=1)
 _DIGITS = re.compile(r"\d+")
 

@@ -13,7 +13,7 @@ from datetime import datetime
 from typing import Any
 
 from hipq.ingest.response_intake import callback_key_problem
-from hipq.job_types import JobTypes
+from hipq.job_types import PULL_KEY_PREFIX, JobTypes, new_pull_key
 from hipq.jobs import Job
 from hipq.outcomes import Failed, Outcome, response_outcome
 from hipq.pull.reports import worker_outcome
@@ -39,6 +39,9 @@ class Correlation:
         self.late_types = job_types.accepting_late()
         # Job types whose callbacks must be signed: only verified responses settle them.
         self.signed_types = job_types.signed_types()
+        # Pull types: a new random key per claim, and only their workers' reports
+        # settle them (a callback under a key read from the job's view does not).
+        self.pull_types = frozenset(job_types.pulled())
 
     async def match(
         self, batch: QueueBatch, in_flight: Mapping[int, Job], committed: list[Event]
@@ -58,7 +61,7 @@ class Correlation:
                 committed.append(
                     ("responses_settled", {"status": "late_accepted", "count": len(accepted)})
                 )
-        matches, duplicates = await batch.response_match(self.signed_types)
+        matches, duplicates = await batch.response_match(self.signed_types, self.pull_types)
         marked = await batch.response_mark([], duplicates, self.clock())
         if marked:
             committed.append(("responses_settled", {"status": "duplicate", "count": marked}))
@@ -81,8 +84,10 @@ class Correlation:
         if not keys:
             return claimed
         # A key another open job holds would break the unique index and, with it, every
-        # tick of the queue: such a job fails instead (its key cannot identify it).
-        for job_id, reason in (await batch.job_keys_in_use(keys)).items():
+        # tick of the queue: such a job fails instead (its key cannot identify it). A
+        # pull key is random and no caller may give one: nothing to look up.
+        rendered = {i: k for i, k in keys.items() if not k.startswith(PULL_KEY_PREFIX)}
+        for job_id, reason in (await batch.job_keys_in_use(rendered)).items():
             del keys[job_id]
             job = next(j for j in claimed if j.id == job_id)
             fail(job, Failed(AttemptError(reason, retryable=False)))
@@ -95,6 +100,9 @@ class Correlation:
         carried by its callback URL is reported to ``fail``."""
         keys: dict[int, str] = {}
         for job in claimed:
+            if job.type in self.pull_types:
+                keys[job.id] = new_pull_key()
+                continue
             template = self.key_templates.get(job.type)
             if template is None:
                 # Given or built at intake, where it was checked; not so by PostgreSQL's

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
+from hipq.activity import Loop
 from hipq.batch_loop import crash_recovery
 from hipq.batch_loop.admission import Admission
 from hipq.batch_loop.chain import GuardedChain
@@ -40,7 +41,6 @@ from hipq.jobs import Job
 from hipq.lifecycle import State
 from hipq.outcomes import Outcome, Settlement, Succeeded
 from hipq.plugins import RetryStrategies
-from hipq.process.activity import Loop
 from hipq.store import LeaseLost, Store
 from hipq.store.requests import Requests, requests_pending
 from hipq.throttling import Stage, feed_back
@@ -343,7 +343,7 @@ class QueueLoop(Loop):
                 self.lease_ttl,
                 fence_later=fence_later,
             ) as batch:
-                cancels: Requests = {}  # operators' requests (hipq.batch_loop.operator_requests)
+                cancels: Requests = {}  # operators' requests (hipq.operator_requests)
                 # Heartbeats of external jobs are hinted and rechecked with cancels.
                 await self.heartbeats.take(batch, self.in_flight, reports, check_cancels, now)
                 if check_cancels:
@@ -360,9 +360,9 @@ class QueueLoop(Loop):
                 if used:
                     committed.append(matched_event(self.name, used, self.in_flight, now))
                 claimed: list[Job] = []
+                done = {s.job_id for s in settled}
+                live = [j for j in self.in_flight.values() if j.id not in done]
                 if not batch.paused and self._drain.claims and self.assigned:
-                    done = {s.job_id for s in settled}
-                    live = [j for j in self.in_flight.values() if j.id not in done]
                     admitted = await self.admission.admit(batch, live, now)
                     claimed = await self.correlation.dispatch_keys(
                         batch, admitted.claimed, self.outcome
@@ -378,6 +378,8 @@ class QueueLoop(Loop):
                     report.full = admitted.full
                 # With the fence sent along with the due scan, paused is known only now.
                 self._paused_since_tick = time.monotonic() if batch.paused else None
+                if batch.paused and self.assigned:
+                    await self.admission.hold_paused(batch, live, now)
                 if not claimed or settled or batch.knows_next_run_at(now):
                     # A tick that only claimed (a new job on an idle queue) reads it
                     # after the dispatch, unless its due scan read it along; a busy
@@ -451,7 +453,11 @@ class QueueLoop(Loop):
         if read is None:  # the dialect has no such statement
             self._scan_claims = False
             return await self._tick(token)
-        self._paused_since_tick = time.monotonic() if read.queue_row[0] else None
+        if read.queue_row[0]:
+            # Paused (it claimed nothing): a whole tick counts what the pause holds.
+            self._scan_claims = False
+            return await self._tick(token)
+        self._paused_since_tick = None
         admitted = self.admission.admitted_at_scan(read.claimed, read.read)
         claimed = admitted.claimed
         self.correlation.keys_of(claimed, self.outcome)  # none built here: checked only

@@ -13,14 +13,14 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from hipq.backoff import Backoff
+from hipq.faults import FaultReporter
 from hipq.jobs import Job
 from hipq.lifecycle import State
-from hipq.observability.faults import FaultReporter
 from hipq.store import Store
 
 # The wait before re-reading after the n-th failure in a row: 0.5 s doubling, at most 30 s.
-BACKOFF_FIRST_SECONDS = 0.5
-BACKOFF_MAX_SECONDS = 30.0
+RECOVERY_BACKOFF = Backoff(first=0.5, cap=30.0)
 
 
 @dataclass(slots=True)
@@ -66,10 +66,6 @@ def reconcile(known: Mapping[int, Job], owned: Mapping[int, Job]) -> Reconciled:
     )
 
 
-def backoff_seconds(failures: int) -> float:
-    return min(BACKOFF_MAX_SECONDS, BACKOFF_FIRST_SECONDS * 2 ** min(failures, 6))
-
-
 async def reread_owned(
     store: Store,
     queue: str,
@@ -84,7 +80,7 @@ async def reread_owned(
     owns, as at takeover, until a read succeeds. Returns them (None when the loop
     stopped or lost its lease meanwhile) and the failures counted so far."""
     while not stopping():
-        await sleep(backoff_seconds(failures))
+        await sleep(RECOVERY_BACKOFF.delay(failures))
         if not owns():
             return None, failures
         try:

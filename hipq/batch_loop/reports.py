@@ -10,9 +10,9 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from hipq.batch_loop.operator_requests import OperatorRequest
 from hipq.jobs import Job
 from hipq.lifecycle import State
+from hipq.operator_requests import OperatorRequest
 from hipq.outcomes import Failed, Outcome, Settlement, settle
 from hipq.plugins import RetryStrategies
 from hipq.retry import AttemptError

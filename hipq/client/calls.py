@@ -393,12 +393,16 @@ def match_response(response_id: int, job_id: int, accept_unsigned: bool) -> Call
 # -- pull workers ------------------------------------------------------------------------
 
 
-def fetch_jobs(types: Iterable[str], count: int, wait: float, worker: str | None) -> Call:
+def fetch_jobs(
+    types: Iterable[str], count: int, wait: float, worker: str | None, weight: int | None = None
+) -> Call:
     """Not sent again after a transport error: the jobs of a lost answer are taken,
     and come back only after their timeout."""
     body: dict[str, Any] = {"types": list(types), "count": count, "wait": wait}
     if worker is not None:
         body["worker"] = worker
+    if weight is not None:
+        body["weight"] = weight
     return Call("POST", "/v1/workers/fetch", body=body, read_timeout=wait + 30)
 
 
@@ -407,6 +411,13 @@ def worker_report(job_id: int, verb: str, token: str, fields: Mapping[str, Any])
     the same attempt changes nothing."""
     body = {"token": token, **fields}
     return Call("POST", f"/v1/workers/jobs/{_segment(job_id)}/{verb}", body=body, idempotent=True)
+
+
+def worker_reports(reports: Iterable[Mapping[str, Any]]) -> Call:
+    """Outcomes of many fetched jobs: sent again after a lost answer, a report taken
+    before is accepted again and changes nothing."""
+    body = {"reports": [dict(r) for r in reports]}
+    return Call("POST", "/v1/workers/reports", body=body, idempotent=True)
 
 
 def openapi() -> Call:

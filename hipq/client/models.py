@@ -1,6 +1,6 @@
 """What the client returns: the API's response bodies as typed, read-only models.
 
-They mirror hipq.api.models field for field (tests/client/test_models.py fails when the
+They mirror hipq.api.models field for field (tests/client/test_units.py fails when the
 two part) instead of importing them: the server's models pull in the store and
 SQLAlchemy, a second of import time for every program and CLI call that only talks
 HTTP. Fields a newer server adds are kept (``extra="allow"``), not refused.
@@ -120,6 +120,7 @@ class Batch(_Out):
     created_at: datetime
     finished_at: datetime | None
     sealed_at: datetime | None  # None: open, jobs may join and it cannot finish
+    owner: str | None = None  # the tenant that made it; None: an unrestricted caller
     status: Literal["open", "sealed", "finished"]
 
 
@@ -150,6 +151,8 @@ class Queue(_Out):
     owner: str | None
     scheduled: int
     due: int
+    oldest_due_at: datetime | None = None
+    waiting_reason: str | None = None
     running: int
     awaiting: int
     failed: int
@@ -381,6 +384,18 @@ class WorkerReport(_Out):
     status: str = "accepted"
     job_id: int
     attempt: int
+
+
+class ReportResult(_Out):
+    """What became of one report of ``report_outcomes``: ``accepted`` (stored, settled at
+    its queue loop's next tick), ``conflict`` (the token does not hold the job's claim,
+    or the claim took another outcome: nothing changed) or ``not_found``."""
+
+    id: int
+    status: str
+    attempt: int | None = None
+    field: str | None = None
+    message: str | None = None
 
 
 class WorkerBeat(WorkerReport):

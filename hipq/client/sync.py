@@ -37,6 +37,7 @@ from hipq.client.models import (
     JobRef,
     NewJob,
     Queue,
+    ReportResult,
     Reschedule,
     Response,
     ResponsePage,
@@ -57,6 +58,7 @@ _QUEUES = TypeAdapter(list[Queue], config=_LAZY)
 _BULK = TypeAdapter(list[BulkOperation], config=_LAZY)
 _SCHEDULES = TypeAdapter(list[Schedule], config=_LAZY)
 _FETCHED = TypeAdapter(list[FetchedJob], config=_LAZY)
+_REPORT_RESULTS = TypeAdapter(list[ReportResult], config=_LAZY)
 
 
 class Client:
@@ -446,12 +448,19 @@ class Client:
     # -- pull workers -------------------------------------------------------------------
 
     def fetch_jobs(
-        self, types: Iterable[str], count: int = 1, *, wait: float = 0, worker: str | None = None
+        self,
+        types: Iterable[str],
+        count: int = 1,
+        *,
+        wait: float = 0,
+        worker: str | None = None,
+        weight: int | None = None,
     ) -> list[FetchedJob]:
         """Take up to ``count`` claimed jobs of these pull types, waiting up to ``wait``
         seconds (at most 60) for one when none can be taken now; ``worker`` names the
-        taker in the job's record (default: the token's name)."""
-        call = calls.fetch_jobs(types, count, wait, worker)
+        taker in the job's record (default: the token's name); with ``weight``, the jobs
+        taken weigh at most that together."""
+        call = calls.fetch_jobs(types, count, wait, worker, weight)
         return _FETCHED.validate_python(self.send(call).json()["jobs"])
 
     def report_complete(self, job_id: int, token: str, result: Any = None) -> WorkerReport:
@@ -480,6 +489,15 @@ class Client:
         """Run the fetched job again after ``seconds``, without spending an attempt."""
         fields = {"seconds": seconds, "reason": reason}
         return self._model(calls.worker_report(job_id, "snooze", token, fields), WorkerReport)
+
+    def report_outcomes(self, reports: Iterable[Mapping[str, Any]]) -> list[ReportResult]:
+        """Outcomes of many fetched jobs in one request, each a mapping with ``id``,
+        ``token`` and ``outcome``: ``"completed"`` (``result``), ``"failed"``
+        (``error``, ``retryable``, ``traceback``) or ``"snoozed"`` (``seconds``,
+        ``reason``). One result per report, in order; a report refused alone does not
+        raise (see :class:`~hipq.client.ReportResult`)."""
+        answer = self.send(calls.worker_reports(reports))
+        return _REPORT_RESULTS.validate_python(answer.json()["results"])
 
     def report_heartbeat(
         self,

@@ -93,12 +93,28 @@ def batches_show(batch_id: int, url: UrlOpt = None, config: ConfigOpt = None) ->
 def batches_list(
     limit: int = 50,
     cursor: str | None = None,
+    as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
     url: UrlOpt = None,
     config: ConfigOpt = None,
 ) -> None:
-    """Batches, newest first, as JSON (next_cursor continues the list)."""
+    """Batches, newest first, with their counts (--cursor continues the list)."""
     with api(url, config) as client:
-        print_body(client.list_batches(limit=limit, cursor=cursor))
+        page = client.list_batches(limit=limit, cursor=cursor)
+    if as_json:
+        print_body(page)
+        return
+    typer.echo(
+        f"{'ID':>8}  {'STATUS':<9} {'TOTAL':>7} {'PENDING':>7} {'DONE':>7} {'FAILED':>7} "
+        f"{'CANCEL':>7}  CREATED"
+    )
+    for b in page.batches:
+        created = b.model_dump(mode="json", include={"created_at"})["created_at"]
+        typer.echo(
+            f"{b.id:>8}  {b.status:<9} {b.total:>7} {b.pending:>7} {b.completed:>7} "
+            f"{b.failed:>7} {b.cancelled:>7}  {created}"
+        )
+    if page.next_cursor:
+        typer.echo(f"more: --cursor {page.next_cursor}")
 
 
 @batches_app.command("jobs")

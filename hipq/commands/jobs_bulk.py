@@ -157,18 +157,28 @@ def _bulk(
         if not wait:
             options.print_body(op)
             return
+        # Asked often at first (most operations end within a step or two), then once a
+        # second; a progress line only once there is progress, and only when it moved.
+        pause, shown = FIRST_POLL_SECONDS, (0, 0)
         while op.state == "running":
-            typer.echo(
-                f"bulk {op.id} {action}: {op.matched} matched, {op.changed} changed, "
-                f"{op.requested} requested, {op.skipped} skipped",
-                err=True,
-            )
-            time.sleep(1)
+            time.sleep(pause)
+            pause = min(pause * 2, LAST_POLL_SECONDS)
             op = client.get_bulk(op.id)
+            if op.state == "running" and (op.matched, op.changed) not in {(0, 0), shown}:
+                shown = (op.matched, op.changed)
+                typer.echo(
+                    f"bulk {op.id} {action}: {op.matched} matched, {op.changed} changed, "
+                    f"{op.requested} requested, {op.skipped} skipped",
+                    err=True,
+                )
     options.print_body(op)
     if op.state == "failed":
         options.fail(f"bulk operation {op.id} failed: {op.error}")
 
+
+# How long `--wait` first waits before asking for the progress, and at most.
+FIRST_POLL_SECONDS = 0.05
+LAST_POLL_SECONDS = 1.0
 
 Queue = Annotated[str | None, typer.Option(help="jobs of this queue")]
 States = Annotated[list[str] | None, typer.Option("--state", help="repeatable")]

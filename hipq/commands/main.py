@@ -29,6 +29,7 @@ from hipq.commands.options import (
     command_group,
     fail,
     label_map,
+    name_the_values,
     parse_json,
     print_body,
     settings_or_fail,
@@ -114,7 +115,7 @@ def serve(
         tracing.configure_from_env()  # the hipq[otel] extra, set up by OTEL_* variables
     except Exception as exc:
         fail(f"OpenTelemetry: {exc}")
-    # While serving, SIGTERM and SIGINT are hipq.process.stop_signals'. Before that (the service
+    # While serving, SIGTERM and SIGINT are hipq.commands.stop_signals'. Before that (the service
     # starting), SIGTERM's default action would kill the process without any cleanup: as
     # KeyboardInterrupt it unwinds. (Outside the main thread signals cannot be set.)
     with contextlib.suppress(ValueError):
@@ -157,12 +158,11 @@ def _event_loop_runner() -> Callable[[Coroutine[Any, Any, None]], None]:
 
 
 async def _serve(settings: Settings, tokens: Tokens) -> None:
-    from hipq.api.app import create_app
+    from hipq.app import create_app
+    from hipq.commands.stop_signals import Server, StopSignals
     from hipq.config import ConfigError
     from hipq.process import runtime
-    from hipq.process.stop_signals import Server, StopSignals
-    from hipq.process.wiring import build_service
-    from hipq.service import ServiceError
+    from hipq.service import ServiceError, build_service
     from hipq.store import StoreSetupError
 
     try:
@@ -180,11 +180,16 @@ async def _serve(settings: Settings, tokens: Tokens) -> None:
     # /healthz answers 200 and /readyz 503 (the API's routes 503 with Retry-After).
     # Its start-up lines are held back meanwhile: a start that fails prints one line.
     server_log = logging.getLogger("uvicorn.error")
+    # uvicorn's "Finished server process" comes when the HTTP server has stopped, before
+    # the drain of the jobs in flight: hipq says "stopped" itself, at the very end.
+    server_log.addFilter(_not_finished_server_process)
     level = server_log.level
     server_log.setLevel(logging.WARNING)
     serving = asyncio.ensure_future(server.serve(sockets=[listener]))
+    stopped_cleanly = False  # an error's line stays the last one
     try:
         if not await _start_while_serving(service, server, serving):
+            stopped_cleanly = True
             return  # stopped (a signal) before the service was up
         server_log.setLevel(level)
         server_log.info(
@@ -196,6 +201,7 @@ async def _serve(settings: Settings, tokens: Tokens) -> None:
         await serving
         if not server.started:
             fail(f"cannot listen on {settings.server.host}:{settings.server.port}")
+        stopped_cleanly = True
     except (ServiceError, StoreSetupError, ConfigError) as exc:
         await _stop_server(server, serving)
         fail(str(exc))
@@ -213,12 +219,19 @@ async def _serve(settings: Settings, tokens: Tokens) -> None:
             await asyncio.shield(stopping)
         except asyncio.CancelledError:
             await stopping
+        if stopped_cleanly:
+            logging.getLogger("hipq.serve").warning("stopped")
+
+
+def _not_finished_server_process(record: logging.LogRecord) -> bool:
+    return not str(record.msg).startswith("Finished server process")
 
 
 def server_config(app: Any, settings: Settings) -> Any:
     """The ``uvicorn.Config`` that ``hipq serve`` runs ``app`` with (also the benchmarks')."""
     import uvicorn
 
+    from hipq.api.connection_limits import ConnectionLimits
     from hipq.api.slow_clients import header_timeout_protocol
 
     return uvicorn.Config(
@@ -230,7 +243,12 @@ def server_config(app: Any, settings: Settings) -> Any:
         access_log=False,
         # Beyond this many connections at once the server answers 503 at once.
         limit_concurrency=settings.server.max_connections,
-        http=header_timeout_protocol(settings.server.header_read_timeout),
+        http=header_timeout_protocol(
+            settings.server.header_read_timeout,
+            ConnectionLimits(
+                settings.server.max_connections_per_peer, settings.server.unlimited_peers
+            ),
+        ),
         # Requests under way at a stop get the same grace as the jobs in flight.
         timeout_graceful_shutdown=max(1, round(settings.shutdown_grace)),
     )
@@ -401,9 +419,14 @@ def jobs_list(
     if as_json:
         print_body(page)
         return
-    typer.echo(f"{'ID':>8}  {'STATE':<10} {'QUEUE':<12} {'TYPE':<20} {'ATT':>3}  RUN_AT / WAITING")
+    typer.echo(
+        f"{'ID':>8}  {'STATE':<10} {'QUEUE':<12} {'TYPE':<20} {'ATT':>3}  RUN_AT  WAITING / ERROR"
+    )
     for job in page.jobs:
-        note = job.waiting_reason or job.last_error or ""
+        # Why it waits and what failed last are two things: a retry waits with both.
+        notes = [f"waiting: {job.waiting_reason}"] if job.waiting_reason else []
+        notes += [f"error: {job.last_error}"] if job.last_error else []
+        note = "; ".join(notes)
         run_at = job.model_dump(mode="json", include={"run_at"})["run_at"]
         typer.echo(
             f"{job.id:>8}  {job.state:<10} {job.queue:<12} {job.type:<20} "
@@ -421,10 +444,17 @@ def jobs_show(job_id: int, url: UrlOpt = None, config: ConfigOpt = None) -> None
 
 
 @jobs_app.command("cancel")
-def jobs_cancel(job_id: int, url: UrlOpt = None, config: ConfigOpt = None) -> None:
+def jobs_cancel(
+    job_id: int,
+    reason: Annotated[
+        str | None, typer.Option(metavar="TEXT", help="why: kept as the job's last_error")
+    ] = None,
+    url: UrlOpt = None,
+    config: ConfigOpt = None,
+) -> None:
     """Cancel a job (a running one at its queue's next tick)."""
     with api(url, config) as client:
-        print_body(client.cancel_job(job_id))
+        print_body(client.cancel_job(job_id, reason))
 
 
 @jobs_app.command("retry")
@@ -517,8 +547,10 @@ def main() -> None:
     # expects (it then defines a stub). The command's process only, not the library's.
     sys.modules.setdefault("httpx._main", None)  # type: ignore[arg-type]
     try:
+        command = typer.main.get_command(app)
+        name_the_values(command)
         # Without standalone mode a command's Exit comes back as the return value.
-        code = app(standalone_mode=False)
+        code = command.main(standalone_mode=False)
         sys.exit(code if isinstance(code, int) else 0)
     except typer.Abort:
         typer.echo("error: aborted", err=True)

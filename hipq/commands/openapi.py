@@ -18,7 +18,7 @@ app = command_group(help="Print the OpenAPI schema (the API's contract) as JSON.
 def contract_schema() -> dict[str, Any]:
     """The schema of an app on default settings, built without opening a database
     (the configuration's queues and job types do not change it)."""
-    from hipq.api.app import create_app
+    from hipq.app import create_app
     from hipq.config import Settings
     from hipq.security.tokens import Tokens
     from hipq.service import Service

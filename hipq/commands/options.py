@@ -28,6 +28,27 @@ def command_group(**settings: Any) -> typer.Typer:
     return typer.Typer(rich_markup_mode=None, pretty_exceptions_enable=False, **settings)
 
 
+def name_the_values(command: Any) -> None:
+    """Give every option and argument of ``command`` (a click command or group, and
+    its subcommands) that names no metavar one from its name: ``--queue QUEUE``,
+    ``--limit N``, where typer would show ``<str>`` or ``<list[str]>``."""
+    for param in getattr(command, "params", []):
+        if param.param_type_name == "argument":
+            # An argument's help shows its name, then typer's type: keep the name only.
+            param.display_type_rich = lambda ctx: None
+        if param.metavar is not None:
+            continue
+        kind = param.bare_type() if hasattr(param, "bare_type") else ""
+        descriptor = getattr(param, "type_descriptor", None)
+        if getattr(param, "is_flag", False) or kind == "bool":
+            continue
+        if descriptor is not None and descriptor.is_choice:
+            continue  # its choices are the better placeholder
+        param.metavar = "N" if kind in ("int", "list[int]") else param.name.upper()
+    for sub in getattr(command, "commands", {}).values():
+        name_the_values(sub)
+
+
 ConfigOpt = Annotated[
     str | None,
     typer.Option("--config", "-c", envvar="HIPQ_CONFIG", metavar="FILE", help="YAML config file"),

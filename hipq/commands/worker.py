@@ -11,7 +11,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import signal
+import sys
 from typing import TYPE_CHECKING, Annotated
 
 import typer
@@ -32,7 +34,15 @@ def worker(
             help="the async handler, with the signature of a python job type's",
         ),
     ],
-    concurrency: Annotated[int, typer.Option(min=1, max=1000, help="jobs run at once")] = 10,
+    concurrency: Annotated[
+        int,
+        typer.Option(
+            min=1,
+            max=1000,
+            help="the weight of the jobs run at once (a job of weight 2 counts twice; one "
+            "heavier than this is left for another worker)",
+        ),
+    ] = 10,
     wait: Annotated[
         float, typer.Option(min=0, max=60, help="seconds each fetch waits for a job")
     ] = 30.0,
@@ -52,12 +62,24 @@ def worker(
     names = [t.strip() for t in types.split(",") if t.strip()]
     if not names:
         fail("--types names no job type")
+    _import_from_the_current_directory()
     try:
         function = import_handler(handler)
     except HandlerImportError as exc:
         fail(f"--handler: {exc}")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    # httpx logs every request's full URL at INFO: one line per fetch and report.
+    logging.getLogger("httpx").setLevel(logging.WARNING)
     asyncio.run(_run(base_url(url, config), names, function, concurrency, wait, name, grace))
+
+
+def _import_from_the_current_directory() -> None:
+    """``--handler myapp.images:thumbnail`` finds ``myapp/`` in the directory the worker
+    starts in, as Celery's, rq's and arq's workers do: a console script's sys.path
+    starts with its own bin directory, not the current one."""
+    here = os.getcwd()
+    if here not in sys.path:
+        sys.path.insert(0, here)
 
 
 async def _run(

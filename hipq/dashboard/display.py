@@ -1,5 +1,5 @@
 """Values as a person writes them: ``no`` rather than ``False``, ``24 h`` rather than
-``86400.0 s``; and the reason a job waits, as the operator needs to read it.
+``86400.0 s``; a job's run time and the duration of its attempt.
 
 Pure functions, registered as Jinja filters by ``hipq.dashboard.pages``.
 """
@@ -7,12 +7,13 @@ Pure functions, registered as Jinja filters by ``hipq.dashboard.pages``.
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
+from hipq.batches import waited_batch
 from hipq.durations import format_duration
 from hipq.jobs import Job
 from hipq.lifecycle import State
 
-PAUSED_REASON = "queue paused"
 # (unit, seconds): the largest unit that divides a duration exactly names it; a day
 # is only used from two on ("24 h" reads better than "1 d" for a timeout).
 _UNITS = (("d", 86_400.0), ("h", 3_600.0), ("min", 60.0), ("s", 1.0))
@@ -53,10 +54,34 @@ def utc_input(value: datetime | None) -> str:
     return value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S")
 
 
-def waiting(job: Job, paused_queues: frozenset[str]) -> str | None:
-    """Why a job has not started: a paused queue first (the loop reads no job of a
-    paused queue, so the reason its throttlers gave last is stale), then the reason
-    the loop recorded."""
-    if job.state == State.SCHEDULED and job.queue in paused_queues:
-        return PAUSED_REASON
-    return job.waiting_reason
+def in_zone(value: datetime, zone: str) -> str:
+    """An instant on the wall clock of an IANA zone, named by its abbreviation
+    (``2027-01-01 03:00:00 CET``); a zone not known gives it in UTC."""
+    try:
+        local = value.astimezone(ZoneInfo(zone))
+    except (ZoneInfoNotFoundError, ValueError):
+        local = value.astimezone(UTC)
+    return local.strftime("%Y-%m-%d %H:%M:%S %Z")
+
+
+def run_time(job: Job) -> str:
+    """When a job may run: for one that waits for other jobs, what it waits for (its
+    stored run_at is parked far in the future then), else its run_at."""
+    if job.state is State.SCHEDULED and job.waiting_for:
+        if job.after:
+            shown = ", ".join(f"#{i}" for i in job.after[:3])
+            return f"after {shown}" + (", ..." if len(job.after) > 3 else "")
+        batch = waited_batch(job.waiting_reason)
+        return f"after batch {batch}" if batch is not None else "after other jobs"
+    return job.own_run_at.strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def job_duration(job: Job, now: datetime) -> float | None:
+    """How long its last attempt ran (so far, for one in flight); None before one."""
+    if job.claimed_at is None:
+        return None
+    if job.state in (State.RUNNING, State.AWAITING):
+        return max(0.0, (now - job.claimed_at).total_seconds())
+    if job.finished_at is not None and job.finished_at >= job.claimed_at:
+        return (job.finished_at - job.claimed_at).total_seconds()
+    return None

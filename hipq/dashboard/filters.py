@@ -13,9 +13,9 @@ from typing import Any
 from starlette.datastructures import QueryParams
 
 from hipq.api.jobs import MAX_LABEL_FILTERS
-from hipq.api.models import EARLIEST, LATEST
 from hipq.api.paging import parse_id
 from hipq.dashboard.display import utc_input
+from hipq.ingest.job_in import EARLIEST, LATEST
 from hipq.lifecycle import State
 from hipq.storable_text import NUL_MESSAGE
 from hipq.store.operator_reads import JobQuery
@@ -98,6 +98,7 @@ def parse_job_filter(params: QueryParams) -> JobFilterForm:
         created_since=since,
         created_until=until,
         before_id=before_id,
+        retrying=_text(params, "retrying") is not None,
         limit=PAGE_SIZE,
     )
     values = {k: params.get(k) or "" for k in ("queue", "type", "job_key", "correlation_key")}
@@ -109,8 +110,8 @@ def parse_job_filter(params: QueryParams) -> JobFilterForm:
 def bulk_filter(q: JobQuery) -> dict[str, Any] | None:
     """The job list's filter as POST /v1/jobs/bulk takes it (for "retry all" and
     "delete all"); None when there is none (a bulk verb needs a condition) or when
-    the bulk API cannot say it (a correlation key)."""
-    if q.correlation_key is not None:
+    the bulk API cannot say it (a correlation key, retrying jobs)."""
+    if q.correlation_key is not None or q.retrying:
         return None
     out: dict[str, Any] = {}
     if q.queue:
@@ -135,3 +136,12 @@ def page_link(params: QueryParams, before: int) -> str:
     """The query string of the next page: the same filters, a new cursor."""
     kept = [(k, v) for k, v in params.multi_items() if k != "before" and v]
     return str(QueryParams([*kept, ("before", str(before))]))
+
+
+def state_link(params: QueryParams, state: str | None) -> str:
+    """The query string of a state tab: the same filters, only ``state`` (None: any;
+    ``retrying``: scheduled again after a failed attempt), from the first page."""
+    tab = {"retrying": ("retrying", "1")}.get(state or "", ("state", state or ""))
+    dropped = ("before", "state", "retrying")
+    kept = [(k, v) for k, v in params.multi_items() if k not in dropped and v]
+    return str(QueryParams([*kept, *([tab] if state else [])]))

@@ -16,11 +16,11 @@ from fastapi import APIRouter, Request
 from fastapi.responses import FileResponse, HTMLResponse, RedirectResponse
 from fastapi.templating import Jinja2Templates
 
-from hipq import __version__
 from hipq.api import auth
 from hipq.api import schedules as schedules_api
 from hipq.api.paging import parse_id
-from hipq.dashboard import access, display
+from hipq.api.why_waiting import explained
+from hipq.dashboard import access, busy, display
 from hipq.dashboard.candidates import Candidate, suggest
 from hipq.dashboard.filters import (
     STATES,
@@ -28,6 +28,7 @@ from hipq.dashboard.filters import (
     bulk_filter,
     page_link,
     parse_job_filter,
+    state_link,
 )
 from hipq.dashboard.history import DEFAULT_PERIOD, PERIODS, history
 from hipq.dashboard.overview import queue_views
@@ -36,10 +37,12 @@ from hipq.lifecycle import State
 from hipq.service import Service
 from hipq.store import NotFound
 from hipq.store.records import Response
+from hipq.version import __version__
 
 PREFIX = "/dashboard"
 RESPONSE_STATUSES = ("pending", "late", "expired", "duplicate", "matched")
 RESPONSES_PAGE = 50
+RESPONSE_COUNT_LIMIT = 1000  # a tab counts this many at most ("1000+")
 FAILED_RETRY_LIMIT = 10_000  # job ids one bulk retry carries (POST /v1/jobs/bulk's limit)
 RECENT_FIRES = 5  # fire times shown per schedule
 BATCHES_PAGE = 50  # batches per page, and jobs per page of a batch
@@ -72,7 +75,9 @@ templates.env.filters["yes_no"] = display.yes_no
 templates.env.filters["duration"] = display.duration
 templates.env.filters["utc_input"] = display.utc_input
 templates.env.filters["as_config"] = format_duration  # as a form field takes it back
-templates.env.globals["waiting"] = display.waiting
+templates.env.filters["run_time"] = display.run_time
+templates.env.filters["in_zone"] = display.in_zone
+templates.env.globals["job_duration"] = display.job_duration
 templates.env.globals["version"] = __version__
 
 
@@ -122,6 +127,7 @@ async def processes_page(request: Request) -> HTMLResponse:
         request,
         "processes.html",
         processes=found,
+        busy=busy.place(await service.store.job_busy(), found),
         unowned=sorted(q for q in service.settings.queues if q not in owned),
         now=now,
         lease_ttl=service.settings.lease_ttl,
@@ -148,14 +154,20 @@ async def jobs_page(request: Request) -> HTMLResponse:
             c = await service.store.queue_counts(name, service.clock())
             for s in counts:
                 counts[s] += getattr(c, s)
+    # A tab per state (as Oban Web's), counted where the count is cheap: open and
+    # failed jobs (finished ones may be millions).
+    tabs = [(None, "all", None)] + [(s, s, counts.get(s)) for s in STATES]
+    tabs.insert(2, ("retrying", "retrying", None))  # after scheduled: a part of it
     return _page(
         request,
         "jobs.html",
         form=form,
         result=page,
-        paused=await service.store.queue_paused_names(),
+        jobs=await explained(service.store, service.clock, page.jobs),
+        now=service.clock(),
         bulk_filter=bulk_filter(form.query),
         counts=counts,
+        tabs=[(state_link(request.query_params, s), name, n) for s, name, n in tabs],
         next_link=page_link(request.query_params, page.next_cursor) if page.next_cursor else None,
         **context,
     )
@@ -163,7 +175,8 @@ async def jobs_page(request: Request) -> HTMLResponse:
 
 @router.get("/jobs/{job_id}", response_class=HTMLResponse)
 async def job_page(request: Request, job_id: str) -> HTMLResponse:
-    store = _service(request).store
+    service = _service(request)
+    store = service.store
     wanted = parse_id(job_id)
     if wanted is None:
         return _page(request, "missing.html", 404, what=f"job {job_id!r}")
@@ -172,14 +185,15 @@ async def job_page(request: Request, job_id: str) -> HTMLResponse:
     except NotFound:
         return _page(request, "missing.html", 404, what=f"job {job_id}")
     attempts = await store.job_attempts(job.id)
-    paused = await store.queue_paused_names()
+    (job,) = await explained(store, service.clock, [job])
     found = await store.response_by_key(job.correlation_key) if job.correlation_key else []
     return _page(
         request,
         "job.html",
         job=job,
-        waiting_reason=display.waiting(job, paused),
+        now=service.clock(),
         attempts=attempts,
+        notifications=await store.notification_list(job_id=job.id, limit=100),
         dependents=await store.job_dependents(job.id),
         batch=await store.batch_get(job.batch_id) if job.batch_id else None,
         responses=found,
@@ -226,10 +240,9 @@ async def batch_page(request: Request, batch_id: str) -> HTMLResponse:
         request,
         "batch.html",
         batch=batch,
-        jobs=found,
+        jobs=await explained(store, _service(request).clock, found),
         # One row per target, written once when it finishes.
         notifications=await store.notification_list(batch_id=batch.id, limit=100),
-        paused=await store.queue_paused_names(),
         older=found[-1].id if len(found) == BATCHES_PAGE else None,
     )
 
@@ -285,6 +298,10 @@ async def responses_page(request: Request) -> HTMLResponse:
         "responses.html",
         status=status,
         statuses=(*RESPONSE_STATUSES, "parked"),
+        counts=await store.response_counts(
+            (*RESPONSE_STATUSES, "parked"), RESPONSE_COUNT_LIMIT + 1
+        ),
+        count_limit=RESPONSE_COUNT_LIMIT,
         responses=found,
         parked=parked,
         open_keys=open_keys,

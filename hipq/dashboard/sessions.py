@@ -17,13 +17,16 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-__all__ = ["IDLE_SECONDS", "MAX_SESSIONS", "SESSION_SECONDS", "Sessions"]
+__all__ = ["IDLE_SECONDS", "MAX_SESSIONS", "MAX_SESSIONS_PER_TOKEN", "SESSION_SECONDS", "Sessions"]
 
 SESSION_SECONDS = 12 * 3600.0
 IDLE_SECONDS = 3600.0
 # Sign-ins kept at once; the oldest goes first beyond it (a flood of sign-ins by a
 # holder of a valid token cannot grow the process without bound).
 MAX_SESSIONS = 10_000
+# Sign-ins kept at once per token: its own oldest goes first beyond it, so that one
+# token's flood of sign-ins never pushes out another's session.
+MAX_SESSIONS_PER_TOKEN = 20
 
 
 @dataclass
@@ -43,6 +46,9 @@ class Sessions:
         """A new session for ``token``; its id (for the cookie)."""
         now = self.clock()
         self._forget_expired(now)
+        own = [key for key, session in self._by_digest.items() if session.token == token]
+        for key in own[: max(0, len(own) - MAX_SESSIONS_PER_TOKEN + 1)]:
+            del self._by_digest[key]
         while len(self._by_digest) >= MAX_SESSIONS:
             del self._by_digest[next(iter(self._by_digest))]
         session_id = secrets.token_urlsafe(32)

@@ -9,16 +9,19 @@ opening. Errors name the field, as the API reports them.
 from __future__ import annotations
 
 from contextvars import ContextVar
+from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any
 
 from hipq.config import Settings
 from hipq.durations import parse_duration
 from hipq.ingest.response_intake import callback_key_problem, route_key_problem
+from hipq.ingest.tenancy import caller_refusal
 from hipq.job_keys import JOB_KEY_MODES
-from hipq.job_types import JobTypeInfo, JobTypes
+from hipq.job_types import PULL_KEY_PREFIX, JobTypeInfo, JobTypes
 from hipq.jobs import Job, NewJob
 from hipq.plugins import PluginError, RetryStrategies
+from hipq.security.tokens import Principal
 from hipq.storable_text import NUL_MESSAGE, nul_field
 from hipq.templates import TemplateError, new_job_context
 from hipq.windows import Window, WindowError, next_opening, parse_windows
@@ -26,6 +29,23 @@ from hipq.windows import Window, WindowError, next_opening, parse_windows
 MAX_RUN_IN_SECONDS = 3650 * 86400
 # Longer is a client bug, and the deadline (claimed_at + timeout) must stay a valid date.
 MAX_TIMEOUT_SECONDS = 3650 * 86400.0
+
+
+def timeout_problem(seconds: float) -> str | None:
+    """Why a job cannot have this timeout; None if it can (every way in asks here)."""
+    if seconds <= 0:
+        return "must be greater than zero"
+    if seconds > MAX_TIMEOUT_SECONDS:
+        return "must be at most 3650d"
+    return None
+
+
+def capacity_problem(weight: int, queue: str, capacity: int | None) -> str | None:
+    """Why a job of ``weight`` can never run in ``queue`` (None: it fits; a queue
+    without a capacity takes any weight)."""
+    if capacity is not None and weight > capacity:
+        return f"{weight} exceeds the capacity {capacity} of queue {queue}"
+    return None
 
 
 class IntakeError(ValueError):
@@ -40,6 +60,15 @@ class IntakeError(ValueError):
         if sep and where.startswith("windows") and " " not in where:
             return cls(where, message)
         return cls("windows", str(exc))
+
+    def within(self, prefix: str) -> IntakeError:
+        """The same refusal, its field named within a list (``jobs[3].``)."""
+        return type(self)(prefix + self.field, self.message)
+
+
+class CallerRefused(IntakeError):
+    """A job its caller may not add (outside its token's queues, types or job limits):
+    the API's 403 naming the field."""
 
 
 # Whether an unknown job type's error lists the configured ones: the API sets it per
@@ -66,10 +95,8 @@ class Intake:
             timeout = parse_duration(raw)
         except ValueError as exc:
             raise IntakeError("timeout", str(exc)) from None
-        if timeout <= 0:
-            raise IntakeError("timeout", "must be greater than zero")
-        if timeout > MAX_TIMEOUT_SECONDS:
-            raise IntakeError("timeout", "must be at most 3650d")
+        if problem := timeout_problem(timeout):
+            raise IntakeError("timeout", problem)
         return timeout
 
     @staticmethod
@@ -103,10 +130,8 @@ class Intake:
         capacity = (
             self.settings.queues[queue].concurrency if queue in self.settings.queues else None
         )
-        if capacity is not None and weight > capacity:
-            raise IntakeError(
-                "weight", f"{weight} exceeds the capacity {capacity} of queue {queue}"
-            )
+        if problem := capacity_problem(weight, queue, capacity):
+            raise IntakeError("weight", problem)
 
     @staticmethod
     def run_at(run_at: datetime | None, run_in: Any, now: datetime) -> datetime:
@@ -123,8 +148,13 @@ class Intake:
             raise IntakeError("run_in", "must be between 0 and 3650d")
         return now + timedelta(seconds=seconds)
 
-    def resolve(self, job: dict[str, Any], now: datetime) -> NewJob:
-        """``job`` holds the API fields that the client set (validated for shape)."""
+    def resolve(
+        self, job: dict[str, Any], now: datetime, caller: Principal | None = None
+    ) -> NewJob:
+        """``job`` holds the API fields that the client set (validated for shape).
+
+        ``caller``: who adds it (None: the service itself). Its job is its tenant's
+        (``NewJob.tenant``) and must be one its token allows (``CallerRefused``)."""
         for name, value in job.items():
             where = nul_field(value, name)
             if where:
@@ -135,6 +165,8 @@ class Intake:
         if queue not in self.settings.queues:
             raise IntakeError("queue", f"unknown queue {queue!r}")
         run_at = self.run_at(job.get("run_at"), job.get("run_in"), now)
+        if caller is not None and not caller.job_limits.past_run_at:
+            run_at = max(run_at, now)  # not before the jobs others added earlier
         windows = job.get("windows") or None
         if windows:
             windows, run_at = self._windowed(windows, run_at)
@@ -163,6 +195,11 @@ class Intake:
                 correlation_key = template.render(context)
             except TemplateError as exc:
                 raise IntakeError("payload", f"correlation key: {exc}") from None
+        if correlation_key is not None and correlation_key.startswith(PULL_KEY_PREFIX):
+            # Pull workers' keys are hipq's own: a job holding one could take a claim's.
+            raise IntakeError(
+                "correlation_key", f"keys beginning with {PULL_KEY_PREFIX!r} are hipq's own"
+            )
         if correlation_key is not None and (problem := callback_key_problem(correlation_key)):
             # Rendered from the payload, the key may hold what its callback URL cannot.
             raise IntakeError("correlation_key", problem)
@@ -175,7 +212,7 @@ class Intake:
         unique_for = self.unique_for_seconds(job.get("unique_for"), job_key)
         weight = job["weight"] if job.get("weight") is not None else jt.weight
         self.check_weight(queue, weight)
-        return NewJob(
+        new = NewJob(
             type=info.name,
             queue=queue,
             payload=payload,
@@ -197,6 +234,12 @@ class Intake:
             after_failed=(job.get("after_failed") or "cancel") if job.get("after") else None,
             batch_id=job.get("batch_id"),
         )
+        if caller is None or not caller.authenticated:
+            return new
+        if refused := caller_refusal(caller, new, jt):
+            field, why = refused
+            raise CallerRefused(field, f"token {caller.name!r} {why}")
+        return replace(new, tenant=caller.tenant) if caller.tenant else new
 
     def notify_targets(self, asked: list[str] | None, default: list[str]) -> list[str] | None:
         """The targets of a job's outcome notifications: its own, else its type's;

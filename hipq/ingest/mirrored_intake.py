@@ -15,7 +15,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, NamedTuple
 
 from hipq.durations import parse_duration
-from hipq.ingest.job_intake import MAX_RUN_IN_SECONDS, MAX_TIMEOUT_SECONDS
+from hipq.ingest.job_intake import MAX_RUN_IN_SECONDS, capacity_problem, timeout_problem
 from hipq.ingest.response_intake import callback_key_problem, route_key_problem
 from hipq.job_keys import JOB_KEY_MODES
 from hipq.store.job_types_mirror import MirroredJobType, MirroredQueue
@@ -64,7 +64,8 @@ def mirror_from_rows(
     type_rows: list[Sequence[Any]], queue_rows: list[Sequence[Any]]
 ) -> tuple[dict[str, MirroredJobType], dict[str, MirroredQueue]]:
     types = {}
-    for name, queue, priority, weight, timeout, retry, key, parts, at_dispatch in type_rows:
+    for row in type_rows:
+        name, queue, priority, weight, timeout, retry, key, parts, at_dispatch, labels, notify = row
         types[name] = MirroredJobType(
             name=name,
             queue=queue,
@@ -75,6 +76,8 @@ def mirror_from_rows(
             correlation_key=key,
             key_parts=_loaded(parts),
             key_at_dispatch=bool(at_dispatch),
+            labels=_loaded(labels) or {},
+            notify=_loaded(notify),
         )
     return types, {name: MirroredQueue(name, capacity) for name, capacity in queue_rows}
 
@@ -144,6 +147,7 @@ def _resolve_one(
     bad_label = sorted(k for k, v in labels.items() if not isinstance(v, str))
     if bad_label:
         raise refuse(f"labels.{bad_label[0]}", "must be a string")
+    labels = {**jt.labels, **labels}  # the job's own values win
     run_at = _run_at(job.get("run_at"), now, refuse)
     priority = job.get("priority", jt.priority)
     if not _is_int(priority) or abs(priority) > _INT32:
@@ -151,16 +155,13 @@ def _resolve_one(
     weight = job.get("weight", jt.weight)
     if not _is_int(weight) or not 1 <= weight <= 1_000_000:
         raise refuse("weight", "must be an integer between 1 and 1000000")
-    capacity = queues[queue].concurrency
-    if capacity is not None and weight > capacity:
-        raise refuse("weight", f"{int(weight)} exceeds the capacity {capacity} of queue {queue}")
+    if problem := capacity_problem(int(weight), queue, queues[queue].concurrency):
+        raise refuse("weight", problem)
     timeout = job.get("timeout_seconds", jt.timeout_seconds)
     if isinstance(timeout, bool) or not isinstance(timeout, int | float):
         raise refuse("timeout_seconds", "must be a number of seconds")
-    if timeout <= 0:
-        raise refuse("timeout_seconds", "must be greater than zero")
-    if timeout > MAX_TIMEOUT_SECONDS:
-        raise refuse("timeout_seconds", "must be at most 3650d")
+    if problem := timeout_problem(timeout):
+        raise refuse("timeout_seconds", problem)
     retry = dict(jt.retry)
     if "max_attempts" in job:
         attempts = job["max_attempts"]
@@ -195,6 +196,7 @@ def _resolve_one(
         "updated_at": now,
         "cancel_requested": False,
         "flags": flags,
+        "notify": jt.notify,
     }
     return Resolved(row, mode, unique_for)
 

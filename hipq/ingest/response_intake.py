@@ -15,7 +15,7 @@ from typing import Any
 
 import orjson
 
-from hipq.ingest.outcome_rules import OutcomeRule, decide
+from hipq.outcome_rules import OutcomeRule, decide
 from hipq.storable_text import NUL_MESSAGE, SURROGATE_MESSAGE, nul_field, surrogate_field
 from hipq.store import NewResponse
 from hipq.store.schema import KEY_MAX_LENGTH
@@ -36,6 +36,9 @@ HIDDEN_HEADERS = frozenset(
         "webhook-signature",
     }
 )
+# Names that say a header carries a credential or a signature (``api-key``,
+# ``x-auth-token``, ``stripe-signature``, ``x-hub-signature-256``...): not kept either.
+_SECRET_LOOKING = re.compile(r"auth|token|secret|signature|api-?key|password|session|cookie")
 
 # The callback route's sibling: POST /v1/callbacks/{key}/heartbeat.
 HEARTBEAT_SUFFIX = "/heartbeat"
@@ -172,7 +175,13 @@ def shown_headers(headers: Mapping[str, str] | None) -> dict[str, str] | None:
     """``headers`` without those never kept (rows stored before they were dropped)."""
     if headers is None:
         return None
-    return {k: v for k, v in headers.items() if k.lower() not in HIDDEN_HEADERS}
+    return {k: v for k, v in headers.items() if not hidden_header(k)}
+
+
+def hidden_header(name: str) -> bool:
+    """Whether a header is never stored nor shown with a response."""
+    lowered = name.lower()
+    return lowered in HIDDEN_HEADERS or _SECRET_LOOKING.search(lowered) is not None
 
 
 def signed_key_problem(template: KeyTemplate, body: Any, key: str) -> str | None:

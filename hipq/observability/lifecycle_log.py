@@ -15,6 +15,7 @@ customers' data or secrets.
 from __future__ import annotations
 
 import logging
+import re
 import sys
 from collections.abc import Mapping
 from datetime import UTC, datetime
@@ -146,9 +147,24 @@ def _text(value: Any) -> str:
     return str(value)
 
 
+# Characters that would end or rewrite a line on a terminal (other than the newline a
+# traceback is split on), shown escaped.
+_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029]")
+# Marks each line of a traceback below its event.
+TRACEBACK_MARK = "  | "
+
+
+def traceback_lines(text: str) -> str:
+    """A traceback as lines below its event, each marked and with control characters
+    escaped: a pull worker sends its traceback's text, which must not pass for log
+    lines of their own."""
+    escaped = _CONTROL.sub(lambda m: m.group().encode("unicode_escape").decode(), text)
+    return "".join(f"\n{TRACEBACK_MARK}{line}" for line in escaped.rstrip("\n").split("\n"))
+
+
 class ConsoleFormatter(logging.Formatter):
     """``time LEVEL logger: message key=value ...`` (values with spaces quoted); a
-    ``traceback`` field follows on its own lines, as an exception's does."""
+    ``traceback`` field follows on its own marked lines, as an exception's does."""
 
     def __init__(self) -> None:
         super().__init__("%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -159,7 +175,7 @@ class ConsoleFormatter(logging.Formatter):
         if fields:
             line += "".join(f" {k}={_text(v)}" for k, v in fields.items() if k != "traceback")
             if fields.get("traceback"):
-                line += "\n" + str(fields["traceback"]).rstrip("\n")
+                line += traceback_lines(str(fields["traceback"]))
         return line
 
 

@@ -29,13 +29,11 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from hipq.jobs import Job, NewJob
-from hipq.outcomes import Failed, Outcome
 
 if TYPE_CHECKING:
     from opentelemetry.trace import Span, Tracer, TracerProvider
 
     from hipq.store import NewResponse
-    from hipq.transports.base import Reporter, Transport
 
 log = logging.getLogger("hipq.observability.tracing")
 
@@ -60,7 +58,7 @@ def enable(provider: TracerProvider | None = None) -> None:
     global _tracer
     from opentelemetry import trace
 
-    from hipq import __version__
+    from hipq.version import __version__
 
     provider = provider or trace.get_tracer_provider()
     _tracer = provider.get_tracer("hipq", __version__)
@@ -170,83 +168,8 @@ def inject(headers: MutableMapping[str, str]) -> None:
     propagate.inject(headers)
 
 
-def traced(transports: dict[str, Transport]) -> dict[str, Transport]:
-    """Each transport wrapped so that every dispatch is an attempt's span (tracing on)."""
-    if _tracer is None:
-        return transports
-    wrapped: dict[int, Transport] = {}
-    return {
-        name: wrapped.setdefault(id(t), _TracedTransport(t))  # type: ignore[arg-type]
-        for name, t in transports.items()
-    }
-
-
-class _TracedTransport:
-    """A transport whose dispatch runs inside the attempt's span: the task it starts
-    copies the context, so ``inject`` in the transport finds the span."""
-
-    def __init__(self, inner: Transport) -> None:
-        self.inner = inner
-        self._spans: dict[int, Span] = {}
-
-    def dispatch(self, job: Job, reporter: Reporter) -> None:
-        from opentelemetry import trace
-
-        span = _start_attempt(job)
-        self._end(job.id)  # a resumed dispatch of the same job replaces its span
-        self._spans[job.id] = span
-        with trace.use_span(span, end_on_exit=False):
-            self.inner.dispatch(job, _SpanReporter(reporter, self, job.id))
-
-    def abandon(self, job_id: int) -> None:
-        self._end(job_id, "abandoned")
-        self.inner.abandon(job_id)
-
-    def _end(self, job_id: int, error: str | None = None) -> None:
-        span = self._spans.pop(job_id, None)
-        if span is not None:
-            _finish(span, error)
-
-    @property
-    def ready(self) -> bool:
-        return self.inner.ready
-
-    @property
-    def busy(self) -> int:
-        return self.inner.busy
-
-    async def start(self) -> None:
-        await self.inner.start()
-
-    async def stop(self) -> None:
-        await self.inner.stop()
-        for job_id in list(self._spans):
-            self._end(job_id, "stopped")
-
-    def __getattr__(self, name: str) -> Any:  # callback_url and the like
-        return getattr(self.inner, name)
-
-
-class _SpanReporter:
-    """Passes reports on to the loop, ending the attempt's span at the send or outcome."""
-
-    def __init__(self, inner: Reporter, owner: _TracedTransport, job_id: int) -> None:
-        self.inner, self.owner, self.job_id = inner, owner, job_id
-
-    def sent(self, job: Job) -> None:
-        self.owner._end(self.job_id)
-        self.inner.sent(job)
-
-    def outcome(self, job: Job, outcome: Outcome) -> None:
-        error = outcome.error.message if isinstance(outcome, Failed) else None
-        self.owner._end(self.job_id, error)
-        self.inner.outcome(job, outcome)
-
-    def __getattr__(self, name: str) -> Any:  # heartbeat, checkpoint
-        return getattr(self.inner, name)
-
-
-def _start_attempt(job: Job) -> Span:
+def start_attempt(job: Job) -> Span:
+    """A new span for ``job``'s attempt, linked to its enqueue's (tracing on)."""
     from opentelemetry import propagate, trace
 
     links = []
@@ -270,7 +193,7 @@ def _start_attempt(job: Job) -> Span:
     )
 
 
-def _finish(span: Span, error: str | None) -> None:
+def finish_attempt(span: Span, error: str | None) -> None:
     from opentelemetry.trace import Status, StatusCode
 
     if error is not None:

@@ -10,7 +10,7 @@ import logging
 from collections.abc import Callable
 from datetime import datetime
 
-from hipq.process.activity import Loop
+from hipq.activity import Loop
 from hipq.store import Store
 
 log = logging.getLogger("hipq.process.bulk_runner")

@@ -22,10 +22,10 @@ from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import Any
 
+from hipq.activity import Loop
 from hipq.batch_loop import outcome_wire
 from hipq.jobs import Job
 from hipq.outcomes import Outcome
-from hipq.process.activity import Loop
 from hipq.store import Store
 from hipq.store.hand_off import Report
 from hipq.transports.base import Transport, dispatch

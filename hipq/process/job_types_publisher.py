@@ -45,6 +45,8 @@ def mirror_of(
             correlation_key=info.correlation.text if info.correlation else None,
             key_parts=key_parts(info.correlation) if info.correlation else None,
             key_at_dispatch=info.key_at_dispatch,
+            labels=dict(info.config.labels),
+            notify=sorted(set(info.config.notify)) or None,
         )
         for info in job_types.values()
     ]

@@ -35,8 +35,8 @@ from collections import defaultdict
 from collections.abc import Iterable
 from typing import Any
 
+from hipq.activity import Loop
 from hipq.lifecycle import TERMINAL
-from hipq.process.activity import Loop
 from hipq.store import JobView, Store
 
 log = logging.getLogger("hipq.process.job_waiters")

@@ -30,13 +30,13 @@ from aiokafka.errors import CommitFailedError  # type: ignore[import-untyped]
 
 from hipq.config import KafkaConfig
 from hipq.events import Events
-from hipq.ingest.outcome_rules import OutcomeRule, OutcomeRuleError, rule_for
 from hipq.ingest.response_intake import ResponseRefused, check_body, new_response
 from hipq.ingest.response_writer import emit_stored
-from hipq.process.kafka_client import Backoff, client_options, close_quietly
+from hipq.outcome_rules import OutcomeRule, OutcomeRuleError, rule_for
 from hipq.store import NewResponse, ParkedMessage, Store
 from hipq.store.schema import KEY_MAX_LENGTH
 from hipq.templates import KAFKA_RESPONSE_ROOTS, KeyTemplate, TemplateError, compile_template
+from hipq.transports.kafka_client import client_options, close_quietly, reconnect_backoff
 
 log = logging.getLogger("hipq.process.kafka_consumer")
 
@@ -318,7 +318,7 @@ class ResponseConsumer:
             await close_quietly(consumer)
 
     async def _run(self) -> None:
-        backoff = Backoff()
+        backoff = reconnect_backoff()
         next_probe = time.monotonic() + self._probe_interval
         while True:
             try:

@@ -27,15 +27,15 @@ from typing import Any
 
 import httpx
 
+from hipq.activity import Loop
 from hipq.config import KafkaConfig, NotificationsConfig, NotificationTarget, WebhookTarget
 from hipq.events import Events
 from hipq.lifecycle import TERMINAL
 from hipq.outbox import Delivery, Notification, retry_delay
-from hipq.process.activity import Loop
-from hipq.process.kafka_client import client_options, close_quietly
 from hipq.security.signatures import signature_headers
 from hipq.store import Store
 from hipq.transports.http import shown_url
+from hipq.transports.kafka_client import client_options, close_quietly
 
 log = logging.getLogger("hipq.process.notifier")
 

@@ -13,9 +13,9 @@ import logging
 from collections.abc import Callable, Mapping
 from datetime import datetime
 
+from hipq.activity import Loop
 from hipq.batch_loop.loop import QueueLoop
 from hipq.events import Events
-from hipq.process.activity import Loop
 from hipq.store import Store
 from hipq.store.records import QueueGauges
 

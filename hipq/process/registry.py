@@ -20,9 +20,9 @@ from collections.abc import Callable, Collection, Mapping
 from datetime import datetime
 
 from hipq.batch_loop.loop import QueueLoop
-from hipq.observability.faults import FaultReporter
+from hipq.faults import FaultReporter
 from hipq.process.queue_share import assign, share_of
-from hipq.process.stopping import finish_or_cancel
+from hipq.stopping import finish_or_cancel
 from hipq.store import Store
 from hipq.store.processes import ProcessInfo
 

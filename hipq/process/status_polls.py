@@ -29,16 +29,16 @@ from typing import Any
 import httpx
 import orjson
 
+from hipq.activity import Loop
 from hipq.batch_loop.loop import QueueLoop
 from hipq.config import StatusRequest
 from hipq.events import Events
-from hipq.ingest.outcome_rules import OutcomeRule, decide, parse_body
 from hipq.ingest.response_intake import new_response
 from hipq.ingest.response_writer import ResponseWriter
 from hipq.job_types import JobTypeInfo, JobTypes
 from hipq.jobs import Job
 from hipq.lifecycle import State
-from hipq.process.activity import Loop
+from hipq.outcome_rules import OutcomeRule, decide, parse_body
 from hipq.process.wiring import ServiceError
 from hipq.templates import job_context
 from hipq.transports.http_pool import PooledTransport

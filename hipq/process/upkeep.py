@@ -14,10 +14,10 @@ import logging
 from collections.abc import Callable
 from datetime import datetime, timedelta
 
+from hipq.activity import Loop
 from hipq.config import Settings
 from hipq.events import Events
 from hipq.lifecycle import State
-from hipq.process.activity import Loop
 from hipq.store import Store
 
 log = logging.getLogger("hipq.process.upkeep")

@@ -1,8 +1,9 @@
 """Building a hipq process from its settings: the store, job types, intake,
 transports, one loop per queue, and the background activities around them.
 
-``build_service`` returns the ``Service`` that runs them; building fails with
-``ServiceError`` (one readable line) on a configuration hipq cannot run.
+``build_parts`` returns them, for the ``Service`` that runs them (``hipq.service``);
+building fails with ``ServiceError`` (one readable line) on a configuration hipq cannot
+run.
 """
 
 from __future__ import annotations
@@ -18,28 +19,29 @@ from typing import TYPE_CHECKING
 from hipq.batch_loop.chain import ChainConfigError, build_stages
 from hipq.batch_loop.limits import LiveLimits
 from hipq.batch_loop.loop import QueueLoop
-from hipq.batch_loop.wakeup import Wakeups
 from hipq.config import Settings
 from hipq.events import Events
 from hipq.ingest.job_intake import Intake
 from hipq.ingest.job_writer import JobWriter
 from hipq.ingest.response_writer import ResponseWriter
 from hipq.job_types import JobTypeError, JobTypes
-from hipq.observability import tracing
 from hipq.observability.lifecycle_log import LifecycleLog
 from hipq.plugins import RetryStrategies
 from hipq.process.executor import Executor
 from hipq.process.registry import ProcessRegistry
+from hipq.process.scheduler import Scheduler
 from hipq.process.upkeep import Upkeep
-from hipq.schedules import ScheduleError, Scheduler
+from hipq.schedules import ScheduleError
 from hipq.store import Store
 from hipq.store.processes import ProcessInfo
+from hipq.store.wakeup import Wakeups
 from hipq.transports.base import Transport
 from hipq.transports.python import HandlerImportError, PythonTransport, import_handler
+from hipq.transports.traced import traced
+from hipq.version import __version__
 
 if TYPE_CHECKING:
     from hipq.process.kafka_consumer import ResponseConsumer
-    from hipq.service import Service
     from hipq.transports.kafka import KafkaTransport
 
 
@@ -87,19 +89,6 @@ def build_parts(
     return _Wiring(settings, clock, owner, run_loops).parts()
 
 
-def build_service(
-    settings: Settings,
-    *,
-    clock: Callable[[], datetime] = utcnow,
-    owner: str | None = None,
-    run_loops: bool = True,
-) -> Service:
-    from hipq.service import Service
-
-    parts = build_parts(settings, clock=clock, owner=owner, run_loops=run_loops)
-    return Service(settings, parts=parts)
-
-
 class _Wiring:
     def __init__(
         self,
@@ -122,7 +111,7 @@ class _Wiring:
 
     def parts(self) -> Parts:
         settings = self.settings
-        self.transports = tracing.traced(self._transports())
+        self.transports = traced(self._transports())
         self.loops = {name: self._loop(name) for name in settings.queues}
         self.wakeups = Wakeups(self.loops)
         self.store.listeners.append(self.wakeups.deliver)
@@ -174,6 +163,7 @@ class _Wiring:
             started_at=now,
             heartbeat_at=now,
             queues=serves,
+            version=__version__,
         )
         return ProcessRegistry(
             self.store,

@@ -16,8 +16,9 @@ from typing import Any
 from hipq.outcomes import Failed, Outcome, Snoozed, Succeeded
 from hipq.retry import AttemptError
 from hipq.store import NewResponse, Response
+from hipq.store.pull_claims import WORKER_SOURCE
 
-WORKER_SOURCE = "worker"
+__all__ = ["WORKER_SOURCE", "completed", "failed", "snoozed", "worker_outcome"]
 
 
 def completed(key: str, job_type: str, result: Any) -> NewResponse:

@@ -4,7 +4,10 @@ python handler, on any machine that reaches the API (``hipq worker``).
 The handler is the one python job types run (``hipq.transports.python``): the same
 ``JobContext`` (``heartbeat``, ``checkpoint``, ``snooze``), the same exceptions
 (``PermanentError``, ``Snooze``) and the same traceback kept on a failed attempt; what
-it reports is sent to the API with the job's attempt token. A job whose type has a
+it reports is sent to the API with the job's attempt token; the outcomes of jobs that
+end together travel in one request (``report_outcomes``, one at a time: those that end
+while one is under way go in the next). ``concurrency`` counts the jobs' weights, as
+a queue's does: a fetch asks for no more than the weight free. A job whose type has a
 ``heartbeat_timeout`` is heartbeated every third of it while its handler runs, so that
 a worker that dies loses it within that time. A report refused as stale (the job timed
 out, was cancelled or settled meanwhile) stops the handler and is logged.
@@ -22,8 +25,9 @@ from collections.abc import Callable, Coroutine, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from hipq.client import AsyncClient, Conflict, FetchedJob, HipqError
+from hipq.client import AsyncClient, Conflict, FetchedJob, HipqError, ReportResult
 from hipq.client.errors import ApiError
+from hipq.ingest.group_commit import GroupCommit
 from hipq.jobs import Job
 from hipq.lifecycle import State
 from hipq.outcomes import Failed, Outcome, Snoozed, Succeeded
@@ -33,6 +37,9 @@ log = logging.getLogger("hipq.worker")
 
 # After a fetch that failed (hipq unreachable), the next one waits this long.
 FETCH_RETRY_SECONDS = 1.0
+# What the API keeps of a failure (longer is refused): the error's start, the
+# traceback's end (where it failed).
+_ERROR_MAX, _TRACEBACK_MAX = 10_000, 65_536
 
 
 def utcnow() -> datetime:
@@ -42,6 +49,32 @@ def utcnow() -> datetime:
 class WorkerStopped(Exception):
     """The API refused the worker's fetch for good (a bad type, a token without the
     scope): the message is one readable line."""
+
+
+class _Outcomes(GroupCommit[dict[str, Any], ReportResult]):
+    """Outcomes sent together: those that arrive while a request is under way share
+    the next one."""
+
+    name = "worker-reports"
+
+    def __init__(self, client: AsyncClient) -> None:
+        super().__init__()
+        self._client = client
+
+    async def write_group(self, items: list[dict[str, Any]]) -> list[ReportResult | Exception]:
+        try:
+            return list(await self._client.report_outcomes(items))
+        except ApiError as exc:
+            if exc.status != 422 or len(items) == 1:
+                raise
+        # One report the API refuses (a result it cannot store) must not lose the others.
+        out: list[ReportResult | Exception] = []
+        for item in items:
+            try:
+                out.extend(await self._client.report_outcomes([item]))
+            except HipqError as alone:
+                out.append(alone)
+        return out
 
 
 class Worker:
@@ -60,6 +93,8 @@ class Worker:
         self.concurrency, self.wait, self.clock = concurrency, wait, clock
         self._transport = PythonTransport(dict.fromkeys(self.types, handler), clock)
         self._jobs: dict[int, _Running] = {}
+        self._load = 0  # the weight of the jobs under way
+        self._outcomes = _Outcomes(client)
         self._stopping = asyncio.Event()
         self._slot = asyncio.Event()  # a job ended: there may be room to fetch
         self._fetch: asyncio.Task[list[FetchedJob]] | None = None
@@ -82,13 +117,14 @@ class Worker:
         for running in list(self._jobs.values()):
             running.end()
         self._jobs.clear()
+        self._load = 0
         self._slot.set()
 
     async def run(self) -> None:
         """Fetch and run jobs until ``stop()``, then wait for those under way."""
         while not self._stopping.is_set():
-            free = self.concurrency - len(self._jobs)
-            # Busy: fetch once a quarter of the slots is free, not a job at a time
+            free = self.concurrency - self._load
+            # Busy: fetch once a quarter of the capacity is free, not a job at a time
             # (each fetch is a request and a write transaction).
             if free <= 0 or (self._jobs and free < max(1, self.concurrency // 4)):
                 self._slot.clear()
@@ -102,7 +138,9 @@ class Worker:
             await self._slot.wait()
 
     async def _fetched(self, count: int) -> list[FetchedJob]:
-        call = self.client.fetch_jobs(self.types, count, wait=self.wait, worker=self.name)
+        call = self.client.fetch_jobs(
+            self.types, count, wait=self.wait, worker=self.name, weight=count
+        )
         self._fetch = asyncio.ensure_future(call)
         try:
             return await self._fetch
@@ -126,6 +164,7 @@ class Worker:
         job = _job(fetched, self.clock())
         running = _Running(self, fetched, job)
         self._jobs[job.id] = running
+        self._load += fetched.weight
         if fetched.heartbeat_timeout:
             running.keep_alive(fetched.heartbeat_timeout / 3)
         self._transport.dispatch(job, running)
@@ -134,6 +173,7 @@ class Worker:
         running = self._jobs.pop(job_id, None)
         if running is not None:
             running.end()
+            self._load -= running.fetched.weight
             self.done += 1
         self._slot.set()
 
@@ -187,26 +227,14 @@ class _Running:
         self._beats = asyncio.create_task(beat())
 
     async def _report(self, outcome: Outcome) -> None:
-        client, job = self.worker.client, self.fetched
+        job = self.fetched
         # Heartbeats and checkpoints sent before the outcome go first.
         await asyncio.gather(*(t for t in self._tasks if t is not asyncio.current_task()))
+        self.end()  # no heartbeat after the outcome: the claim is over for this worker
         try:
-            if isinstance(outcome, Succeeded):
-                await client.report_complete(job.id, job.token, outcome.result)
-            elif isinstance(outcome, Snoozed):
-                seconds = max(0.0, (outcome.run_at - self.worker.clock()).total_seconds())
-                await client.report_snooze(job.id, job.token, seconds, outcome.reason)
-            elif isinstance(outcome, Failed):
-                error = outcome.error
-                await client.report_failure(
-                    job.id,
-                    job.token,
-                    error.message,
-                    retryable=error.retryable,
-                    traceback=outcome.traceback,
-                )
-        except Conflict as exc:
-            log.warning("job %s: report ignored: %s", job.id, exc.message)
+            answer = await self.worker._outcomes.submit(_report_of(job, outcome, self.worker))
+            if answer.status != "accepted":
+                log.warning("job %s: report ignored: %s", job.id, answer.message)
         except HipqError as exc:
             # Its deadline passes and it is retried: at-least-once.
             log.error("job %s: report not delivered: %s", job.id, exc)
@@ -224,6 +252,25 @@ class _Running:
             self.worker._abandon(job.id)
         except HipqError as exc:
             log.warning("job %s: heartbeat not delivered: %s", job.id, exc)
+
+
+def _report_of(fetched: FetchedJob, outcome: Outcome, worker: Worker) -> dict[str, Any]:
+    """The report of ``outcome`` for ``report_outcomes``."""
+    report: dict[str, Any] = {"id": fetched.id, "token": fetched.token}
+    if isinstance(outcome, Succeeded):
+        return {**report, "outcome": "completed", "result": outcome.result}
+    if isinstance(outcome, Snoozed):
+        seconds = max(0.0, (outcome.run_at - worker.clock()).total_seconds())
+        return {**report, "outcome": "snoozed", "seconds": seconds, "reason": outcome.reason}
+    assert isinstance(outcome, Failed)
+    error = outcome.error
+    return {
+        **report,
+        "outcome": "failed",
+        "error": error.message[:_ERROR_MAX] or "failed",
+        "retryable": error.retryable,
+        "traceback": None if outcome.traceback is None else outcome.traceback[-_TRACEBACK_MAX:],
+    }
 
 
 def _job(fetched: FetchedJob, now: datetime) -> Job:

@@ -7,6 +7,7 @@
 
 from __future__ import annotations
 
+import unicodedata
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal, cast
@@ -58,13 +59,20 @@ class Schedule:
 def check_name(name: str) -> None:
     """A name the routes can carry as one path segment (``/v1/schedules/{name}``): no
     ``/`` or ``\\``, not ``.`` or ``..`` (which a browser or a proxy resolves into
-    another route: a dashboard button would act on that), no control characters."""
+    another route: a dashboard button would act on that), no control characters, and
+    no direction marks or other invisible format characters (Unicode Cf: a name shown
+    with U+202E reads backwards, and two names that look alike would differ)."""
     if not name or len(name) > 200:
         raise ScheduleError("name", "must be 1 to 200 characters")
-    if name in (".", "..") or any(c in "/\\" or ord(c) < 0x20 or ord(c) == 0x7F for c in name):
+    if name in (".", "..") or any(c in "/\\" or _invisible(c) for c in name):
         raise ScheduleError(
-            "name", "must not be '.' or '..' nor hold '/', '\\' or control characters"
+            "name",
+            "must not be '.' or '..' nor hold '/', '\\', control characters or direction marks",
         )
+
+
+def _invisible(c: str) -> bool:
+    return unicodedata.category(c) in ("Cc", "Cf")
 
 
 def build_schedule(

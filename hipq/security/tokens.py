@@ -1,7 +1,9 @@
 """API tokens: who may call hipq's API, with which scopes.
 
-A token is configured as one line, ``NAME SCOPES [queue=Q,...] [type=T,...] [LIMIT...]
-SECRET``: ``SCOPES`` is a comma-separated list of submit, read, operate, callbacks, workers, admin;
+A token is configured as one line, ``NAME SCOPES [queue=Q,...] [type=T,...] [tenant=NAME]
+[LIMIT...] SECRET``: ``SCOPES`` is a comma-separated list of submit, read, operate, callbacks,
+workers, admin; a restricted token's jobs belong to its ``tenant`` (default: its name;
+two lines of one tenant, during a rotation, share their jobs' keys);
 each ``LIMIT`` bounds what the token's jobs may set (``notify=``, ``labels=``,
 ``priority=``, ``critical=``; see :class:`JobLimits`);
 ``SECRET`` is the token itself or its ``sha256:<hex>`` digest (what ``hipq tokens new``
@@ -22,9 +24,12 @@ import hmac
 import ipaddress
 import os
 import secrets
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
+
+from hipq.durations import parse_duration
 
 SCOPES = ("submit", "read", "operate", "callbacks", "workers", "admin")
 TOKEN_PREFIX = "hipq_"
@@ -37,7 +42,20 @@ class TokenConfigError(ValueError):
 
 
 # The job fields a token line may bound, as ``name=value``.
-LIMIT_NAMES = ("notify", "labels", "priority", "critical")
+LIMIT_NAMES = (
+    "notify",
+    "labels",
+    "priority",
+    "critical",
+    "weight",
+    "timeout",
+    "attempts",
+    "retry_delay",
+    "run_at",
+)
+# The bounds a restricted token's jobs take from their job type by default: weight,
+# timeout and attempts at most the type's, a retry delay no shorter than the type's.
+TYPE_BOUNDS = frozenset({"weight", "timeout", "attempts", "retry_delay"})
 
 
 @dataclass(frozen=True)
@@ -46,8 +64,10 @@ class JobLimits:
 
     A restricted token (``queue=`` or ``type=``) starts from the strict defaults
     (``RESTRICTED``): its jobs notify exactly their type's targets, carry no labels,
-    are not critical, and run no sooner than their type's priority. Any other token
-    starts unbounded (``OPEN``). A limit on the token's line replaces its default.
+    are not critical, run no sooner than their type's priority, take no more capacity,
+    time and attempts than their type gives and retry no sooner, and a ``run_at`` in
+    the past is taken as now. Any other token starts unbounded (``OPEN``). A limit on
+    the token's line replaces its default.
     """
 
     # Targets a job may add to its type's (which it may never drop); None: any.
@@ -63,6 +83,17 @@ class JobLimits:
     # The defaults of a restricted token: keeps its type's targets and priority floor.
     keep_type_targets: bool = False
     type_priority_floor: bool = False
+    # Shared capacity and another system's patience: the most weight, timeout (seconds)
+    # and attempts, and the shortest retry delay (seconds); None: unbounded, unless
+    # named in ``type_bounds`` (then the job type's value is the bound).
+    weight_max: int | None = None
+    timeout_max: float | None = None
+    attempts_max: int | None = None
+    retry_delay_min: float | None = None
+    type_bounds: frozenset[str] = frozenset()
+    # Whether a ``run_at`` in the past stands (else it is taken as now: a job cannot
+    # go before the jobs other tenants added earlier).
+    past_run_at: bool = True
 
 
 OPEN = JobLimits()
@@ -72,6 +103,8 @@ RESTRICTED = JobLimits(
     critical=False,
     keep_type_targets=True,
     type_priority_floor=True,
+    type_bounds=TYPE_BOUNDS,
+    past_run_at=False,
 )
 
 
@@ -88,6 +121,8 @@ class Principal:
     authenticated: bool = True
     # What its jobs may set; None: the default for its kind (``job_limits``).
     limits: JobLimits | None = None
+    # The tenant a restricted token acts for (``tenant=``); None: its own name.
+    tenant_name: str | None = None
 
     def has(self, scope: str) -> bool:
         return scope in self.scopes or "admin" in self.scopes
@@ -97,10 +132,24 @@ class Principal:
         return self.queues is not None or self.types is not None
 
     @property
+    def tenant(self) -> str:
+        """The owner of the jobs it adds, within which the keys it names are looked up:
+        a restricted token's tenant; '' (the service) for any other."""
+        if not self.restricted:
+            return ""
+        return self.tenant_name or self.name
+
+    @property
     def job_limits(self) -> JobLimits:
         if self.limits is not None:
             return self.limits
         return RESTRICTED if self.restricted else OPEN
+
+    @property
+    def owner(self) -> str | None:
+        """The tenant whose objects (batches) it may name: its ``tenant``; None for an
+        unrestricted token, which acts for the whole service."""
+        return self.tenant or None
 
     @property
     def reads_all(self) -> bool:
@@ -128,6 +177,7 @@ def config_line(
     queues: Iterable[str] = (),
     types: Iterable[str] = (),
     limits: Iterable[str] = (),
+    tenant: str | None = None,
 ) -> str:
     """The line that configures ``token`` (its digest, not the token); ``limits`` are
     ``name=value`` job limits as the line writes them (``priority=50..200``)."""
@@ -136,6 +186,8 @@ def config_line(
         parts.append("queue=" + ",".join(queues))
     if types:
         parts.append("type=" + ",".join(types))
+    if tenant:
+        parts.append("tenant=" + tenant)
     parts.extend(limits)
     parts.append(_DIGEST_PREFIX + digest(token).hex())
     return " ".join(parts)
@@ -209,22 +261,31 @@ def parse_line(line: str, where: str) -> tuple[Principal, bytes]:
         )
     queues: frozenset[str] | None = None
     types: frozenset[str] | None = None
+    tenant: str | None = None
     job_limits: dict[str, str] = {}
     for limit in limits:
         key, sep, values = limit.partition("=")
         if sep and key in LIMIT_NAMES:
             job_limits[key] = values
             continue
+        if sep and key == "tenant" and values:
+            tenant = values
+            continue
         names = frozenset(v for v in values.split(",") if v)
         if not sep or key not in ("queue", "type") or not names:
             raise TokenConfigError(
                 f"{where}: token {name!r}: a restriction looks like queue=a,b or type=x,y, "
-                f"or a job limit {', '.join(n + '=' for n in LIMIT_NAMES)}"
+                f"tenant=NAME, or a job limit {', '.join(n + '=' for n in LIMIT_NAMES)}"
             )
         if key == "queue":
             queues = names
         else:
             types = names
+    if tenant is not None and queues is None and types is None:
+        # An unrestricted token acts for the service: it has no tenant to name.
+        raise TokenConfigError(
+            f"{where}: token {name!r}: tenant= needs a restriction (queue= or type=)"
+        )
     parsed_limits = None
     if job_limits:
         base = RESTRICTED if queues is not None or types is not None else OPEN
@@ -245,7 +306,8 @@ def parse_line(line: str, where: str) -> tuple[Principal, bytes]:
                 f"{where}: token {name!r}: too short (use `hipq tokens new` for one)"
             )
         hashed = digest(secret)
-    return Principal(name, scopes, queues, types, limits=parsed_limits), hashed
+    principal = Principal(name, scopes, queues, types, limits=parsed_limits, tenant_name=tenant)
+    return principal, hashed
 
 
 def _job_limits(base: JobLimits, given: Mapping[str, str]) -> JobLimits:
@@ -284,7 +346,44 @@ def _job_limits(base: JobLimits, given: Mapping[str, str]) -> JobLimits:
         if given["critical"] not in ("yes", "no"):
             raise ValueError("critical= takes yes or no")
         limits = replace(limits, critical=given["critical"] == "yes")
+    for name, field, parse in _BOUNDS:
+        if name in given:
+            most = None if given[name] == "any" else _bound(name, given[name], parse)
+            bound: dict[str, Any] = {field: most}
+            limits = replace(limits, **bound, type_bounds=limits.type_bounds - {name})
+    if "run_at" in given:
+        if given["run_at"] not in ("past", "now"):
+            raise ValueError("run_at= takes past (a run_at in the past stands) or now")
+        limits = replace(limits, past_run_at=given["run_at"] == "past")
     return limits
+
+
+def _whole(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise ValueError(text)
+    return value
+
+
+def _duration(text: str) -> float:
+    return parse_duration(text)
+
+
+# The bounds a line sets as ``name=VALUE`` (or ``name=any``): its JobLimits field.
+_BOUNDS = (
+    ("weight", "weight_max", _whole),
+    ("timeout", "timeout_max", _duration),
+    ("attempts", "attempts_max", _whole),
+    ("retry_delay", "retry_delay_min", _duration),
+)
+
+
+def _bound(name: str, text: str, parse: Callable[[str], float]) -> float:
+    try:
+        return parse(text)
+    except ValueError:
+        kind = "a whole number" if parse is _whole else "a duration such as 30s or 1h"
+        raise ValueError(f"{name}= takes {kind}, or any") from None
 
 
 def _names(values: str) -> frozenset[str]:

@@ -1,6 +1,7 @@
 """Storage: one interface (``Store``), SQLite and PostgreSQL behind it."""
 
 from hipq.store.batch import QueueBatch
+from hipq.store.pull_claims import PullReport
 from hipq.store.records import (
     BadReference,
     Conflict,
@@ -31,6 +32,7 @@ __all__ = [
     "NewResponse",
     "NotFound",
     "ParkedMessage",
+    "PullReport",
     "QueueBatch",
     "QueueCounts",
     "Response",

@@ -7,14 +7,13 @@ guarded update (``hipq.store.state_guards``), so a lost race changes nothing.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import bindparam, delete, exists, false, select, true, update
+from sqlalchemy import bindparam, delete, exists, false, func, select, true, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from hipq.batch_loop.wakeup import handed_payload
 from hipq.jobs import Job
 from hipq.lifecycle import State, check_transition
 from hipq.outcomes import Settlement
@@ -22,11 +21,19 @@ from hipq.store import state_guards as guards
 from hipq.store.dialects import Dialect
 from hipq.store.hand_off import REPORT_COLUMNS, Report
 from hipq.store.labels import label_value
+from hipq.store.pull_claims import WORKER_SOURCE
 from hipq.store.records import LeaseLost, Match, Response
 from hipq.store.schema import jobs, queues, reports, responses
-from hipq.store.state_guards import IN_FLIGHT_SQL, OPEN_SQL, PENDING_SQL, RUNNING_SQL
+from hipq.store.state_guards import (
+    IN_FLIGHT_SQL,
+    OPEN_SQL,
+    PENDING_SQL,
+    RUNNING_SQL,
+    SCHEDULED_SQL,
+)
 from hipq.store.statements import claimed_by
 from hipq.store.tick import DueScanOf, Fence, Tick
+from hipq.store.wakeup import handed_payload
 
 
 class QueueBatch:
@@ -177,6 +184,17 @@ class QueueBatch:
         )
         return [Report.of_row(r) for r in sorted(rows.all(), key=lambda r: r.id)]
 
+    async def job_due_count(self, now: datetime, limit: int) -> int:
+        """How many jobs of the queue are due, counted up to ``limit`` (a tick that
+        reads none still says how many it holds: a full or paused queue)."""
+        first = (
+            select(jobs.c.id)
+            .where(jobs.c.queue == self.queue, jobs.c.state == SCHEDULED_SQL, jobs.c.run_at <= now)
+            .limit(limit)
+            .subquery()
+        )
+        return int((await self._execute(select(func.count()).select_from(first))).scalar_one())
+
     async def job_defer(self, deferred: dict[int, datetime], reason: str, now: datetime) -> None:
         if not deferred:
             return
@@ -235,7 +253,10 @@ class QueueBatch:
             )
 
     async def response_match(
-        self, signed_types: Sequence[str] = (), limit: int = 1000
+        self,
+        signed_types: Sequence[str] = (),
+        worker_types: Collection[str] = (),
+        limit: int = 1000,
     ) -> tuple[list[Match], list[int]]:
         """Pending responses whose job is in flight in this queue.
 
@@ -244,7 +265,9 @@ class QueueBatch:
         cannot settle it. Returns the matches (the first response per job) and the ids
         of duplicates: further responses for a job matched in this batch, and copies
         of a response matched before (an earlier attempt's callback delivered twice
-        under a per-job key must not settle the next attempt).
+        under a per-job key must not settle the next attempt). A job of a type in
+        ``worker_types`` (pull) matches only its workers' reports: any other response
+        under its key stays pending, as one for a key no job has.
         """
         by_key = (
             select(responses, jobs.c.id.label("matched_job"), _is_copy().label("is_copy"))
@@ -259,6 +282,10 @@ class QueueBatch:
         if signed_types:
             by_key = by_key.where(
                 jobs.c.type.not_in(list(signed_types)) | (responses.c.job_type == jobs.c.type)
+            )
+        if worker_types:
+            by_key = by_key.where(
+                jobs.c.type.not_in(list(worker_types)) | (responses.c.source == WORKER_SOURCE)
             )
         by_hand = (
             select(responses, jobs.c.id.label("matched_job"), false().label("is_copy"))

@@ -10,7 +10,7 @@ from dataclasses import fields
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import case, select, update
+from sqlalchemy import ColumnElement, case, select, true, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from hipq.batches import Batch, NewBatch, waiting_reason
@@ -32,6 +32,13 @@ def batch_from(row: Any) -> Batch:
     return Batch(**{name: getattr(row, name) for name in _FIELDS})
 
 
+def seen_by(owner: str | None) -> ColumnElement[bool]:
+    """The batches a caller may name: a tenant's own (``owner``, a restricted token's
+    name), every one for an unrestricted caller (None). Another tenant's batch is then
+    answered exactly as one that does not exist."""
+    return true() if owner is None else batches.c.owner == owner
+
+
 async def batch_create(conn: AsyncConnection, new: NewBatch, now: datetime) -> int:
     """An open batch without jobs; its completion job is added by the caller."""
     stmt = (
@@ -44,6 +51,7 @@ async def batch_create(conn: AsyncConnection, new: NewBatch, now: datetime) -> i
             on_complete=new.completion.type if new.completion else None,
             notify=new.notify,
             created_at=now,
+            owner=new.owner,
         )
         .returning(batches.c.id)
     )
@@ -125,14 +133,16 @@ async def _refuse_join(conn: AsyncConnection, batch_id: int, field: str) -> None
     )
 
 
-async def batch_seal(conn: AsyncConnection, batch_id: int, now: datetime) -> bool:
+async def batch_seal(
+    conn: AsyncConnection, batch_id: int, now: datetime, owner: str | None = None
+) -> bool:
     """Seal an open batch: it finishes now if none of its jobs is pending (the trigger
     on hipq_batches then does what a finish does), else when the last one ends. False
-    when it was sealed already (or does not exist)."""
+    when it was sealed already (or does not exist, or ``owner`` may not name it)."""
     done = batches.c.completed + batches.c.failed + batches.c.cancelled >= batches.c.total
     sealed = await conn.execute(
         update(batches)
-        .where(batches.c.id == batch_id, batches.c.sealed_at.is_(None))
+        .where(batches.c.id == batch_id, batches.c.sealed_at.is_(None), seen_by(owner))
         .values(sealed_at=now, finished_at=case((done, now), else_=None))
         .returning(batches.c.id)
     )
@@ -140,12 +150,26 @@ async def batch_seal(conn: AsyncConnection, batch_id: int, now: datetime) -> boo
 
 
 class BatchTable(Transactions):
-    async def batch_get(self, batch_id: int) -> Batch:
+    async def batch_get(self, batch_id: int, owner: str | None = None) -> Batch:
+        """The batch, if ``owner`` may name it (``seen_by``)."""
+        query = select(batches).where(batches.c.id == batch_id, seen_by(owner))
         async with self._read() as conn:
-            row = (await conn.execute(select(batches).where(batches.c.id == batch_id))).first()
+            row = (await conn.execute(query)).first()
         if row is None:
             raise NotFound(f"batch {batch_id} does not exist")
         return batch_from(row)
+
+    async def batch_unseen(self, batch_ids: Sequence[int], owner: str | None) -> int | None:
+        """The first of ``batch_ids`` that ``owner`` may not name (another tenant's, or
+        none at all); None if it may name them all. A batch's owner never changes, so
+        what this finds holds when the jobs join in a later transaction."""
+        wanted = sorted(set(batch_ids))
+        if owner is None or not wanted:
+            return None
+        query = select(batches.c.id).where(batches.c.id.in_(wanted), seen_by(owner))
+        async with self._read() as conn:
+            found = {r.id for r in await conn.execute(query)}
+        return next((i for i in wanted if i not in found), None)
 
     async def batch_list(self, before_id: int | None, limit: int) -> list[Batch]:
         """Batches newest first, those older than ``before_id`` (a page's cursor)."""
@@ -155,11 +179,13 @@ class BatchTable(Transactions):
         async with self._read() as conn:
             return [batch_from(r) for r in await conn.execute(query)]
 
-    async def batch_seal_now(self, batch_id: int, now: datetime) -> Batch:
-        """Seal the batch (nothing changes if it was sealed already); as it is then."""
+    async def batch_seal_now(self, batch_id: int, now: datetime, owner: str | None = None) -> Batch:
+        """Seal the batch (nothing changes if it was sealed already); as it is then.
+        Another tenant's batch (``seen_by``) is neither sealed nor found."""
         async with self._write() as conn:
-            await batch_seal(conn, batch_id, now)
-            row = (await conn.execute(select(batches).where(batches.c.id == batch_id))).first()
+            await batch_seal(conn, batch_id, now, owner)
+            query = select(batches).where(batches.c.id == batch_id, seen_by(owner))
+            row = (await conn.execute(query)).first()
         if row is None:
             raise NotFound(f"batch {batch_id} does not exist")
         return batch_from(row)

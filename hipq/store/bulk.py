@@ -8,7 +8,7 @@ so no transaction holds locks for long, the progress is visible to every process
 a step lost to a crash is simply done again by the next one (any process's runner).
 
 Jobs in flight are not changed here: each gets the operator's request, which its
-queue's loop applies at its next tick (``hipq.batch_loop.operator_requests``), as one job's verb.
+queue's loop applies at its next tick (``hipq.operator_requests``), as one job's verb.
 """
 
 from __future__ import annotations
@@ -22,15 +22,16 @@ from sqlalchemy import bindparam, delete, func, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from hipq.batch_loop.operator_requests import OperatorRequest, Reschedule
-from hipq.batch_loop.wakeup import cancels_payload, jobs_payload
 from hipq.lifecycle import IN_FLIGHT, State
+from hipq.operator_requests import OperatorRequest, Reschedule
 from hipq.store import state_guards as guards
+from hipq.store.dependencies import wait_again
 from hipq.store.labels import label_value
 from hipq.store.records import NotFound
 from hipq.store.schema import attempts, bulk_operations, jobs
 from hipq.store.state_guards import Guard
 from hipq.store.transactions import Transactions
+from hipq.store.wakeup import cancels_payload, jobs_payload
 
 ACTIONS = ("cancel", "retry", "reschedule", "complete", "fail", "delete")
 
@@ -260,6 +261,8 @@ class BulkTable(Transactions):
         ]
         changed = await self._update_each(conn, guard, values, params)
         if guard.target == State.SCHEDULED:
+            # Those that wait for jobs not ended yet wait again.
+            await wait_again(conn, [r.id for r in rows], now)
             await self._notify(conn, {jobs_payload(r.queue) for r in rows})
         return changed, requested
 

@@ -32,7 +32,6 @@ from sqlalchemy.engine import URL, make_url
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 from sqlalchemy.sql import text
 
-from hipq.batch_loop.wakeup import CHANNEL
 from hipq.store import tick_sql, unnest
 from hipq.store.asyncpg_adapter import driver_in_transaction, pooled_socket
 from hipq.store.driver import any_of
@@ -44,6 +43,7 @@ from hipq.store.statements import insert_sql
 from hipq.store.tick import ClaimRead, DueScanOf, Fence, Tick
 from hipq.store.tick_sql import PostgresTick
 from hipq.store.tick_sqlite import SqliteTick
+from hipq.store.wakeup import CHANNEL
 
 SQLITE_BUSY_TIMEOUT_MS = 30_000
 # A new PostgreSQL connection that has not answered within this gives up (asyncpg's

@@ -15,12 +15,12 @@ from typing import Any
 
 from sqlalchemy import insert, select
 
-from hipq.batch_loop.wakeup import reports_payload
 from hipq.jobs import Job
 from hipq.store.rows import row_to_job
 from hipq.store.schema import jobs, reports
 from hipq.store.state_guards import RUNNING_SQL
 from hipq.store.transactions import Transactions
+from hipq.store.wakeup import reports_payload
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,13 +17,13 @@ from typing import Any
 from sqlalchemy import Select, bindparam, case, delete, null, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from hipq.batch_loop.wakeup import cancels_payload
 from hipq.store.batch import QueueBatch
 from hipq.store.jobs import chunked_rows
 from hipq.store.records import Conflict, NotFound
 from hipq.store.schema import heartbeat_messages, job_heartbeats, jobs
 from hipq.store.state_guards import OPEN_SQL
 from hipq.store.transactions import Transactions
+from hipq.store.wakeup import cancels_payload
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,6 +149,17 @@ class HeartbeatTable(Transactions):
                 delete(heartbeat_messages).where(heartbeat_messages.c.received_at < before)
             )
         return done.rowcount or 0
+
+    async def heartbeat_message_taken(self, job_type: str, message: str, since: datetime) -> bool:
+        """Whether a signed heartbeat of ``job_type`` with ``message`` (its fingerprint)
+        was taken since ``since``: the same message posted as a callback is refused."""
+        query = select(heartbeat_messages.c.fingerprint).where(
+            heartbeat_messages.c.job_type == job_type,
+            heartbeat_messages.c.fingerprint == message,
+            heartbeat_messages.c.received_at >= since,
+        )
+        async with self._read() as conn:
+            return (await conn.execute(query)).first() is not None
 
     async def _message_claim(
         self, conn: AsyncConnection, job_type: str, message: str, now: datetime

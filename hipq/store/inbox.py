@@ -14,17 +14,17 @@ from typing import Any
 from sqlalchemy import Integer, and_, bindparam, case, delete, exists, func, or_, select, update
 from sqlalchemy.sql.expression import ColumnElement, Exists, FromClause, ScalarSelect
 
-from hipq.batch_loop.wakeup import responses_payload
 from hipq.lifecycle import IN_FLIGHT
 from hipq.store.records import Conflict, NewResponse, NotFound, ParkedMessage, Response
 from hipq.store.schema import jobs, parked_messages, responses
 from hipq.store.state_guards import OPEN_SQL, PENDING_SQL
 from hipq.store.transactions import Transactions
+from hipq.store.wakeup import responses_payload
 
 _NEW_RESPONSE_FIELDS = tuple(f.name for f in fields(NewResponse))
 
 
-def _response_rows(
+def response_rows(
     new: Sequence[NewResponse], now: datetime, expires: datetime
 ) -> list[dict[str, Any]]:
     # A plain dict by hand: dataclasses.asdict deep-copies every body and header.
@@ -55,7 +55,7 @@ class InboxTable(Transactions):
         ids: list[int] = []
         if new and not parked:
             done = await self.dialect.response_insert_committed(
-                self.engine, _response_rows(new, now, expires), responses_payload()
+                self.engine, response_rows(new, now, expires), responses_payload()
             )
             if done is not None:
                 for listener in self.listeners:  # committed: tell this process's loops
@@ -63,7 +63,7 @@ class InboxTable(Transactions):
                 return done
         async with self._write() as conn:
             if new:
-                rows = _response_rows(new, now, expires)
+                rows = response_rows(new, now, expires)
                 stmt = responses.insert().returning(responses.c.id, sort_by_parameter_order=True)
                 ids = list((await conn.execute(stmt, rows)).scalars().all())
                 await self._notify(conn, {responses_payload()})
@@ -164,6 +164,24 @@ class InboxTable(Transactions):
         async with self._read() as conn:
             found: int | None = (await conn.execute(query)).scalar()
         return found
+
+    async def response_counts(self, statuses: Sequence[str], limit: int) -> dict[str, int]:
+        """Responses in each of ``statuses`` (``parked``: the parked messages), each
+        counted up to ``limit`` (an inbox of matched responses may be large; each count
+        reads at most ``limit`` entries of the status index)."""
+        counts: dict[str, int] = {}
+        async with self._read() as conn:
+            for status in statuses:
+                rows = (
+                    # From the newest: the walk of its primary key, stopped at ``limit``.
+                    select(parked_messages.c.id).order_by(parked_messages.c.id.desc())
+                    if status == "parked"
+                    else select(responses.c.id).where(responses.c.status == status)
+                )
+                first = rows.limit(limit).subquery()
+                counted = select(func.count()).select_from(first)
+                counts[status] = int((await conn.execute(counted)).scalar_one())
+        return counts
 
     async def parked_list(
         self, after_id: int | None = None, limit: int = 100

@@ -38,6 +38,10 @@ class MirroredJobType:
     # The template's parts for SQL: {"text": literal} or {"path": [...], "name": placeholder}.
     key_parts: list[dict[str, Any]] | None = None
     key_at_dispatch: bool = False
+    # The labels its jobs start with (a job's own values win), and where their outcome
+    # goes (None: nowhere), as ``Intake.resolve`` applies them.
+    labels: dict[str, str] = field(default_factory=dict)
+    notify: list[str] | None = None
 
 
 @dataclass(frozen=True, slots=True)

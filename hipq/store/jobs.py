@@ -16,22 +16,22 @@ from sqlalchemy import Select, and_, case, delete, exists, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from hipq.batch_loop.operator_requests import key_taken_over
-from hipq.batch_loop.wakeup import jobs_payload
 from hipq.batches import NewBatch
 from hipq.dependencies import DependencyError, in_request, job_field
 from hipq.job_keys import KeyAction, holder_states, key_action, replacing
 from hipq.jobs import Attempt, Job, NewJob
 from hipq.lifecycle import TERMINAL, State, check_transition
+from hipq.operator_requests import key_taken_over
 from hipq.store import state_guards as guards
 from hipq.store.batches import batch_create, batch_join, batch_seal, batch_set_completion
-from hipq.store.dependencies import park, prerequisites
+from hipq.store.dependencies import park, prerequisites, refuse_cycle, wait_again
 from hipq.store.labels import label_value
 from hipq.store.records import BadReference, Conflict, InsertResult, JobFilter, NotFound
 from hipq.store.rows import NEW_JOB_COLUMNS, conflict_from, job_from_new, new_row, row_to_job
 from hipq.store.schema import (
     OPEN_JOB_KEY_WHERE,
     attempts,
+    batches,
     idempotency_keys,
     job_dependencies,
     jobs,
@@ -39,6 +39,7 @@ from hipq.store.schema import (
 )
 from hipq.store.state_guards import OPEN_SQL, const
 from hipq.store.transactions import Transactions
+from hipq.store.wakeup import jobs_payload
 
 # One request of ``job_insert_each``: its jobs, and its (Idempotency-Key, request hash).
 InsertRequest = tuple[Sequence[NewJob], tuple[str, str] | None]
@@ -243,25 +244,57 @@ class JobTable(Transactions):
     async def _insert_after(
         self, conn: AsyncConnection, new_jobs: Sequence[NewJob], now: datetime
     ) -> list[Job]:
-        """A request whose jobs run after others: one by one, each after the jobs of
-        the request it names (hipq.dependencies), then read back as stored."""
+        """A request whose jobs run after others, set-based: the stored jobs they name
+        found and locked at once, then its jobs in rounds, each round the jobs whose
+        prerequisites of the request are stored already (a fan-out of any size is one
+        round: one insert, one park), then read back as stored."""
         try:
             order, inner = in_request(new_jobs)
         except DependencyError as exc:
             raise BadReference(exc.message, exc.field) from None
+        outer = {
+            (i, k): ref
+            for i, job in enumerate(new_jobs)
+            for k, ref in enumerate(job.after or ())
+            if k not in inner[i]
+        }
+        # One request's jobs are one caller's: they name the jobs of one tenant.
+        tenant = new_jobs[0].tenant if new_jobs else ""
+        stored = await prerequisites(conn, self.dialect, outer, order, len(new_jobs), tenant)
         made: dict[int, Job] = {}
-        for i in order:
-            job = new_jobs[i]
-            outer = {k: ref for k, ref in enumerate(job.after or ()) if k not in inner[i]}
-            found = await prerequisites(conn, self.dialect, outer, i, len(new_jobs))
-            for k, j in inner[i].items():
-                found[k] = (made[j].id, made[j].state.value)
-            after = list(dict.fromkeys(found[k] for k in sorted(found)))
-            ids: list[int | str] = [a for a, _ in after]
-            after_failed = job.after_failed or "cancel"
-            resolved = replace(job, after=ids or None, after_failed=after_failed)
-            made[i] = await self._insert_plain_or_keyed(conn, resolved, now)
-            await park(conn, self.dialect, made[i], after, after_failed, now)
+        for round_ in _rounds(order, inner):
+            resolved: dict[int, tuple[NewJob, list[tuple[int, str]]]] = {}
+            for i in round_:
+                job = new_jobs[i]
+                found = {k: stored[(i, k)] for k in range(len(job.after or ())) if (i, k) in stored}
+                for k, j in inner[i].items():
+                    found[k] = (made[j].id, made[j].state.value)
+                after = list(dict.fromkeys(found[k] for k in sorted(found)))
+                after_failed = job.after_failed or "cancel"
+                ids: list[int | str] = [a for a, _ in after]
+                resolved[i] = (replace(job, after=ids or None, after_failed=after_failed), after)
+            plain = [i for i in round_ if not new_jobs[i].job_key]
+            if plain:
+                rows = [new_row(resolved[i][0], now) for i in plain]
+                for i, job_id, row in zip(
+                    plain, await self.dialect.job_insert_rows(conn, rows), rows, strict=True
+                ):
+                    made[i] = job_from_new(job_id, row)
+            for i in round_:
+                if new_jobs[i].job_key:
+                    made[i] = await self._insert_keyed(conn, resolved[i][0], now)
+            waits = [
+                (made[i], resolved[i][1], resolved[i][0].after_failed or "cancel") for i in round_
+            ]
+            ended = await park(conn, self.dialect, [w for w in waits if w[1]], now)
+            for i in round_:
+                if made[i].id in ended:
+                    made[i] = made[i]._replace(state=ended[made[i].id])
+                elif new_jobs[i].job_key and resolved[i][1]:
+                    # A job found by its key may be one that others wait for already.
+                    field = job_field(i, len(new_jobs), "after")
+                    how = f"job {made[i].id} (job_key {new_jobs[i].job_key!r})"
+                    await refuse_cycle(conn, self.dialect, made[i].id, field, how)
         return await self._jobs_by_ids(conn, [made[i].id for i in range(len(new_jobs))])
 
     async def _insert_batch(
@@ -281,6 +314,7 @@ class JobTable(Transactions):
         found = [j for j in made if j.batch_id is None]
         joined = iter(await batch_join(conn, batch_id, found, "batch", stored))
         made = [next(joined) if j.batch_id is None else j for j in made]
+        await self._refuse_batch_cycle(conn, batch_id, made)
         await batch_seal(conn, batch_id, now)
         return made
 
@@ -298,7 +332,28 @@ class JobTable(Transactions):
             joined = await batch_join(conn, batch_id, [made[i] for i in places], field)
             for i, job in zip(places, joined, strict=True):
                 made[i] = job
+            here = set(places)
+            await self._refuse_batch_cycle(
+                conn, batch_id, [j if i in here else None for i, j in enumerate(made)]
+            )
         return made
+
+    async def _refuse_batch_cycle(
+        self, conn: AsyncConnection, batch_id: int, joined: Sequence[Job | None]
+    ) -> None:
+        """The batch's completion job waits for the jobs that joined it: refused if one
+        of them waits for that completion job (``joined``: the request's jobs, by place,
+        None for those that joined another batch)."""
+        waiting = [i for i, j in enumerate(joined) if j is not None and j.waiting_for]
+        if not waiting:
+            return
+        completion = (
+            await conn.execute(select(batches.c.completion_job_id).where(batches.c.id == batch_id))
+        ).scalar_one_or_none()
+        if completion is not None:
+            field = job_field(waiting[0], len(joined), "after")
+            how = f"the completion job {completion} of batch {batch_id}"
+            await refuse_cycle(conn, self.dialect, completion, field, how)
 
     async def _batch_make(self, conn: AsyncConnection, batch: NewBatch, now: datetime) -> int:
         """An open batch, and its completion job waiting for it to finish."""
@@ -336,7 +391,7 @@ class JobTable(Transactions):
             earlier = None
             if job.unique_for_seconds is not None:
                 since = now - timedelta(seconds=job.unique_for_seconds)
-                earlier = await self._key_created_since(conn, job.job_key, since)
+                earlier = await self._key_created_since(conn, job, since)
             current = None if earlier is not None else await self._key_holder(conn, job)
             holder = None if current is None else (current.state, current.attempt)
             action = key_action(job.job_key_mode, holder, in_period=earlier is not None)
@@ -351,14 +406,27 @@ class JobTable(Transactions):
                 )
             elif current is not None and action is not KeyAction.INSERT:
                 new = {k: row[k] for k in NEW_JOB_COLUMNS}
+                changes = replacing(new, action, now)
+                if current.after and current.waiting_for:
+                    # What it waits for is replaced too: the new job's after, parked
+                    # by the caller (hipq.store.dependencies), else nothing.
+                    await conn.execute(
+                        delete(job_dependencies).where(
+                            job_dependencies.c.job_id == current.id,
+                            job_dependencies.c.outcome.is_(None),
+                        )
+                    )
+                    changes.update(waiting_for=0)
+                    changes.setdefault("run_at", current.after_run_at or now)  # its own
                 return await self._job_update_guarded(
-                    conn, current.id, guards.KEYED_REPLACE, replacing(new, action, now)
+                    conn, current.id, guards.KEYED_REPLACE, changes
                 )
             stmt = (
                 self.dialect.insert(jobs)
                 .values(row)
                 .on_conflict_do_nothing(
-                    index_elements=[jobs.c.job_key], index_where=OPEN_JOB_KEY_WHERE
+                    index_elements=[jobs.c.tenant, jobs.c.job_key],
+                    index_where=OPEN_JOB_KEY_WHERE,
                 )
                 .returning(jobs.c.id)
             )
@@ -368,12 +436,16 @@ class JobTable(Transactions):
         raise Conflict(f"job_key {job.job_key!r} is contended; try again", field="job_key")
 
     async def _key_holder(self, conn: AsyncConnection, job: NewJob) -> Job | None:
-        """The job holding ``job``'s key for its mode, locked: an open one first (the one
-        the open-key index allows), else the latest that failed for good."""
+        """The job of ``job``'s owner holding its key for its mode, locked: an open one
+        first (the one the open-key index allows), else the latest that failed for good."""
         holders = [const(s.value) for s in sorted(holder_states(job.job_key_mode))]
         query = (
             select(jobs)
-            .where(jobs.c.job_key == job.job_key, jobs.c.state.in_(holders))
+            .where(
+                jobs.c.job_key == job.job_key,
+                jobs.c.tenant == job.tenant,
+                jobs.c.state.in_(holders),
+            )
             .order_by(case((jobs.c.state.in_(OPEN_SQL), 0), else_=1), jobs.c.id.desc())
             .limit(1)
         )
@@ -381,12 +453,17 @@ class JobTable(Transactions):
         return None if existing is None else row_to_job(existing)
 
     async def _key_created_since(
-        self, conn: AsyncConnection, job_key: str | None, since: datetime
+        self, conn: AsyncConnection, job: NewJob, since: datetime
     ) -> Job | None:
-        """The first job holding ``job_key`` created at or after ``since``, in any state."""
+        """The first job of ``job``'s owner holding its key created at or after
+        ``since``, in any state."""
         query = (
             select(jobs)
-            .where(jobs.c.job_key == job_key, jobs.c.created_at >= since)
+            .where(
+                jobs.c.job_key == job.job_key,
+                jobs.c.tenant == job.tenant,
+                jobs.c.created_at >= since,
+            )
             .order_by(jobs.c.created_at, jobs.c.id)
             .limit(1)
         )
@@ -487,6 +564,9 @@ class JobTable(Transactions):
                     "waiting_reason": None,
                 }
                 job = await self._job_update_guarded(conn, job_id, guards.RETRY, again)
+                if job.after or job.waiting_for:  # it waits again for what has not ended
+                    await wait_again(conn, [job_id], now)
+                    job = await self._job_locked(conn, job_id)
                 await self._notify(conn, {jobs_payload(job.queue)})
                 return job
         except IntegrityError as exc:
@@ -518,6 +598,18 @@ class JobTable(Transactions):
                 await conn.execute(delete(notifications).where(notifications.c.job_id.in_(ids)))
                 await conn.execute(delete(jobs).where(jobs.c.id.in_(ids)))
         return len(ids)
+
+
+def _rounds(order: Sequence[int], inner: Sequence[dict[int, int]]) -> list[list[int]]:
+    """The jobs of a request in rounds: each job in the round after the last of the
+    request's jobs it runs after (``order`` puts those first), in ``order`` within one."""
+    depth: dict[int, int] = {}
+    for i in order:
+        depth[i] = 1 + max((depth[j] for j in inner[i].values()), default=-1)
+    rounds: list[list[int]] = [[] for _ in range(max(depth.values(), default=-1) + 1)]
+    for i in order:
+        rounds[depth[i]].append(i)
+    return rounds
 
 
 def _may_be_refused_alone(new_jobs: Sequence[NewJob]) -> bool:

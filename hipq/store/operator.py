@@ -3,7 +3,7 @@ looking a job up by its job_key.
 
 A scheduled (or finished) job is changed here at once, under a guarded update. A job
 in flight belongs to its queue's loop: the verb is stored as a request on the job
-(``hipq.batch_loop.operator_requests``) and the loop, woken, applies it at its next tick.
+(``hipq.operator_requests``) and the loop, woken, applies it at its next tick.
 """
 
 from __future__ import annotations
@@ -15,16 +15,17 @@ from sqlalchemy import delete, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from hipq.batch_loop.operator_requests import OperatorRequest, Reschedule
-from hipq.batch_loop.wakeup import cancels_payload, jobs_payload
 from hipq.jobs import Job
 from hipq.lifecycle import IN_FLIGHT, TERMINAL, State
+from hipq.operator_requests import OperatorRequest, Reschedule
 from hipq.store import state_guards as guards
+from hipq.store.dependencies import wait_again
 from hipq.store.records import Conflict, NotFound
 from hipq.store.rows import conflict_from, row_to_job
 from hipq.store.schema import attempts, jobs
 from hipq.store.state_guards import OPEN_SQL, const
 from hipq.store.transactions import Transactions
+from hipq.store.wakeup import cancels_payload, jobs_payload
 
 
 class OperatorTable(Transactions):
@@ -102,6 +103,9 @@ class OperatorTable(Transactions):
                     "waiting_reason": None,
                 }
                 job = await self._job_update_guarded(conn, job_id, guards.RESCHEDULE, values)
+                if job.after or job.waiting_for:  # it waits again for what has not ended
+                    await wait_again(conn, [job_id], now)
+                    job = await self._job_locked(conn, job_id)
                 await self._notify(conn, {jobs_payload(job.queue)})
                 return job
         except IntegrityError as exc:  # its correlation or job key is held by an open job
@@ -125,9 +129,11 @@ class OperatorTable(Transactions):
             )
             return job
 
-    async def job_by_key(self, job_key: str) -> Job:
-        """The open job that holds ``job_key``."""
-        query = select(jobs).where(jobs.c.job_key == job_key, jobs.c.state.in_(OPEN_SQL))
+    async def job_by_key(self, job_key: str, tenant: str = "") -> Job:
+        """The open job of ``tenant`` ('': the service) that holds ``job_key``."""
+        query = select(jobs).where(
+            jobs.c.job_key == job_key, jobs.c.tenant == tenant, jobs.c.state.in_(OPEN_SQL)
+        )
         async with self._read() as conn:
             row = (await conn.execute(query)).first()
         if row is None:

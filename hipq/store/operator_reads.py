@@ -18,7 +18,9 @@ counts or scans a whole table:
   open jobs whose key sorts beside the response's (the open-key index), at most
   ``CANDIDATE_SAMPLE`` of them;
 - waiting reasons are those of the next ``REASON_SAMPLE`` due jobs in queue order
-  (the due-scan index).
+  (the due-scan index);
+- what is being run now is the newest ``BUSY_SAMPLE`` running jobs, and the pull
+  workers' claims of the newest ``BUSY_SAMPLE`` awaiting jobs (``ix_hipq_jobs_state``).
 
 The statement builders are module functions so that a test can show each plan.
 """
@@ -27,17 +29,18 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from sqlalchemy import Select, and_, case, func, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from hipq.jobs import Job
+from hipq.lifecycle import State
 from hipq.store.labels import label_value
 from hipq.store.records import Response
 from hipq.store.rows import row_to_job
-from hipq.store.schema import attempts, jobs, queues, responses
+from hipq.store.schema import attempts, jobs, pull_claims, responses
 from hipq.store.state_guards import IN_FLIGHT_VALUES, OPEN_SQL, SCHEDULED_SQL, const
 from hipq.store.transactions import Transactions
 
@@ -51,9 +54,13 @@ REASON_SAMPLE = 1_000
 DURATION_SAMPLE = 20_000
 # In-flight jobs of each state, and open keys beside a response's, read for suggestions.
 CANDIDATE_SAMPLE = 500
+# Running jobs, and awaiting ones looked at for a pull worker's claim, that the
+# processes page shows (the newest of each).
+BUSY_SAMPLE = 200
 # A time range's id bounds are searched this much wider than asked, then filtered
 # exactly: concurrent inserts may commit ids a few milliseconds out of time order.
 TIME_SLACK = timedelta(seconds=1)
+_NEVER = datetime.max.replace(tzinfo=UTC)
 # Characters of an error that name its group on the failed page.
 ERROR_GROUP_CHARS = 160
 
@@ -71,6 +78,7 @@ class JobQuery:
     created_since: datetime | None = None
     created_until: datetime | None = None
     before_id: int | None = None  # the cursor: jobs with a smaller id (newest first)
+    retrying: bool = False  # scheduled again after a failed attempt
     limit: int = 50
 
 
@@ -111,6 +119,19 @@ class KeyedJob:
 
 
 @dataclass(frozen=True, slots=True)
+class BusyJob:
+    """A job being run now: by a process (``running``: sent by its queue's owner, or by
+    the process it was handed to, ``executor``) or by a pull worker (``worker``)."""
+
+    id: int
+    type: str
+    queue: str
+    claimed_at: datetime | None
+    executor: str | None = None
+    worker: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class AttemptBucket:
     queue: str
     outcome: str
@@ -123,7 +144,13 @@ def _indexed_alone(q: JobQuery) -> bool:
     if q.correlation_key is not None:
         return True
     return len(q.states) == 1 and not (
-        q.queue or q.type or q.labels or q.job_key or q.created_since or q.created_until
+        q.queue
+        or q.type
+        or q.labels
+        or q.job_key
+        or q.created_since
+        or q.created_until
+        or q.retrying
     )
 
 
@@ -142,6 +169,8 @@ def job_page_query(q: JobQuery, low: int | None, high: int | None) -> Select[Any
         conds.append(jobs.c.job_key == q.job_key)
     if q.correlation_key is not None:
         conds.append(jobs.c.correlation_key == q.correlation_key)
+    if q.retrying:
+        conds += [jobs.c.state == SCHEDULED_SQL, jobs.c.attempt > 0]
     if q.created_since is not None:
         conds.append(jobs.c.created_at >= q.created_since)
     if q.created_until is not None:
@@ -264,7 +293,53 @@ def key_responses_query(correlation_key: str, limit: int = 50) -> Select[Any]:
     )
 
 
+def busy_running_query(limit: int = BUSY_SAMPLE) -> Select[Any]:
+    """The newest ``limit`` running jobs (``ix_hipq_jobs_state``)."""
+    return (
+        select(jobs.c.id, jobs.c.type, jobs.c.queue, jobs.c.claimed_at, jobs.c.executor)
+        .where(jobs.c.state == const(State.RUNNING.value))
+        .order_by(jobs.c.id.desc())
+        .limit(limit)
+    )
+
+
+def busy_pulled_query(limit: int = BUSY_SAMPLE) -> Select[Any]:
+    """Of the newest ``limit`` awaiting jobs (``ix_hipq_jobs_state``), those a pull
+    worker fetched in their current attempt (the claims' primary key)."""
+    newest = (
+        select(jobs.c.id, jobs.c.type, jobs.c.queue, jobs.c.claimed_at, jobs.c.attempt)
+        .where(jobs.c.state == const(State.AWAITING.value))
+        .order_by(jobs.c.id.desc())
+        .limit(limit)
+        .subquery()
+    )
+    return (
+        select(newest.c.id, newest.c.type, newest.c.queue, pull_claims.c.fetched_at)
+        .add_columns(pull_claims.c.worker)
+        .select_from(
+            newest.join(
+                pull_claims,
+                and_(
+                    pull_claims.c.job_id == newest.c.id,
+                    pull_claims.c.attempt == newest.c.attempt,
+                ),
+            )
+        )
+        .order_by(newest.c.id.desc())
+    )
+
+
 class OperatorReads(Transactions):
+    async def job_busy(self) -> list[BusyJob]:
+        """What is being run now: the newest running jobs and pull jobs a worker
+        holds (``BUSY_SAMPLE`` of each at most), the longest running first."""
+        async with self._read() as conn:
+            running = (await conn.execute(busy_running_query())).all()
+            pulled = (await conn.execute(busy_pulled_query())).all()
+        found = [BusyJob(r.id, r.type, r.queue, r.claimed_at, executor=r.executor) for r in running]
+        found += [BusyJob(r.id, r.type, r.queue, r.fetched_at, worker=r.worker) for r in pulled]
+        return sorted(found, key=lambda j: (j.claimed_at or _NEVER, j.id))
+
     async def job_page(self, q: JobQuery) -> JobPage:
         """One page of the job list, newest first (see the module's note on windows)."""
         async with self._read() as conn:
@@ -357,12 +432,6 @@ class OperatorReads(Transactions):
         async with self._read() as conn:
             rows = (await conn.execute(due_reasons_query(queue, now))).all()
         return sorted(((r[0], int(r[1])) for r in rows), key=lambda x: -x[1])
-
-    async def queue_paused_names(self) -> frozenset[str]:
-        """The queues an operator paused (the queues table: one row per queue)."""
-        async with self._read() as conn:
-            rows = (await conn.execute(select(queues.c.name).where(queues.c.paused))).all()
-        return frozenset(r[0] for r in rows)
 
     async def job_open_keys(self, keys: Sequence[str]) -> dict[str, int]:
         """The open job holding each of ``keys`` that one holds: key -> job id."""

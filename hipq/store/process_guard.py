@@ -5,7 +5,7 @@
   dedicated connection for the NOTIFY wake-ups of the others, reconnecting
   with a short backoff.
 
-Both are ``hipq.process.activity.Activity``s that the service starts first and stops last.
+Both are ``hipq.activity.Activity``s that the service starts first and stops last.
 """
 
 from __future__ import annotations
@@ -22,11 +22,12 @@ from typing import IO, Any, Protocol
 import asyncpg  # type: ignore[import-untyped]
 from sqlalchemy.engine import make_url
 
-from hipq.batch_loop.wakeup import CHANNEL
+from hipq.activity import Activity
+from hipq.backoff import Backoff
 from hipq.config import sqlite_lock_path, sqlite_served_message
-from hipq.observability.faults import FaultReporter
-from hipq.process.activity import Activity
+from hipq.faults import FaultReporter
 from hipq.store.records import StoreSetupError
+from hipq.store.wakeup import CHANNEL
 
 log = logging.getLogger("hipq.batch_loop.wakeup")
 
@@ -154,7 +155,7 @@ class PgListener:
         return self.listening
 
     async def _run(self) -> None:
-        delay = RECONNECT_FIRST_SECONDS
+        backoff = Backoff(first=RECONNECT_FIRST_SECONDS, cap=RECONNECT_MAX_SECONDS)
         faults = FaultReporter(log, "LISTEN connection")
         while True:
             conn = None
@@ -165,7 +166,7 @@ class PgListener:
                 await conn.add_listener(CHANNEL, self._notified)
                 self.connected.set()
                 faults.succeeded()
-                delay = RECONNECT_FIRST_SECONDS
+                backoff.reset()
                 await lost.wait()
                 faults.failed(ConnectionResetError("the LISTEN connection was closed"))
             except asyncio.CancelledError:
@@ -177,8 +178,7 @@ class PgListener:
                 if conn is not None and not conn.is_closed():
                     with contextlib.suppress(Exception):
                         await conn.close(timeout=2)
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, RECONNECT_MAX_SECONDS)
+            await asyncio.sleep(backoff.next())
 
     def _notified(self, _conn: object, pid: int, _channel: str, payload: str) -> None:
         if not self._delivered(pid):

@@ -32,6 +32,7 @@ class ProcessInfo:
     in_flight: int = 0  # running and awaiting jobs of the queues it owns
     # Per owned queue, its jobs by in-flight state: ((queue, {"running": n, ...}), ...).
     in_flight_by_queue: tuple[tuple[str, dict[str, int]], ...] = ()
+    version: str | None = None  # the hipq it runs (None: a process older than 0031)
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,6 +54,7 @@ class ProcessTable(Transactions):
             "started_at": me.started_at,
             "heartbeat_at": now,
             "queues": list(me.queues),
+            "version": me.version,
         }
         async with self._write() as conn:
             await conn.execute(
@@ -63,7 +65,7 @@ class ProcessTable(Transactions):
                 .values(**row)
                 .on_conflict_do_update(
                     index_elements=[processes.c.id],
-                    set_={"heartbeat_at": now, "queues": list(me.queues)},
+                    set_={"heartbeat_at": now, "queues": list(me.queues), "version": me.version},
                 )
             )
             found = await _read_processes(conn)
@@ -113,6 +115,7 @@ class ProcessTable(Transactions):
                 started_at=p.started_at,
                 heartbeat_at=p.heartbeat_at,
                 queues=p.queues,
+                version=p.version,
                 owned=tuple(owned.get(p.id, ())),
                 in_flight=load[p.id],
                 in_flight_by_queue=tuple((q, by_state.get(q, idle)) for q in owned.get(p.id, ())),
@@ -132,6 +135,7 @@ async def _read_processes(conn: AsyncConnection) -> tuple[ProcessInfo, ...]:
             started_at=r.started_at,
             heartbeat_at=r.heartbeat_at,
             queues=tuple(r.queues or ()),
+            version=r.version,
         )
         for r in rows
     )

@@ -5,7 +5,7 @@ next due time. ``queue_batch`` opens the owner's one transaction per tick.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Collection
 from contextlib import asynccontextmanager
 from datetime import datetime, timedelta
 from typing import Any
@@ -13,7 +13,7 @@ from typing import Any
 from sqlalchemy import String, case, cast, func, literal, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from hipq.batch_loop.wakeup import cancels_payload, jobs_payload
+from hipq import waiting
 from hipq.jobs import Job, Start
 from hipq.lifecycle import State
 from hipq.store import state_guards as guards
@@ -25,6 +25,7 @@ from hipq.store.state_guards import IN_FLIGHT_SQL, IN_FLIGHT_VALUES, OPEN_VALUES
 from hipq.store.statements import NEXT_RUN_AT
 from hipq.store.tick import ClaimRead, DueScanOf
 from hipq.store.transactions import Transactions
+from hipq.store.wakeup import cancels_payload, jobs_payload
 
 
 class QueueTable(Transactions):
@@ -40,21 +41,22 @@ class QueueTable(Transactions):
                     .group_by(jobs.c.state)
                 )
             ).all()
-            due = (
+            due, oldest_due_at = (
                 await conn.execute(
-                    select(func.count()).where(
+                    select(func.count(), func.min(jobs.c.run_at)).where(
                         jobs.c.queue == queue,
                         jobs.c.state == SCHEDULED_SQL,
                         jobs.c.run_at <= now,
                     )
                 )
-            ).scalar_one()
+            ).one()
             q = (await conn.execute(select(queues).where(queues.c.name == queue))).first()
         counts = {r[0]: (r[1], r[2]) for r in rows}
         live = q is not None and q.lease_expires_at is not None and q.lease_expires_at > now
         return QueueCounts(
             scheduled=counts.get("scheduled", (0, 0))[0],
             due=due,
+            oldest_due_at=oldest_due_at,  # min() keeps the column's type
             running=counts.get("running", (0, 0))[0],
             awaiting=counts.get("awaiting", (0, 0))[0],
             failed=counts.get("failed", (0, 0))[0],
@@ -67,6 +69,29 @@ class QueueTable(Transactions):
             limits_changed_at=q.limits_changed_at if q is not None else None,
             limits_changed_by=q.limits_changed_by if q is not None else None,
         )
+
+    async def queue_wait_reasons(self, names: Collection[str], now: datetime) -> dict[str, str]:
+        """What holds every due job of each of the queues ``names`` (paused, run by no
+        live process, full: ``hipq.waiting.of_queue``), for those that have such a
+        reason; one read of their rows."""
+        if not names:
+            return {}
+        columns = (queues.c.name, queues.c.paused, queues.c.lease_expires_at, queues.c.stats)
+        async with self._read() as conn:
+            rows = (await conn.execute(select(*columns).where(queues.c.name.in_(names)))).all()
+        found = {r.name: r for r in rows}
+        reasons: dict[str, str] = {}
+        for name in names:
+            row = found.get(name)
+            if row is None:  # no loop ever took it
+                reasons[name] = waiting.NO_OWNER
+                continue
+            expires = row.lease_expires_at
+            owned = expires is not None and expires > now
+            reason = waiting.of_queue(bool(row.paused), owned, row.stats)
+            if reason is not None:
+                reasons[name] = reason
+        return reasons
 
     async def queue_gauges(self, names: list[str], now: datetime) -> dict[str, QueueGauges]:
         """The jobs of the queues ``names`` by state, and how many are due, in one
@@ -149,7 +174,7 @@ class QueueTable(Transactions):
         async with self._write() as conn:
             await self._queue_row(conn, queue)
             await conn.execute(update(queues).where(queues.c.name == queue).values(paused=paused))
-            # The wake-up that reaches a paused loop (hipq.batch_loop.wakeup).
+            # The wake-up that reaches a paused loop (hipq.store.wakeup).
             await self._notify(conn, {cancels_payload(queue)})
 
     async def lease_acquire(self, queue: str, owner: str, now: datetime, ttl: float) -> int | None:

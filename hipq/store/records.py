@@ -58,6 +58,7 @@ class InsertResult:
 class QueueCounts:
     scheduled: int = 0
     due: int = 0
+    oldest_due_at: datetime | None = None  # the run_at of the due job waiting longest
     running: int = 0
     awaiting: int = 0
     failed: int = 0

@@ -1,5 +1,5 @@
 """The loop's side of requests about jobs in flight, inside the tick's transaction:
-operators' requests (``hipq.batch_loop.operator_requests``), read and finished once the jobs are
+operators' requests (``hipq.operator_requests``), read and finished once the jobs are
 settled; snoozes (a job that asked to wait), whose attempt is given back; and the
 retry settings a job_key takeover changed."""
 
@@ -11,7 +11,7 @@ from typing import Any
 
 from sqlalchemy import select, update
 
-from hipq.batch_loop.operator_requests import OperatorRequest
+from hipq.operator_requests import OperatorRequest
 from hipq.outcomes import Settlement
 from hipq.store.batch import QueueBatch
 from hipq.store.schema import jobs

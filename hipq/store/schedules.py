@@ -21,13 +21,13 @@ from sqlalchemy import delete, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from hipq.batch_loop.wakeup import jobs_payload
 from hipq.jobs import Job, NewJob
 from hipq.lifecycle import OPEN, State
 from hipq.store.records import Conflict, NotFound
 from hipq.store.schema import jobs, schedule_fires, schedules
 from hipq.store.state_guards import OPEN_SQL, const
 from hipq.store.transactions import Transactions
+from hipq.store.wakeup import jobs_payload
 
 _DEFINITION = (
     "cron",

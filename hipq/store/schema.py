@@ -107,7 +107,7 @@ jobs = Table(
     Column("last_error", Text, nullable=True),
     Column("waiting_reason", Text, nullable=True),
     # An operator's request waits for the queue's loop (any kind, not only a cancel);
-    # ``operator_request`` says which (NULL: a cancel). See hipq.batch_loop.operator_requests.
+    # ``operator_request`` says which (NULL: a cancel). See hipq.operator_requests.
     Column("cancel_requested", Boolean, nullable=False),
     Column("operator_request", Json, nullable=True),
     # Flags an operator may forbid on the queue (graphile-worker's forbidden flags).
@@ -133,6 +133,10 @@ jobs = Table(
     Column("has_dependents", Boolean, nullable=True),
     # The batch it belongs to (hipq_batches), whose counts a trigger keeps.
     Column("batch_id", BigInteger, nullable=True),
+    # Its owner: the tenant of the restricted token that added it; '' for the service
+    # (an unrestricted token, the CLI, schedules, transactional enqueue). A key a caller
+    # names (job_key, an ``after`` reference) is looked up within its owner only.
+    Column("tenant", String(200), nullable=False, server_default=""),
     # The loop's due-jobs scan, one index per queue order, over scheduled jobs only.
     Index(
         "ix_hipq_jobs_due_time",
@@ -152,6 +156,14 @@ jobs = Table(
         postgresql_where=text("state = 'scheduled'"),
         sqlite_where=text("state = 'scheduled'"),
     ),
+    # The jobs a failed or cancelled one is cancelling, while its trigger runs (alembic
+    # 0028): empty between transactions.
+    Index(
+        "ix_hipq_jobs_cancelling",
+        "id",
+        postgresql_where=text("waiting_for = -1"),
+        sqlite_where=text("waiting_for = -1"),
+    ),
     Index("ix_hipq_jobs_state", "state", "id"),
     Index(
         "uq_hipq_jobs_open_correlation_key",
@@ -162,6 +174,7 @@ jobs = Table(
     ),
     Index(
         "uq_hipq_jobs_open_job_key",
+        "tenant",
         "job_key",
         unique=True,
         postgresql_where=OPEN_JOB_KEY_WHERE,
@@ -228,6 +241,15 @@ batches = Table(
     Column("created_at", UTCDateTime, nullable=False),
     Column("finished_at", UTCDateTime, nullable=True),
     Column("sealed_at", UTCDateTime, nullable=True),  # NULL: open, it cannot finish
+    # The restricted token (tenant) that made it; NULL: an unrestricted caller (0027).
+    Column("owner", String(200), nullable=True),
+    # A completion job's unfinished batch: the walk that refuses a cycle of waits.
+    Index(
+        "ix_hipq_batches_completion",
+        "completion_job_id",
+        postgresql_where=text("finished_at IS NULL"),
+        sqlite_where=text("finished_at IS NULL"),
+    ),
 )
 
 # The last heartbeat of an external job's attempt (POST /v1/callbacks/{key}/heartbeat):
@@ -267,6 +289,9 @@ pull_claims = Table(
     Column("token_digest", String(64), nullable=False),  # SHA-256, hex
     Column("worker", String(200), nullable=False),
     Column("fetched_at", UTCDateTime, nullable=False),
+    # The fingerprint of the outcome its worker reported (``hipq.pull.reports``): set
+    # once, so that a second, different outcome for the claim is refused at once.
+    Column("reported", String(64), nullable=True),
 )
 
 attempts = Table(
@@ -324,6 +349,7 @@ processes = Table(
     Column("started_at", UTCDateTime, nullable=False),
     Column("heartbeat_at", UTCDateTime, nullable=False),
     Column("queues", Json, nullable=False),  # the queue names it may serve
+    Column("version", String(50), nullable=True),  # the hipq it runs (NULL: before 0031)
 )
 
 # What an executor's transports reported of jobs handed to it (``hipq.batch_loop.hand_off``),
@@ -440,6 +466,9 @@ job_types_mirror = Table(
     Column("key_parts", NullableJson, nullable=True),
     # The key needs the job's id or attempt: the queue's loop builds it at claim.
     Column("key_at_dispatch", Boolean, nullable=False),
+    # The labels its jobs start with (theirs win) and its notification targets (NULL: none).
+    Column("labels", Json, nullable=False, server_default=text("'{}'")),
+    Column("notify", NullableJson, nullable=True),
     Column("written_by", String(200), nullable=False),
     Column("written_at", UTCDateTime, nullable=False),
 )

@@ -75,7 +75,7 @@ RETRY = _to("job_retry", State.SCHEDULED, TERMINAL - {State.COMPLETED})
 COMPLETE = _to("job_complete", State.COMPLETED, SCHEDULED_ONLY)
 FAIL = _to("job_fail", State.FAILED, SCHEDULED_ONLY)
 RESCHEDULE = _to("job_reschedule", State.SCHEDULED, OPEN - IN_FLIGHT | TERMINAL - {State.COMPLETED})
-# An operator's request of a job in flight, for its loop (hipq.batch_loop.operator_requests).
+# An operator's request of a job in flight, for its loop (hipq.operator_requests).
 REQUEST = _stays("job_request", IN_FLIGHT)
 ACCEPT_LATE = _to("response_accept_late", State.COMPLETED, TERMINAL)
 SETTLE = _settled("job_settle")

@@ -22,7 +22,7 @@ class Transactions:
     def __init__(self, engine: AsyncEngine, dialect: Dialect) -> None:
         self.engine = engine
         self.dialect = dialect
-        # Called after a commit with each wake-up payload it sent (``hipq.batch_loop.wakeup``),
+        # Called after a commit with each wake-up payload it sent (``hipq.store.wakeup``),
         # so that this process's loops hear their news the same way other processes do.
         self.listeners: list[Callable[[str], None]] = []
         self._notices: dict[int, set[str]] = {}  # open write transaction -> payloads

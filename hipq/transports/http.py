@@ -27,10 +27,10 @@ import httpx
 import orjson
 
 from hipq.config import HttpTransport as HttpConfig
-from hipq.ingest.outcome_rules import OutcomeRule, OutcomeRuleError, decide, parse_body, rule_for
 from hipq.job_types import JobTypeInfo
 from hipq.jobs import Job
 from hipq.observability import tracing
+from hipq.outcome_rules import OutcomeRule, OutcomeRuleError, decide, parse_body, rule_for
 from hipq.outcomes import Failed, Outcome, Snoozed, response_outcome
 from hipq.retry import AttemptError
 from hipq.templates import job_context

@@ -34,10 +34,10 @@ from hipq.job_types import JobTypeInfo
 from hipq.jobs import Job
 from hipq.observability import tracing
 from hipq.outcomes import Failed
-from hipq.process.kafka_client import Backoff, client_options, close_quietly
 from hipq.retry import AttemptError
 from hipq.templates import job_context
 from hipq.transports.base import JobTasks, Reporter, report_send
+from hipq.transports.kafka_client import client_options, close_quietly, reconnect_backoff
 from hipq.transports.rendering import BodyTemplate, RenderError, compile_body
 
 log = logging.getLogger("hipq.transports.kafka")
@@ -159,7 +159,7 @@ class KafkaTransport:
         self._check_now.set()
 
     async def _maintain(self) -> None:
-        backoff = Backoff()
+        backoff = reconnect_backoff()
         while self._producer is None:
             producer = AIOKafkaProducer(
                 **client_options(self._kafka),

@@ -15,6 +15,7 @@ import logging
 import traceback
 from collections.abc import Awaitable, Callable
 from datetime import datetime, timedelta
+from operator import attrgetter
 from typing import Any, NoReturn
 
 import orjson
@@ -71,13 +72,19 @@ def import_handler(spec: str) -> Handler:
 class JobContext:
     """What a python handler sees of its job, and how it talks back to the loop."""
 
+    # The job's fields a handler reads, each copied from the job's field of its name
+    # (``labels`` as the handler's own dict; ``payload`` below, copied when first read).
+    id: int
+    type: str
+    queue: str
+    attempt: int
+    weight: int
+    critical: bool
+    labels: dict[str, str]
+
     def __init__(self, job: Job, reporter: Reporter, clock: Callable[[], datetime]) -> None:
-        self.id = job.id
-        self.type = job.type
-        self.queue = job.queue
-        self.attempt = job.attempt
-        self.weight = job.weight
-        self.critical = job.critical
+        for name, value in zip(_CONTEXT_FIELDS, _context_values(job), strict=True):
+            setattr(self, name, value)
         self.labels = dict(job.labels)
         self._payload: Any = _UNREAD
         self._job, self._reporter, self._clock = job, reporter, clock
@@ -108,6 +115,11 @@ class JobContext:
         """Persist ``payload``: a retry of this job starts from it."""
         self.payload = copy.deepcopy(payload)
         self._reporter.checkpoint(self._job, self.payload)
+
+
+# JobContext's fields, read from the job in one call.
+_CONTEXT_FIELDS = tuple(JobContext.__annotations__)
+_context_values = attrgetter(*_CONTEXT_FIELDS)
 
 
 class PythonTransport:

@@ -32,6 +32,7 @@ from typing import Any
 from urllib.parse import quote
 
 from hipq.templates import (
+    JOB_CONTEXT_FIELDS,
     PathError,
     Placeholder,
     TemplateError,
@@ -53,9 +54,8 @@ __all__ = [
     "job_context",  # the context a request template renders from (hipq.templates owns it)
 ]
 
-REQUEST_ROOTS: frozenset[str] = frozenset(
-    {"payload", "labels", "type", "id", "attempt", "correlation_key"}
-)
+# What a request template may read: the job's context (hipq.templates.job_context).
+REQUEST_ROOTS: frozenset[str] = frozenset(JOB_CONTEXT_FIELDS)
 
 # What the template must spell out before its first placeholder: the scheme and
 # the whole authority (host and port), ended by the start of the path, query or fragment.

@@ -18,7 +18,7 @@ import httpx
 import pytest
 from sqlalchemy import func, select
 
-from hipq.api.app import create_app
+from hipq.app import create_app
 from hipq.batch_loop.loop import QueueLoop
 from hipq.config import Settings
 from hipq.service import Service

@@ -304,7 +304,7 @@ async def test_cancel(api: Api) -> None:
     cancelled = await api.job(running["id"])
     assert cancelled["state"] == "cancelled"
     assert [a["outcome"] for a in cancelled["attempts"]] == ["cancelled"]
-    await eventually(lambda: running["id"] not in handlers.RUNNING, timeout=5)
+    await eventually(lambda: running["id"] not in handlers.RUNNING, timeout=60)
 
     done = await api.post_job(type="ok")
     await api.tick()
@@ -887,7 +887,7 @@ async def _finish(api: Api, job_id: int) -> None:
         await api.tick()
         return (await api.job(job_id))["state"] == "completed"
 
-    await eventually(done, timeout=30)
+    await eventually(done, timeout=60)
 
 
 @pytest.mark.parametrize("value", [268824578, 1.5e9, True])

@@ -3,6 +3,7 @@ on SQLite the one process of the file)."""
 
 from __future__ import annotations
 
+from hipq.version import __version__
 from tests.api.conftest import Api
 
 
@@ -20,6 +21,7 @@ async def test_the_process_lists_itself_with_its_queues_and_load(api: Api) -> No
     assert me["in_flight"] == 2
     assert me["in_flight_by_queue"]["default"] == {"running": 2, "awaiting": 0}
     assert me["heartbeat_at"] >= me["started_at"]
+    assert me["version"] == __version__
 
 
 async def test_a_process_stopped_is_no_longer_listed(api: Api) -> None:

@@ -152,6 +152,12 @@ async def test_a_change_the_chain_refuses_is_a_422_naming_the_field(database_url
         assert shown["concurrency"] == 10
         answer = await api.client.patch("/v1/queues/nope/limits", json={"concurrency": 2})
         assert answer.status_code == 404
+        # Unlimited only where the config leaves the queue unbounded.
+        unbounded = await api.client.patch("/v1/queues/regions/limits", json={"concurrency": None})
+        assert (unbounded.status_code, unbounded.json()["field"]) == (422, "concurrency")
+        assert "bounds this queue to 10" in unbounded.json()["message"]
+        assert (await api.client.get("/v1/queues/regions")).json()["concurrency"] == 10
+        assert (await change(api, {"concurrency": None}, "bulk"))["concurrency"] is None
 
 
 async def test_changed_limits_survive_a_restart(database_url: str) -> None:
@@ -178,10 +184,10 @@ async def test_a_change_through_another_process_reaches_the_queues_owner(
     ):
         for _ in range(5):
             await other.post_job(type="hang")
-        await eventually(lambda: running_is(owner, 1), timeout=30)
+        await eventually(lambda: running_is(owner, 1), timeout=60)
         await change(other, {"concurrency": 3})
         assert owner.loop().token is not None and other.loop().token is None
-        await eventually(lambda: running_is(owner, 3), timeout=30)
+        await eventually(lambda: running_is(owner, 3), timeout=60)
 
 
 async def running_is(api: Api, count: int) -> bool:

@@ -8,7 +8,7 @@ from typing import Any
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
-from hipq.api.app import create_app
+from hipq.app import create_app
 from hipq.service import Service
 from tests.api.conftest import Api, api_settings, open_api
 from tests.support import FakeClock, eventually
@@ -185,7 +185,7 @@ async def test_metrics_after_jobs_ran(database_url: str) -> None:
             states = [(await api.job(i))["state"] for i in ids]
             return states == ["completed"] * 3 + ["failed"]
 
-        await eventually(all_done, timeout=10)
+        await eventually(all_done, timeout=60)
         response = await api.client.get("/metrics")
         assert response.status_code == 200
         assert response.headers["content-type"].startswith("text/plain")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import httpx
 
-from hipq.api.app import create_app
+from hipq.app import create_app
 from hipq.service import Service
 from tests.peers import free_port
 from tests.support import eventually, make_settings
@@ -39,7 +39,7 @@ async def test_readyz_names_a_kafka_broker_that_is_down_and_jobs_are_still_accep
                 job = (await api.get(f"/v1/jobs/{posted.json()['id']}")).json()
                 return bool(job["attempts"]) and job["state"] == "scheduled"
 
-            await eventually(retried, timeout=15)
+            await eventually(retried, timeout=60)
             job = (await api.get(f"/v1/jobs/{posted.json()['id']}")).json()
             assert job["attempts"][0]["outcome"] == "retried"
             assert (await api.get("/healthz")).status_code == 200

@@ -28,7 +28,7 @@ from schemathesis.specs.openapi.checks import (
     status_code_conformance,
 )
 
-from hipq.api.app import create_app
+from hipq.app import create_app
 from tests.api.conftest import Api
 from tests.auth.conftest import Tokens
 from tests.auth.conftest import authed as authed  # a fixture: the API with tokens

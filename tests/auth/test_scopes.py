@@ -114,12 +114,13 @@ async def test_health_stays_open_and_readyz_hides_the_host_without_read(
     assert (await authed.client.get("/healthz", headers=bad)).status_code == 200
     anonymous = await authed.client.get("/readyz")
     assert anonymous.status_code == 200
-    assert "owner" not in anonymous.json()
-    assert (
-        "owner" not in (await authed.client.get("/readyz", headers=tokens.header("submit"))).json()
-    )
+    # Neither the host nor the config's queue names for a probe without read.
+    assert {"owner", "queues_owned"}.isdisjoint(anonymous.json())
+    submitter = await authed.client.get("/readyz", headers=tokens.header("submit"))
+    assert {"owner", "queues_owned"}.isdisjoint(submitter.json())
     reader = (await authed.client.get("/readyz", headers=tokens.header("read"))).json()
     assert reader["owner"] == authed.service.owner
+    assert reader["queues_owned"] == []
 
 
 async def test_unknown_type_lists_the_configured_ones_only_to_readers(

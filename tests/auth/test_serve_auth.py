@@ -97,7 +97,7 @@ def test_tokens_new_then_the_cli_with_hipq_token(tmp_path: Path) -> None:
         shown = _run("jobs", "show", job_id, *url, token=operator)
         assert shown.returncode == 0 and eval_json(shown.stdout)["id"] == int(job_id)
         assert _run("jobs", "cancel", job_id, *url, token=operator).returncode == 0
-        metrics = httpx.get(f"{server.url}/metrics", timeout=10)
+        metrics = httpx.get(f"{server.url}/metrics", timeout=30)
         assert metrics.status_code == 401
         log = server.log_text()
     for token in (submitter, operator):

@@ -1,10 +1,11 @@
 """What a tenant's token may set on its jobs beyond their queue and type: notification
-targets, labels, priority and critical (its job limits), and whose Idempotency-Keys it
-shares (nobody's)."""
+targets, labels, priority, critical, and what spends shared capacity (weight, timeout,
+retry, a past run_at): its job limits; and whose Idempotency-Keys it shares (nobody's)."""
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +30,15 @@ TOKENS = {
         "labels=region:east,tier",
         "priority=50..150",
         "critical=yes",
+    ],
+    # Restricted, its capacity bounds widened.
+    "delta": [
+        "queue=default",
+        "weight=4",
+        "timeout=any",
+        "attempts=50",
+        "retry_delay=0.5s",
+        "run_at=past",
     ],
     # Not restricted: unbounded unless its line says otherwise.
     "ops": [],
@@ -136,6 +146,53 @@ async def test_idempotency_keys_are_per_token(limited: tuple[Api, dict[str, str]
     assert await api.count_jobs() == 2
 
 
+async def test_a_restricted_token_spends_no_more_than_its_job_type_gives(
+    limited: tuple[Api, dict[str, str]],
+) -> None:
+    api, secrets = limited
+    acme = secrets["acme"]
+    # The type: weight 1, timeout 24h, exponential retry (25 attempts, from 0.9s).
+    _forbidden(await _post(api, acme, weight=2), "weight")
+    _forbidden(await _post(api, acme, timeout="3650d"), "timeout")
+    _forbidden(await _post(api, acme, retry={"max_attempts": 10000}), "retry.max_attempts")
+    _forbidden(await _post(api, acme, retry={"strategy": "fixed", "delay": 0}), "retry")
+    assert await api.count_jobs() == 0
+    for fine in (
+        {"weight": 1},
+        {"timeout": "1h"},
+        {"retry": {"max_attempts": 3}},
+        {"retry": {"strategy": "fixed", "delay": "10s", "max_attempts": 5}},
+        {"retry": {"strategy": "none"}},
+    ):
+        made = await _post(api, acme, **fine)
+        assert made.status_code == 201, (fine, made.text)
+    # A run_at in the past is taken as now: it goes after the jobs added before it.
+    early = await _post(api, acme, run_at="2000-01-01T00:00:00Z")
+    assert early.status_code == 201, early.text
+    assert datetime.fromisoformat(early.json()["run_at"]) == api.clock()
+
+
+async def test_a_token_line_widens_its_capacity_bounds(
+    limited: tuple[Api, dict[str, str]],
+) -> None:
+    api, secrets = limited
+    delta, ops = secrets["delta"], secrets["ops"]
+    _forbidden(await _post(api, delta, weight=5), "weight")
+    _forbidden(await _post(api, delta, retry={"max_attempts": 51}), "retry.max_attempts")
+    _forbidden(await _post(api, delta, retry={"strategy": "fixed", "delay": 0.1}), "retry")
+    for token in (delta, ops):
+        made = await _post(
+            api,
+            token,
+            weight=4,
+            timeout="3650d",
+            retry={"strategy": "fixed", "delay": "1s", "max_attempts": 50},
+            run_at="2000-01-01T00:00:00Z",
+        )
+        assert made.status_code == 201, made.text
+        assert made.json()["run_at"].startswith("2000-01-01")
+
+
 @pytest.mark.parametrize(
     ("limit", "says"),
     [
@@ -145,6 +202,9 @@ async def test_idempotency_keys_are_per_token(limited: tuple[Api, dict[str, str]
         ("critical=maybe", "yes or no"),
         ("labels=:x", "NAME or NAME:VALUE"),
         ("colour=red", "job limit"),
+        ("weight=0", "a whole number"),
+        ("timeout=soon", "a duration"),
+        ("run_at=later", "past"),
     ],
 )
 def test_a_bad_limit_stops_the_start(limit: str, says: str) -> None:

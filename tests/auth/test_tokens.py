@@ -78,6 +78,10 @@ def test_a_restriction_must_name_a_configured_queue_or_type() -> None:
         ("ci , hipq_0123456789abcdefghij", "here: token 'ci': unknown scope '(none)'"),
         (
             "ci read tenant=a hipq_0123456789abcdefghij",
+            "here: token 'ci': tenant= needs a restriction (queue= or type=)",
+        ),
+        (
+            "ci read colour=a hipq_0123456789abcdefghij",
             "here: token 'ci': a restriction looks like queue=a,b",
         ),
         (

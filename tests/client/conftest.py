@@ -44,15 +44,22 @@ def client_config(path: Path, database_url: str, **overrides: Any) -> Path:
     )
 
 
+def serving_the_example_config(tmp_path: Path) -> contextlib.AbstractContextManager[Server]:
+    """`hipq serve` with config.example.yaml, as a reader of the docs runs it (on a
+    SQLite file of this test): the docs' examples run against the config they name."""
+    env = {"HIPQ_DATABASE_URL": f"sqlite+aiosqlite:///{tmp_path / 'page.db'}"}
+    return serving(REPO / "config.example.yaml", tmp_path / "serve.log", env=env)
+
+
 def run_worked_example(page: str, tmp_path: Path) -> tuple[list[str], list[str]]:
-    """Run the first python block of docs/<page> against a fresh `hipq serve` on
-    SQLite; answer the lines it printed and the lines of the page's first text block."""
+    """Run the first python block of docs/<page> against a fresh `hipq serve` with
+    config.example.yaml; answer the lines it printed and the lines of the page's first
+    text block."""
     text = (REPO / "docs" / page).read_text()
     example, printed = (
         text.split(f"```{kind}\n")[1].split("```", 1)[0] for kind in ("python", "text")
     )
-    config = client_config(tmp_path / "hipq.yaml", f"sqlite+aiosqlite:///{tmp_path / 'page.db'}")
-    with serving(config, tmp_path / "serve.log") as server:
+    with serving_the_example_config(tmp_path) as server:
         ran = subprocess.run(
             [sys.executable, "-c", example],
             capture_output=True,
@@ -201,7 +208,7 @@ async def proxy_to(upstream: str) -> AsyncIterator[Proxy]:
 
 def count_jobs(server: Server, **params: Any) -> int:
     """Jobs the server holds that match ``params`` (read straight from the API)."""
-    body = httpx.get(f"{server.url}/v1/jobs", params={"limit": 1000, **params}, timeout=10).json()
+    body = httpx.get(f"{server.url}/v1/jobs", params={"limit": 1000, **params}, timeout=30).json()
     return len(body["jobs"])
 
 

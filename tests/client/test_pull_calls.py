@@ -70,3 +70,27 @@ def test_a_fetch_of_a_type_that_is_not_pulled_is_refused(server: Server) -> None
     with Client(server.url) as hipq, pytest.raises(InvalidRequest) as refused:
         hipq.fetch_jobs(["echo"])
     assert refused.value.field == "types[0]"
+
+
+def test_many_outcomes_in_one_call(server: Server) -> None:
+    with Client(server.url) as hipq:
+        jobs = [hipq.add_job("pulled", {"n": i}) for i in range(2)]
+        fetched: list = []
+        for _ in range(60):
+            fetched += hipq.fetch_jobs(["pulled"], count=2 - len(fetched), wait=30)
+            if len(fetched) == 2:
+                break
+        one, two = sorted(fetched, key=lambda f: f.id)
+        results = hipq.report_outcomes(
+            [
+                {"id": one.id, "token": one.token, "outcome": "completed", "result": {"n": 0}},
+                {"id": two.id, "token": two.token, "outcome": "failed", "error": "no",
+                 "retryable": False},
+                {"id": two.id, "token": two.token, "outcome": "completed"},
+            ]
+        )  # fmt: skip
+        assert [r.status for r in results] == ["accepted", "accepted", "conflict"]
+        assert results[2].field == "token"
+        done, failed = (hipq.wait(j.id, timeout=60) for j in jobs)
+        assert (done.state, done.result) == ("completed", {"n": 0})
+        assert failed.state == "failed"

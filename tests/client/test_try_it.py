@@ -117,7 +117,7 @@ def test_wait_ready_waits_for_the_first_install_then_the_server(
     )
     wait_for(
         lambda: "waiting for scripts/serve to install" in (copy / "err.txt").read_text(),
-        30,
+        60,
         "the install wait announced",
     )
     assert waiting.poll() is None

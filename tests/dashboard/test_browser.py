@@ -11,6 +11,7 @@ import httpx
 import pytest
 from playwright.sync_api import expect
 
+from hipq.version import __version__
 from tests.dashboard.conftest import Dashboard
 from tests.e2e.conftest import wait_for
 
@@ -212,7 +213,7 @@ def test_jobs_are_selected_and_retried_and_all_failed_deleted_at_760px(
     assert asked[-1].startswith("Delete every job that matches this filter (1 job)?")
     wait_for(
         lambda: httpx.get(f"{dashboard.url}/v1/jobs/{ids[2]}").status_code == 404 or None,
-        30,
+        60,
         f"job {ids[2]} deleted",
     )
     assert [dashboard.job(i)["state"] for i in ids[:2]] == ["scheduled"] * 2
@@ -353,6 +354,7 @@ def test_the_processes_page_shows_each_process_its_queues_and_its_jobs(
     expect(page.get_by_role("link", name="Processes")).to_have_attribute("aria-current", "page")
     process = page.locator(f"#process-{pid}")
     expect(process.locator(".pid")).to_have_text(str(pid))
+    expect(process.locator(".version")).to_have_text(__version__)
     expect(process.locator(".heartbeat")).to_contain_text(" ago")
     expect(process.locator(".serves")).to_have_text("default, regional")
     # The queues it owns now (the registry's first beats may take a moment to show both).
@@ -371,3 +373,75 @@ def test_the_processes_page_shows_each_process_its_queues_and_its_jobs(
     (dashboard.flags / "release").touch()
     dashboard.wait_state(running, "completed")
     expect(regional.locator(".running")).to_have_text("0", timeout=20_000)
+
+
+def test_a_full_queue_and_jobs_waiting_for_others_say_why_everywhere(
+    dashboard: Dashboard, page: Any
+) -> None:
+    # Exactly full: one job of each region takes the regional queue's two units.
+    busy = [dashboard.post_job(type="hold", labels={"region": r}) for r in ("east", "west")]
+    for job_id in busy:
+        dashboard.wait_state(job_id, "running")
+    waiting = dashboard.post_job(type="hold", labels={"region": "west"})
+    after = dashboard.post_job(type="hold", labels={"region": "east"}, after=[busy[0]])
+    full = "queue full: concurrency 2/2 in use"
+    wait_for(lambda: dashboard.job(waiting)["waiting_reason"] == full, 30, "the full reason")
+
+    page.goto(f"{dashboard.url}/dashboard")
+    queue = page.locator("#queue-regional")
+    expect(queue.locator(".queue-reason")).to_contain_text(full)
+    expect(queue.locator("table.held")).to_contain_text("concurrency")
+    expect(queue.locator(".latency")).not_to_have_text("—")
+
+    page.goto(f"{dashboard.url}/dashboard/jobs?queue=regional")
+    tab = page.locator('nav.state-tabs a[data-state="scheduled"]')
+    expect(tab.locator(".tab-count")).to_have_text("2")
+    tab.click()
+    expect(tab).to_have_attribute("aria-current", "page")
+    row = page.locator(f'tr[data-job="{waiting}"]')
+    expect(row.locator(".waiting-reason")).to_have_text(full)
+    expect(row.locator(".last-error")).to_have_text("")
+    parked = page.locator(f'tr[data-job="{after}"]')
+    expect(parked.locator(".run-time")).to_have_text(f"after #{busy[0]}")
+    expect(parked.locator(".waiting-reason")).to_contain_text(f"waiting for jobs {busy[0]}")
+
+    row.get_by_role("link", name=str(waiting)).click()
+    expect(page.locator("#waiting-reason")).to_have_text(full)
+    (dashboard.flags / "release").touch()
+    for job_id in (*busy, waiting, after):
+        dashboard.wait_state(job_id, "completed")
+
+
+def test_a_failed_group_is_discarded_and_a_finished_job_deleted(
+    dashboard: Dashboard, page: Any
+) -> None:
+    (dashboard.flags / "fail").touch()
+    failed = [dashboard.post_job(type="flaky") for _ in range(2)]
+    for job_id in failed:
+        dashboard.wait_state(job_id, "failed")
+    (dashboard.flags / "fail").unlink()
+    done = dashboard.post_job(type="flaky")
+    dashboard.wait_state(done, "completed")
+
+    page.goto(f"{dashboard.url}/dashboard/failed")
+    group = page.locator("section.error-group").filter(has_text="upstream refused")
+    page.once("dialog", lambda d: d.accept())
+    group.get_by_role("button", name="Discard 2 jobs").click()
+    expect(page.locator("#flash")).to_contain_text("Discard of 2 jobs started")
+    for job_id in failed:
+        wait_for(
+            lambda i=job_id: httpx.get(f"{dashboard.url}/v1/jobs/{i}").status_code == 404,
+            30,
+            f"job {job_id} discarded",
+        )
+    expect(page.locator("p.empty")).to_have_text("No failed job.")
+
+    page.goto(f"{dashboard.url}/dashboard/jobs?state=completed")
+    expect(page.locator(f'tr[data-job="{done}"] .duration')).not_to_have_text("")
+    page.goto(f"{dashboard.url}/dashboard/jobs/{done}")
+    expect(page.locator("table.attempts .duration")).not_to_have_text("")
+    page.once("dialog", lambda d: d.accept())
+    page.get_by_role("button", name="Delete").click()
+    expect(page).to_have_url(f"{dashboard.url}/dashboard/jobs")
+    gone = httpx.get(f"{dashboard.url}/v1/jobs/{done}")
+    assert gone.status_code == 404, gone.text

@@ -10,7 +10,7 @@ from urllib.parse import quote
 import httpx
 from fastapi.routing import APIRoute
 
-from hipq.api.app import create_app
+from hipq.app import create_app
 from hipq.dashboard import pages
 from tests.api.conftest import Api
 

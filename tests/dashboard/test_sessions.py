@@ -6,7 +6,13 @@ from __future__ import annotations
 from pathlib import Path
 
 from hipq.dashboard.access import COOKIE
-from hipq.dashboard.sessions import IDLE_SECONDS, SESSION_SECONDS, Sessions
+from hipq.dashboard.sessions import (
+    IDLE_SECONDS,
+    MAX_SESSIONS,
+    MAX_SESSIONS_PER_TOKEN,
+    SESSION_SECONDS,
+    Sessions,
+)
 from hipq.security.tokens import config_line, new_token
 from tests.api.conftest import open_api, sqlite_url
 
@@ -69,3 +75,14 @@ def test_sessions_expire() -> None:
         assert sessions.token_of(busy) == "t2"
     now[0] = SESSION_SECONDS
     assert sessions.token_of(busy) is None  # used all along, but signed in 12 h ago
+
+
+def test_one_tokens_sign_ins_never_push_out_anothers_session() -> None:
+    sessions = Sessions(clock=lambda: 0.0)
+    admin = sessions.start("admin-token")
+    flood = [sessions.start("read-token") for _ in range(MAX_SESSIONS + 10)]
+    assert sessions.token_of(admin) == "admin-token"
+    # The flood keeps only its newest sessions.
+    assert sessions.token_of(flood[-1]) == "read-token"
+    assert sessions.token_of(flood[-MAX_SESSIONS_PER_TOKEN]) == "read-token"
+    assert sessions.token_of(flood[-MAX_SESSIONS_PER_TOKEN - 1]) is None

@@ -14,7 +14,7 @@ def test_batches_add_and_show(server: Server) -> None:  # noqa: F811
     assert len(body["jobs"]) == 2
     shown = hipq("batches", "show", str(body["batch_id"]), *url).json()
     assert shown["total"] == 2 and shown["on_complete"] == "ok"
-    wait_for(lambda: job_state(server, shown["completion_job_id"]) == "completed", 30, "done")
+    wait_for(lambda: job_state(server, shown["completion_job_id"]) == "completed", 60, "done")
     shown = hipq("batches", "show", str(body["batch_id"]), *url).json()
     assert (shown["pending"], shown["completed"]) == (0, 2)
 
@@ -35,10 +35,14 @@ def test_batches_create_join_seal_and_list(server: Server) -> None:  # noqa: F81
     assert joined["batch_id"] == made["id"] and len(joined["jobs"]) == 1
     sealed = hipq("batches", "seal", batch_id, *url).json()
     assert sealed["total"] == 2 and sealed["sealed_at"] is not None
-    wait_for(lambda: job_state(server, made["completion_job_id"]) == "completed", 30, "done")
-    listed = hipq("batches", "list", *url).json()
+    wait_for(lambda: job_state(server, made["completion_job_id"]) == "completed", 60, "done")
+    listed = hipq("batches", "list", "--json", *url).json()
     assert listed["batches"][0]["id"] == made["id"]
     assert listed["batches"][0]["status"] == "finished"
+    # Without --json, a table as `hipq jobs list` prints: a header and one row a batch.
+    table = hipq("batches", "list", *url).out.splitlines()
+    assert table[0].split()[:3] == ["ID", "STATUS", "TOTAL"]
+    assert table[1].split()[:6] == [batch_id, "finished", "2", "0", "2", "0"]
     members = hipq("batches", "jobs", batch_id, "--limit", "1", *url).json()
     assert [j["id"] for j in members["jobs"]] == [joined["jobs"][0]["id"]]
     rest = hipq("batches", "jobs", batch_id, "--cursor", members["next_cursor"], *url).json()

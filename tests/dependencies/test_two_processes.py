@@ -10,7 +10,7 @@ import asyncio
 import httpx
 import pytest
 
-from hipq.api.app import create_app
+from hipq.app import create_app
 from hipq.service import Service
 from tests.api.conftest import api_settings
 

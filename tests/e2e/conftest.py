@@ -131,7 +131,7 @@ class HipqServer:
         if not self.alive():
             raise AssertionError(f"hipq serve {self.name} exited early\n{self.describe()}")
         try:
-            return self.client.get("/readyz", timeout=2).status_code == 200
+            return self.client.get("/readyz", timeout=30).status_code == 200
         except httpx.HTTPError:
             return False
 

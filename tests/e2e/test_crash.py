@@ -279,7 +279,7 @@ def test_postgres_survivor_takes_over_the_killed_owners_queue(
         # One after the other: the first applies the migrations, the second finds them done.
         a = servers.start("a", config, work_ms=WORK_MS)
         b = servers.start("b", config, work_ms=WORK_MS)
-        pid = wait_for(lambda: owner_pid(a), 30, "a queue owner")
+        pid = wait_for(lambda: owner_pid(a), 60, "a queue owner")
         owner, survivor = (a, b) if pid == a.pid else (b, a)
         assert pid == owner.pid
 
@@ -292,7 +292,7 @@ def test_postgres_survivor_takes_over_the_killed_owners_queue(
         killed_at = time.monotonic()
         wait_for(
             lambda: owner_pid(survivor) == survivor.pid,
-            30,
+            60,
             "the survivor owns the queue",
             interval=0.05,
             describe=survivor.describe,
@@ -337,7 +337,7 @@ def test_postgres_notify_wakes_the_owner_for_jobs_posted_elsewhere(
         )
         a = servers.start("a", config, work_ms=1)
         b = servers.start("b", config, work_ms=1)
-        pid = wait_for(lambda: owner_pid(a), 30, "a queue owner")
+        pid = wait_for(lambda: owner_pid(a), 60, "a queue owner")
         owner, other = (a, b) if pid == a.pid else (b, a)
 
         latencies = []
@@ -347,7 +347,7 @@ def test_postgres_notify_wakes_the_owner_for_jobs_posted_elsewhere(
             job_id = other.post("/v1/jobs", {"type": "record", "payload": {"n": i}})["id"]
             wait_for(
                 lambda j=job_id: other.get(f"/v1/jobs/{j}")["state"] == "completed",
-                10,
+                60,
                 f"job {job_id} posted to the non-owner completed (NOTIFY wake-up)",
                 interval=0.01,
                 describe=owner.describe,

@@ -125,13 +125,77 @@ def test_hipq_worker_runs_jobs_and_stops_gracefully(
     # A slow job under way when SIGTERM arrives finishes and reports before the worker exits.
     slow_worker = workers.start(server, "long_crunch", 3000)
     [slow] = post(server, 1, "long_crunch")
-    wait_for(lambda: any(job == slow for job, _a, _p in read_runs(servers.runs_file)), 30, "run")
+    wait_for(lambda: any(job == slow for job, _a, _p in read_runs(servers.runs_file)), 60, "run")
     slow_worker.send_signal(signal.SIGTERM)
     assert slow_worker.wait(timeout=60) == 0
-    assert wait_for(lambda: all_completed(server, [slow]), 30, "the slow job completed")
+    assert wait_for(lambda: all_completed(server, [slow]), 60, "the slow job completed")
     assert [r for r in read_runs(servers.runs_file) if r[0] == slow] == [(slow, 1, slow_worker.pid)]
     worker.send_signal(signal.SIGTERM)
     assert worker.wait(timeout=60) == 0
+
+
+def test_hipq_worker_concurrency_counts_weight(
+    tmp_path: Path, servers: Servers, workers: Workers
+) -> None:
+    """--concurrency 3 runs one job of weight 2 and one of weight 1 at once, never two
+    of weight 2 (whose weights would add up to 4)."""
+    server = servers.start("a", config(tmp_path, f"sqlite+aiosqlite:///{tmp_path}/hipq.db"))
+    heavy = [{"type": "crunch", "weight": 2} for _ in range(4)]
+    light = [{"type": "crunch", "weight": 1} for _ in range(4)]
+    posted = server.post("/v1/jobs/batch", {"jobs": heavy + light})["jobs"]
+    weights = {j["id"]: (2 if i < 4 else 1) for i, j in enumerate(posted)}
+    handler = "tests.e2e.e2e_handlers:record_span"
+    worker = workers.start(server, "crunch", 150, "--concurrency", "3", "--handler", handler)
+    ids = list(weights)
+    wait_for(lambda: all_completed(server, ids), 120, "8 jobs completed by the worker")
+    spans = (Path(f"{servers.runs_file}.spans")).read_text().split()
+    load, peak = 0, 0
+    for job_id, mark in zip(spans[::2], spans[1::2], strict=True):
+        load += weights[int(job_id)] if mark == "start" else -weights[int(job_id)]
+        peak = max(peak, load)
+    assert peak <= 3
+    worker.send_signal(signal.SIGTERM)
+    assert worker.wait(timeout=60) == 0
+
+
+def test_hipq_worker_imports_its_handler_from_the_directory_it_starts_in(
+    tmp_path: Path, servers: Servers
+) -> None:
+    """As docs/howto-pull-workers.md shows it: `myapp/images.py` beside the worker, no
+    PYTHONPATH; and its log does not list every request it makes."""
+    server = servers.start("a", config(tmp_path, f"sqlite+aiosqlite:///{tmp_path}/hipq.db"))
+    app = tmp_path / "app"
+    (app / "myapp").mkdir(parents=True)
+    (app / "myapp" / "__init__.py").write_text("")
+    (app / "myapp" / "images.py").write_text(
+        "async def thumbnail(job):\n    return {'thumb': job.payload['i']}\n"
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("HIPQ_", "PYTHON"))}
+    command = [str(HIPQ), "worker", "--types", "crunch", "--handler", "myapp.images:thumbnail"]
+    log = tmp_path / "worker.log"
+    with open(log, "ab") as out:
+        worker = subprocess.Popen(
+            [*command, "--url", server.url, "--wait", "1"],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=env,
+            cwd=app,
+        )
+    try:
+        ids = post(server, 3)
+        wait_for(lambda: all_completed(server, ids), 60, "3 jobs completed by the worker")
+        assert [server.get(f"/v1/jobs/{i}")["result"] for i in ids] == [
+            {"thumb": 0},
+            {"thumb": 1},
+            {"thumb": 2},
+        ]
+    finally:
+        worker.send_signal(signal.SIGTERM)
+        worker.wait(timeout=60)
+    text = log.read_text(errors="replace")
+    # Its URL once, in the start line; no line per request.
+    assert "HTTP Request" not in text, text
+    assert sum(server.url in line for line in text.splitlines()) == 1, text
 
 
 def test_hipq_worker_refuses_bad_input_in_one_line(tmp_path: Path, servers: Servers) -> None:

@@ -200,7 +200,7 @@ def test_each_process_exports_the_gauges_of_the_queues_it_owns(
             total.update(gauges)
         return dict(total) if total["q0"] == 5 else None
 
-    total = wait_for(summed, 20, "the gauges of the owned queues", describe=lambda: str(owners(b)))
+    total = wait_for(summed, 60, "the gauges of the owned queues", describe=lambda: str(owners(b)))
     # What an alert's sum by (queue) reads: every queue once, q0 with its 5 jobs.
     assert set(total) == set(QUEUES)
     assert total == {q: 5 if q == "q0" else 0 for q in QUEUES}

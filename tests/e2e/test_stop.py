@@ -29,7 +29,7 @@ def post_and_fill(server: HipqServer, work_ms: int) -> list[int]:
     ids = [ref["id"] for ref in server.post("/v1/jobs/batch", body)["jobs"]]
     wait_for(
         lambda: queue(server)["running"] == CONCURRENCY,
-        30,
+        60,
         "the queue full of running jobs",
         describe=server.describe,
     )
@@ -44,7 +44,7 @@ def config_for(tmp_path: Path, url: str, **overrides: object) -> Path:
 def signal_and_wait(server: HipqServer, limit: float, signals: int = 1) -> None:
     for n in range(signals):
         if n:  # the second signal once the first one's drain is under way
-            wait_for(lambda: "stopping" in server.log_tail(), 10, "the first signal seen")
+            wait_for(lambda: "stopping" in server.log_tail(), 60, "the first signal seen")
         server.process.send_signal(signal.SIGTERM)
     try:
         code = server.process.wait(timeout=limit)
@@ -76,7 +76,7 @@ def sigterm_lets_running_jobs_finish(servers: Servers, tmp_path: Path, url: str)
     assert at_stop.states["scheduled"] == TOTAL - len(ran_first) > 0
 
     second = servers.start("second", config, work_ms=50)
-    wait_for(lambda: drained(second), 30, "every job settled", describe=second.describe)
+    wait_for(lambda: drained(second), 60, "every job settled", describe=second.describe)
     assert_all_completed(second, ids)
     runs = runs_by_job(servers)
     assert set(runs) == set(ids)
@@ -104,9 +104,11 @@ def test_postgres_sigterm_lets_running_jobs_finish_and_none_runs_again(
         drop_database_sync(postgres_admin_url, name)
 
 
-def cut_off_then_rerun(servers: Servers, tmp_path: Path, signals: int, **config: object) -> None:
+def cut_off_then_rerun(
+    servers: Servers, tmp_path: Path, signals: int, **config: object
+) -> HipqServer:
     """Jobs far longer than the stop may wait: cut off, still `running`, then run again
-    (and completed) by the next process."""
+    (and completed) by the next process. Returns the process that was stopped."""
     url = f"sqlite+aiosqlite:///{tmp_path / 'hipq.db'}"
     first = servers.start("first", config_for(tmp_path, url, **config), work_ms=20_000)
     ids = post_and_fill(first, 20_000)
@@ -119,11 +121,12 @@ def cut_off_then_rerun(servers: Servers, tmp_path: Path, signals: int, **config:
     assert at_stop.running == cut_off, "the cut-off jobs are left `running` for the next owner"
 
     second = servers.start("second", config_for(tmp_path, url), work_ms=50)
-    wait_for(lambda: drained(second), 30, "every job settled", describe=second.describe)
+    wait_for(lambda: drained(second), 60, "every job settled", describe=second.describe)
     assert_all_completed(second, ids)
     runs = runs_by_job(servers)
     assert {j for j, n in runs.items() if n == 2} == cut_off
     assert all(runs[j] == 1 for j in set(ids) - cut_off)
+    return first
 
 
 def test_a_second_sigterm_stops_at_once(servers: Servers, tmp_path: Path) -> None:
@@ -134,4 +137,16 @@ def test_a_second_sigterm_stops_at_once(servers: Servers, tmp_path: Path) -> Non
 def test_the_end_of_the_grace_stops_and_the_next_start_reruns(
     servers: Servers, tmp_path: Path
 ) -> None:
-    cut_off_then_rerun(servers, tmp_path, signals=1, shutdown_grace="1s")
+    stopped = cut_off_then_rerun(
+        servers, tmp_path, signals=1, shutdown_grace="2s", log_level="info"
+    )
+    # The log tells the stop as it happens: the wait announced, its progress, what it
+    # cut off, and "stopped" last; nothing says the process finished before it has.
+    lines = [line for line in stopped.log_tail(lines=10_000).splitlines() if line.strip()]
+    waiting = next(i for i, line in enumerate(lines) if "waiting up to" in line)
+    assert "jobs in flight" in lines[waiting], lines[waiting]
+    progress = [line for line in lines[waiting:] if "still in flight; waiting up to" in line]
+    assert progress, "\n".join(lines[waiting:])
+    assert any("stopping at the end of the grace" in line for line in lines[waiting:])
+    assert not any("Finished server process" in line for line in lines), "\n".join(lines)
+    assert lines[-1].endswith("stopped"), "\n".join(lines[waiting:])

@@ -112,6 +112,17 @@ async def test_a_batch_is_all_or_none_and_a_refusal_names_the_job(
             assert (await service.wait_for_job(job.id, 30)).state is State.COMPLETED
 
 
+async def test_add_job_takes_every_field_a_post_takes(config_file: Path, database_url: str) -> None:
+    async with Service.from_config(config_file, database_url=database_url) as service:
+        first = await service.add_job("ok", job_key="first", run_in="1h")
+        then = await service.add_job("ok", after=[first.id, "first"], after_failed="run")
+        assert (then.after, then.after_failed) == ([first.id], "run")
+        assert then.waiting_for == 1
+        with pytest.raises(IntakeError) as unknown:
+            await service.add_job("ok", prio=1)
+        assert (unknown.value.field, unknown.value.message) == ("prio", "unknown field")
+
+
 async def test_a_held_job_key_and_a_missing_job_are_the_store_s_errors(
     config_file: Path, database_url: str
 ) -> None:

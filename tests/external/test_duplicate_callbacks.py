@@ -63,7 +63,7 @@ async def test_a_redelivered_failure_does_not_fail_the_next_attempt(database_url
                 job = (await api.get(f"/v1/jobs/{job_id}")).json()
                 return job if job["state"] in ("completed", "failed") else None
 
-            job = await eventually(finished, timeout=30, interval=0.1)
+            job = await eventually(finished, timeout=60, interval=0.1)
             await external.close()
             await service.upkeep.run_once()
             listed = (await api.get("/v1/responses", params={"key": "re-1"})).json()

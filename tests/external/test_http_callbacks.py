@@ -15,7 +15,7 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from hipq.api.app import create_app
+from hipq.app import create_app
 from hipq.security.signatures import signature_headers
 from hipq.service import Service
 from tests.peers import CallbackService, free_port, serve_app
@@ -81,7 +81,7 @@ async def running_hipq(settings: Any) -> AsyncIterator[tuple[Service, httpx.Asyn
         async with serve_app(
             create_app(service, manage_service=False), settings.server.port
         ) as base:
-            async with httpx.AsyncClient(base_url=base, timeout=10) as api:
+            async with httpx.AsyncClient(base_url=base, timeout=30) as api:
                 yield service, api
     finally:
         await service.stop()
@@ -120,7 +120,7 @@ async def test_mixed_traffic_every_job_completes_exactly_once(world: World) -> N
             assert outcomes == ["completed"], (behavior, job["attempts"])
     await world.service.upkeep.run_once()
     twice = sum(1 for b, _ in jobs if b == "twice")
-    await eventually(lambda: world.external.callbacks.total() >= len(jobs) + twice, timeout=10)
+    await eventually(lambda: world.external.callbacks.total() >= len(jobs) + twice, timeout=60)
     await world.service.upkeep.run_once()
     listed = (await world.api.get("/v1/responses", params={"status": "duplicate"})).json()
     assert len(listed["responses"]) == twice
@@ -128,7 +128,7 @@ async def test_mixed_traffic_every_job_completes_exactly_once(world: World) -> N
 
 async def test_an_early_response_completes_the_job_when_it_gets_there(world: World) -> None:
     posted = await world.post(order_id="early-1", behavior="early")
-    await eventually(lambda: _is(world, posted["id"], "completed"), timeout=10)
+    await eventually(lambda: _is(world, posted["id"], "completed"), timeout=60)
     responses = (await world.api.get("/v1/responses", params={"key": "early-1"})).json()
     assert [r["status"] for r in responses["responses"]] == ["matched"]
     assert responses["responses"][0]["job_id"] == posted["id"]
@@ -136,8 +136,8 @@ async def test_an_early_response_completes_the_job_when_it_gets_there(world: Wor
 
 async def test_a_duplicate_is_accepted_and_changes_nothing(world: World) -> None:
     posted = await world.post(order_id="dup-1", behavior="twice")
-    await eventually(lambda: world.external.callbacks["dup-1"] == 2, timeout=10)
-    await eventually(lambda: _is(world, posted["id"], "completed"), timeout=10)
+    await eventually(lambda: world.external.callbacks["dup-1"] == 2, timeout=60)
+    await eventually(lambda: _is(world, posted["id"], "completed"), timeout=60)
     await world.service.upkeep.run_once()
     job = await world.job(posted["id"])
     assert [a["outcome"] for a in job["attempts"]] == ["completed"]
@@ -150,7 +150,7 @@ async def test_a_duplicate_is_accepted_and_changes_nothing(world: World) -> None
 
 async def test_a_late_response_changes_nothing_and_is_counted(world: World) -> None:
     posted = await world.post("charge_once", order_id="late-1", behavior="hold")
-    await eventually(lambda: _is(world, posted["id"], "failed"), timeout=10)
+    await eventually(lambda: _is(world, posted["id"], "failed"), timeout=60)
     response = await world.external.release("late-1")
     assert response.status_code == 202
     counts = await world.service.upkeep.run_once()
@@ -163,11 +163,11 @@ async def test_a_late_response_changes_nothing_and_is_counted(world: World) -> N
 
 async def test_a_job_type_may_accept_a_late_success(world: World) -> None:
     posted = await world.post("charge_late_ok", order_id="late-2", behavior="hold")
-    await eventually(lambda: _is(world, posted["id"], "failed"), timeout=10)
+    await eventually(lambda: _is(world, posted["id"], "failed"), timeout=60)
     assert (await world.external.release("late-2")).status_code == 202
     assert (await world.service.upkeep.run_once())["late"] == 1
     world.service.wake_all()
-    await eventually(lambda: _is(world, posted["id"], "completed"), timeout=10)
+    await eventually(lambda: _is(world, posted["id"], "completed"), timeout=60)
     job = await world.job(posted["id"])
     assert job["result"] == {"status": "ok", "order_id": "late-2"}
     assert [(a["outcome"], a["error"]) for a in job["attempts"]] == [
@@ -183,12 +183,12 @@ async def test_an_unknown_key_is_kept_and_an_operator_can_match_it(world: World)
     [response] = unmatched["responses"]
     assert (response["correlation_key"], response["status"]) == ("nobody-knows", "pending")
     posted = await world.post(order_id="waiting-1", behavior="hold")
-    await eventually(lambda: _is(world, posted["id"], "awaiting"), timeout=10)
+    await eventually(lambda: _is(world, posted["id"], "awaiting"), timeout=60)
     matched = await world.api.post(
         f"/v1/responses/{response['id']}/match", json={"job_id": posted["id"]}
     )
     assert matched.status_code == 200, matched.text
-    await eventually(lambda: _is(world, posted["id"], "completed"), timeout=10)
+    await eventually(lambda: _is(world, posted["id"], "completed"), timeout=60)
     assert (await world.job(posted["id"]))["result"] == {"status": "ok", "x": 1}
     refused = await world.api.post(f"/v1/responses/{response['id']}/match", json={"job_id": 999})
     assert refused.status_code in (404, 409)
@@ -219,7 +219,7 @@ async def test_callbacks_the_database_cannot_store_are_422_and_others_still_land
 
 async def test_a_declined_callback_is_a_failed_attempt_through_the_strategy(world: World) -> None:
     posted = await world.post(order_id="no-1", behavior="declined")
-    await eventually(lambda: _is(world, posted["id"], "failed"), timeout=15)
+    await eventually(lambda: _is(world, posted["id"], "failed"), timeout=60)
     job = await world.job(posted["id"])
     assert [a["outcome"] for a in job["attempts"]] == ["retried", "retried", "failed"]
     assert job["attempts"][0]["error"] == "status='declined' is not one of ok"
@@ -253,7 +253,7 @@ async def test_an_unsigned_callback_cannot_settle_a_job_that_requires_signatures
     world: World,
 ) -> None:
     posted = await world.post("charge_signed", order_id="sig-2", behavior="hold")
-    await eventually(lambda: _is(world, posted["id"], "awaiting"), timeout=10)
+    await eventually(lambda: _is(world, posted["id"], "awaiting"), timeout=60)
     body = b'{"status": "ok"}'
     for query in ("", "?type=charge"):  # no type, or an unsigned job type's name
         sneaky = await world.api.post(f"/v1/callbacks/sig-2{query}", content=body)
@@ -267,7 +267,7 @@ async def test_an_unsigned_callback_cannot_settle_a_job_that_requires_signatures
         "/v1/callbacks/sig-2?type=charge_signed", content=body, headers=signed
     )
     assert accepted.status_code == 202
-    await eventually(lambda: _is(world, posted["id"], "completed"), timeout=10)
+    await eventually(lambda: _is(world, posted["id"], "completed"), timeout=60)
 
 
 async def test_a_restart_between_dispatch_and_response_loses_nothing(database_url: str) -> None:
@@ -283,13 +283,13 @@ async def test_a_restart_between_dispatch_and_response_loses_nothing(database_ur
                     json={"type": "charge", "payload": {"order_id": "r-1", "behavior": "hold"}},
                 )
             ).json()
-            await eventually(lambda: "r-1" in external.held, timeout=10)
-            await eventually(lambda: _state(api, posted["id"], "awaiting"), timeout=10)
+            await eventually(lambda: "r-1" in external.held, timeout=60)
+            await eventually(lambda: _state(api, posted["id"], "awaiting"), timeout=60)
         # hipq is down; it comes back on the same database and address.
         async with running_hipq(settings) as (_service, api):
             assert (await api.get(f"/v1/jobs/{posted['id']}")).json()["state"] == "awaiting"
             assert (await external.release("r-1")).status_code == 202
-            await eventually(lambda: _state(api, posted["id"], "completed"), timeout=15)
+            await eventually(lambda: _state(api, posted["id"], "completed"), timeout=60)
             assert external.requests["r-1"] == 1  # an awaiting job is not sent again
     await external.close()
 
@@ -309,9 +309,9 @@ async def test_metrics_count_sends_responses_and_the_wait_for_them(world: World)
     late = await world.post("charge_once", order_id="m-late", behavior="hold")
     unknown = await world.api.post("/v1/callbacks/m-nobody", json={"status": "ok"})
     assert unknown.status_code == 202
-    await eventually(lambda: world.external.callbacks["m-dup"] == 2, timeout=10)
-    await eventually(lambda: _is(world, twice["id"], "completed"), timeout=10)
-    await eventually(lambda: _is(world, late["id"], "failed"), timeout=10)
+    await eventually(lambda: world.external.callbacks["m-dup"] == 2, timeout=60)
+    await eventually(lambda: _is(world, twice["id"], "completed"), timeout=60)
+    await eventually(lambda: _is(world, late["id"], "failed"), timeout=60)
     assert (await world.external.release("m-late")).status_code == 202
     await world.service.upkeep.run_once()
 
@@ -342,6 +342,6 @@ async def test_keys_with_reserved_characters_come_back_through_the_callback_url(
     odd = ["A/17", "B 2?x#y", "C%2F3+d", "D/../e", "ü/ñ"]
     jobs = [await world.post(order_id=key, behavior="normal") for key in odd]
     for job in jobs:
-        await eventually(lambda job=job: _is(world, job["id"], "completed"), timeout=10)
+        await eventually(lambda job=job: _is(world, job["id"], "completed"), timeout=60)
     matched = (await world.api.get("/v1/responses", params={"status": "matched"})).json()
     assert sorted(r["correlation_key"] for r in matched["responses"]) == sorted(odd)

@@ -112,7 +112,7 @@ async def test_kafka_jobs_complete_by_correlated_response_messages(
                 return not open_jobs
 
             await eventually(settled, timeout=60, interval=0.2)
-            assert await eventually(lambda: service.status()["kafka_consumer"], timeout=5)
+            assert await eventually(lambda: service.status()["kafka_consumer"], timeout=60)
     finally:
         await service.stop()
     done = await service_jobs(database_url, "completed")

@@ -10,7 +10,7 @@ import logging
 import pytest
 from fastapi import FastAPI
 
-from hipq.api.app import create_app
+from hipq.app import create_app
 from hipq.service import Service
 from tests.api.conftest import api_settings, sqlite_url
 from tests.peers import serve_app

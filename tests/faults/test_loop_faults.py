@@ -60,7 +60,7 @@ async def test_jobs_claimed_by_a_tick_whose_commit_reply_was_lost_still_run(
 
         lose_commit_reply_once(store, claimed)
         job = await api.post_job(type="ok")
-        await eventually(lambda: completed(api, job["id"]), timeout=15)
+        await eventually(lambda: completed(api, job["id"]), timeout=60)
         assert await history(api, job["id"]) == [(1, "completed")]
 
 
@@ -76,10 +76,10 @@ async def test_a_settlement_whose_commit_reply_was_lost_is_recorded_once(
 
         ticks = lose_commit_reply_once(store, settled)
         posted.append((await api.post_job(type="ok"))["id"])
-        await eventually(lambda: completed(api, posted[0]), timeout=15)
+        await eventually(lambda: completed(api, posted[0]), timeout=60)
         # A few ticks after the lost reply: a second settlement would have been written.
         target = ticks[0] + 3
-        await eventually(lambda: _ticked(api.loop(), ticks, target), timeout=10)
+        await eventually(lambda: _ticked(api.loop(), ticks, target), timeout=60)
         assert await history(api, posted[0]) == [(1, "completed")]
 
 

@@ -61,7 +61,7 @@ async def test_a_database_that_never_comes_is_one_line_after_the_wait(tmp_path: 
         serve(config) as (process, _),
         httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=5) as api,
     ):
-        await eventually(lambda: _is(api, "/healthz", 200), timeout=15)
+        await eventually(lambda: _is(api, "/healthz", 200), timeout=60)
         assert await status(api, "/readyz") == 503
         assert await status(api, "/v1/jobs") == 503
         assert process.stderr is not None
@@ -87,10 +87,10 @@ async def test_a_database_that_comes_up_during_the_wait_is_served(
             serve(config),
             httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=5) as api,
         ):
-            await eventually(lambda: _is(api, "/healthz", 200), timeout=15)
+            await eventually(lambda: _is(api, "/healthz", 200), timeout=60)
             assert await status(api, "/readyz") == 503
             await proxy.start()
-            await eventually(lambda: _is(api, "/readyz", 200), timeout=20)
+            await eventually(lambda: _is(api, "/readyz", 200), timeout=60)
             posted = await api.post("/v1/jobs", json={"type": "record"})
             assert posted.status_code == 201, posted.text
     finally:

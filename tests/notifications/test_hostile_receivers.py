@@ -168,7 +168,7 @@ async def test_a_huge_answer_is_not_read_whole(database_url: str) -> None:
             [delivery] = await asyncio.wait_for(api.service.notifier.run_once(), 30)
             assert delivery.error is None  # the status decides: the receiver took it
             assert await statuses(api, job["id"]) == {"hook": "sent"}
-            await eventually(lambda: big.ended == 1, timeout=10)
+            await eventually(lambda: big.ended == 1, timeout=60)
     # What hipq left unread stayed in the receiver (socket buffers hold a few MiB).
     assert big.bytes_sent < HUGE // 4, big.bytes_sent
 
@@ -183,24 +183,24 @@ async def test_a_slow_target_holds_up_only_its_own_notifications(database_url: s
             await api.tick()
             notifier.runs = True
             await notifier.start()
-            await eventually(lambda: slow.connections == 1, timeout=10)
+            await eventually(lambda: slow.connections == 1, timeout=60)
             # The slow target's try is under way; the other target's of the same job
             # is delivered and recorded meanwhile.
             await eventually(
                 lambda: _is(statuses(api, first["id"]), {"slow": "pending", "hook": "sent"}),
-                timeout=10,
+                timeout=60,
             )
             # So is a notification that became due after it.
             second = await api.post_job(type="ok")
             await api.tick()
-            await eventually(lambda: _is(statuses(api, second["id"]), {"hook": "sent"}), 10)
+            await eventually(lambda: _is(statuses(api, second["id"]), {"hook": "sent"}), 60)
             assert slow.ended == 0  # still dripping
             told = sorted(g["body"]["data"]["job_id"] for g in fast.accepted())
             assert told == [first["id"], second["id"]]
             slow.cut_off()  # its try ends now, and is recorded as failing
             await eventually(
                 lambda: _is(statuses(api, first["id"]), {"slow": "failing", "hook": "sent"}),
-                timeout=10,
+                timeout=60,
             )
 
 

@@ -10,9 +10,9 @@ from typing import Any
 import httpx
 import pytest
 
-from hipq.api.app import create_app
 from hipq.api.arrival import ARRIVED, since_arrival
 from hipq.api.slow_clients import header_timeout_protocol
+from hipq.app import create_app
 from hipq.lifecycle import State
 from hipq.process.job_waiters import JobWaiters
 from hipq.store import JobViews, Store
@@ -276,7 +276,7 @@ async def test_a_job_this_process_saw_finish_is_read_in_full_at_once(database_ur
         waiting = asyncio.create_task(get_waiting(api, job["id"]))
         await started(api, 1)
         # Its first read: open, read as its state and queue.
-        await eventually(lambda: reads and waiters._queue_of.get(job["id"]), timeout=30)
+        await eventually(lambda: reads and waiters._queue_of.get(job["id"]), timeout=60)
         assert reads[0] == ([job["id"]], {job["id"]})
         await api.tick()  # the loop runs it: its job_settled event wakes the waiter
         answer = await waiting

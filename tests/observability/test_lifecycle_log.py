@@ -194,3 +194,17 @@ def test_json_lines_carry_the_fields_and_console_lines_quote_what_needs_it() -> 
     assert line.endswith(
         'hipq.lifecycle: job_retried job_id=7 queue=default type=charge attempt=2 reason="HTTP 503"'
     )
+
+
+def test_a_traceback_cannot_pass_for_log_lines_of_its_own() -> None:
+    """A pull worker sends its traceback's text: each of its lines is marked below the
+    event, and characters that end or rewrite a line are shown escaped."""
+    record = logging.LogRecord("hipq.lifecycle", logging.WARNING, "", 0, "job_retried", (), None)
+    forged = "Traceback (most recent call last):\n2026-11-29 INFO hipq: fake\rline\x1b[2K\u2028x\n"
+    setattr(record, FIELDS_ATTR, {"job_id": 7, "traceback": forged})
+    first, *rest = ConsoleFormatter().format(record).split("\n")
+    assert first.endswith("hipq.lifecycle: job_retried job_id=7")
+    assert rest == [
+        "  | Traceback (most recent call last):",
+        "  | 2026-11-29 INFO hipq: fake\\rline\\x1b[2K\\u2028x",
+    ]

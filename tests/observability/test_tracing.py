@@ -22,6 +22,7 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 from hipq.observability import tracing
+from hipq.transports.traced import traced
 from tests.api.conftest import open_api
 from tests.peers import serve_app
 from tests.support import eventually
@@ -191,7 +192,7 @@ def test_without_the_extra_hipq_serves_and_imports_no_sdk() -> None:
     # The extra missing: its SDK cannot be imported (the API is FastAPI's dependency).
     code = (
         "import sys; sys.modules['opentelemetry.sdk'] = None\n"
-        "import hipq.commands.main, hipq.process.wiring, hipq.api.app\n"
+        "import hipq.commands.main, hipq.process.wiring, hipq.app\n"
         "from hipq.observability import tracing\n"
         "print(tracing.installed(), tracing.configure_from_env(), tracing.enabled(),"
         " sorted(m for m, v in sys.modules.items() if m.startswith('opentelemetry.sdk') and v))"
@@ -203,7 +204,7 @@ def test_without_the_extra_hipq_serves_and_imports_no_sdk() -> None:
     assert out.strip() == "False False False []", out
     # Installed but not set up (no `hipq serve`): importing hipq loads no SDK either.
     code = (
-        "import sys, hipq.commands.main, hipq.process.wiring, hipq.api.app\n"
+        "import sys, hipq.commands.main, hipq.process.wiring, hipq.app\n"
         "import hipq.observability.tracing\n"
         + ("print(sorted(m for m in sys.modules if m.startswith('opentelemetry.sdk')))")
     )
@@ -264,7 +265,7 @@ async def test_a_kafka_message_carries_the_attempt_and_its_response_links_back(
         {"order": JobTypeInfo("order", config, None)},
         FakeClock(),
     )
-    [transport] = tracing.traced({"order": kafka}).values()
+    [transport] = traced({"order": kafka}).values()
     enqueued = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
     await transport.start()
     try:

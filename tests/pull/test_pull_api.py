@@ -223,9 +223,157 @@ async def test_concurrent_fetches_never_take_one_job_twice(api: Api) -> None:
 
 
 def test_a_pull_type_takes_no_correlation_key(sqlite_url: str) -> None:
-    from hipq.process.wiring import ServiceError, build_service
+    from hipq.process.wiring import ServiceError
+    from hipq.service import build_service
     from tests.support import make_settings
 
     bad = {"p": {"transport": "pull", "correlation_key": "{payload.x}"}}
     with pytest.raises(ServiceError, match=r"job_types\.p\.correlation_key"):
         build_service(make_settings(sqlite_url, job_types=bad))
+
+
+async def report_many(api: Api, reports: list[dict]) -> list[dict]:
+    response = await api.client.post("/v1/workers/reports", json={"reports": reports})
+    assert response.status_code == 200, response.text
+    return response.json()["results"]
+
+
+async def test_many_outcomes_in_one_request(api: Api) -> None:
+    ids = [(await api.post_job(type="pull_b", payload={"i": i}))["id"] for i in range(4)]
+    await api.tick("other")
+    done, failing, later, stale = sorted(await fetch(api, ["pull_b"]), key=lambda j: j["id"])
+    results = await report_many(
+        api,
+        [
+            {"id": done["id"], "token": done["token"], "outcome": "completed", "result": [1]},
+            {"id": failing["id"], "token": failing["token"], "outcome": "failed",
+             "error": "boom", "retryable": False, "traceback": "Traceback ..."},
+            {"id": later["id"], "token": later["token"], "outcome": "snoozed", "seconds": 60},
+            {"id": stale["id"], "token": "forged", "outcome": "completed"},
+            {"id": 999_999, "token": "x", "outcome": "completed"},
+        ],
+    )  # fmt: skip
+    assert [(r["id"], r["status"]) for r in results] == [
+        (done["id"], "accepted"),
+        (failing["id"], "accepted"),
+        (later["id"], "accepted"),
+        (stale["id"], "conflict"),
+        (999_999, "not_found"),
+    ]
+    assert results[0]["attempt"] == 1
+    assert (results[3]["field"], results[4]["field"]) == ("token", "id")
+    await api.tick("other")
+    shown = {i: await api.job(i) for i in ids}
+    assert (shown[done["id"]]["state"], shown[done["id"]]["result"]) == ("completed", [1])
+    assert shown[failing["id"]]["state"] == "failed"
+    assert shown[failing["id"]]["attempts"][0]["traceback"] == "Traceback ..."
+    assert (shown[later["id"]]["state"], shown[later["id"]]["attempt"]) == ("scheduled", 0)
+    assert shown[stale["id"]]["state"] in ("running", "awaiting")  # the forged one did nothing
+
+
+async def test_a_bad_report_in_a_batch_refuses_the_whole_request(api: Api) -> None:
+    await api.post_job(type="pull_b")
+    await api.tick("other")
+    [job] = await fetch(api, ["pull_b"])
+    good = {"id": job["id"], "token": job["token"], "outcome": "completed"}
+    for bad, field in [
+        ({**good, "result": "a\u0000b"}, "reports[1].result"),
+        ({**good, "outcome": "exploded"}, "reports"),
+        ({**good, "outcome": "snoozed", "seconds": -1}, "seconds"),
+    ]:
+        refused = await api.client.post("/v1/workers/reports", json={"reports": [good, bad]})
+        assert refused.status_code == 422, refused.text
+        assert field in str(refused.json()), refused.json()
+    empty = await api.client.post("/v1/workers/reports", json={"reports": []})
+    assert empty.status_code == 422
+    # Nothing was taken: the claim still takes its one outcome.
+    assert (await report(api, job, "complete", result="ok")).status_code == 202
+
+
+async def test_a_claim_takes_one_outcome(api: Api) -> None:
+    """A second, different outcome for one claim is refused at once (409) and changes
+    nothing; the same report sent again (a lost answer) is accepted again."""
+    first = await api.post_job(type="pull_a")
+    second = await api.post_job(type="pull_a")
+    await api.tick()
+    one, two = sorted(await fetch(api, ["pull_a"]), key=lambda j: j["id"])
+    # Snooze, then complete with the same token (both before the owner's tick).
+    assert (await report(api, one, "snooze", seconds=30)).status_code == 202
+    late = await report(api, one, "complete", result="done")
+    assert late.status_code == 409, late.text
+    assert late.json()["field"] == "token"
+    assert (await report(api, one, "snooze", seconds=30)).status_code == 202  # the same again
+    assert (await report(api, one, "heartbeat")).status_code == 409  # over for its worker
+    # Complete, then fail.
+    assert (await report(api, two, "complete", result="yes")).status_code == 202
+    assert (await report(api, two, "fail", error="no")).status_code == 409
+    [again] = await report_many(
+        api, [{"id": two["id"], "token": two["token"], "outcome": "completed", "result": "no"}]
+    )
+    assert again["status"] == "conflict"
+    await api.tick()
+    snoozed, completed = await api.job(first["id"]), await api.job(second["id"])
+    assert (snoozed["state"], snoozed["attempt"]) == ("scheduled", 0)
+    assert (completed["state"], completed["result"]) == ("completed", "yes")
+    assert len(completed["attempts"]) == 1
+
+
+async def test_two_outcomes_for_one_claim_in_one_request(api: Api) -> None:
+    await api.post_job(type="pull_b")
+    await api.tick("other")
+    [job] = await fetch(api, ["pull_b"])
+    token = job["token"]
+    results = await report_many(
+        api,
+        [
+            {"id": job["id"], "token": token, "outcome": "completed", "result": 1},
+            {"id": job["id"], "token": token, "outcome": "completed", "result": 1},
+            {"id": job["id"], "token": token, "outcome": "completed", "result": 2},
+        ],
+    )
+    assert [r["status"] for r in results] == ["accepted", "accepted", "conflict"]
+    await api.tick("other")
+    assert (await api.job(job["id"]))["result"] == 1
+
+
+async def test_pull_keys_cannot_be_guessed_given_or_called_back(api: Api) -> None:
+    posted = await api.post_job(type="pull_b")
+    # A callback for the key the job would have had (id and attempt) waits for nothing.
+    guess = f"hipq-pull:{posted['id']}:1"
+    assert (await api.client.post(f"/v1/callbacks/{guess}", json={"x": 1})).status_code == 202
+    await api.tick("other")
+    [job] = await fetch(api, ["pull_b"])
+    key = (await api.job(job["id"]))["correlation_key"]
+    assert key.startswith("hipq-pull:") and key != guess and len(key) > 30
+    # Even the real key, read from the job, settles nothing through the callback route.
+    called = await api.client.post(f"/v1/callbacks/{key}", json={"status": "ok"})
+    assert called.status_code == 202, called.text
+    beat = await api.client.post(f"/v1/callbacks/{key}/heartbeat?type=pull_b")
+    absent = await api.client.post("/v1/callbacks/no-such-key/heartbeat?type=pull_b")
+    assert (beat.status_code, absent.status_code) == (404, 404)
+    await api.tick("other")
+    assert (await api.job(job["id"]))["state"] in ("running", "awaiting")
+    assert (await report(api, job, "complete", result="mine")).status_code == 202
+    await api.tick("other")
+    assert (await api.job(job["id"]))["result"] == "mine"
+    # A caller may not give a key of that form to a job of its own.
+    taken = await api.client.post(
+        "/v1/jobs", json={"type": "pull_b", "correlation_key": f"hipq-pull:{job['id']}:2"}
+    )
+    assert taken.status_code == 422, taken.text
+    assert taken.json()["field"] == "correlation_key"
+
+
+async def test_a_fetch_takes_no_more_weight_than_asked(api: Api) -> None:
+    heavy = (await api.post_job(type="pull_b", weight=3))["id"]
+    light = [(await api.post_job(type="pull_b", weight=1))["id"] for _ in range(3)]
+    await api.tick("other")
+    taken = await api.client.post(
+        "/v1/workers/fetch", json={"types": ["pull_b"], "count": 10, "weight": 2}
+    )
+    assert taken.status_code == 200, taken.text
+    assert [j["id"] for j in taken.json()["jobs"]] == light[:2]  # the heavy one is left
+    [rest] = await fetch(api, ["pull_b"], count=1)
+    assert rest["id"] == heavy
+    refused = await api.client.post("/v1/workers/fetch", json={"types": ["pull_b"], "weight": 0})
+    assert refused.status_code == 422 and "weight" in refused.text

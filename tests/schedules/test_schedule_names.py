@@ -12,7 +12,19 @@ from hipq.config import ConfigError
 from tests.api.conftest import Api
 from tests.support import make_settings
 
-BAD_NAMES = ["../../v1/queues/default", "a/b", ".", "..", "a\\b", "tab\there", "nl\nx"]
+BAD_NAMES = [
+    "../../v1/queues/default",
+    "a/b",
+    ".",
+    "..",
+    "a\\b",
+    "tab\there",
+    "nl\nx",
+    "invoice\u202etxt.exe",  # shown as invoiceexe.txt
+    "a\u2066b\u2069",
+    "zero\u200bwidth",
+    "c1\x85",
+]
 JOB = {"type": "ok"}
 
 

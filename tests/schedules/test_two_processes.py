@@ -80,14 +80,14 @@ def test_two_processes_make_each_fire_time_once_when_one_is_killed(
         )
         _run(_rewind(url, 60))  # both now race for an hour of fire times
         a.kill()
-        wait_for(lambda: _run(_caught_up(url)), 30, "the survivor decided the hour")
+        wait_for(lambda: _run(_caught_up(url)), 60, "the survivor decided the hour")
         first = _run(_fire_times(url))
         assert len(first) >= 59
         assert set(first.values()) == {1}, first.most_common(3)
 
         a = servers.start("a2", config)
         _run(_rewind(url, 150))  # again, over times partly decided already
-        wait_for(lambda: _run(_caught_up(url)), 30, "both decided again")
+        wait_for(lambda: _run(_caught_up(url)), 60, "both decided again")
         second = _run(_fire_times(url))
         assert len(second) >= 149
         assert set(second.values()) == {1}, second.most_common(3)

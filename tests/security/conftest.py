@@ -53,7 +53,7 @@ class World:
         async def there() -> bool:
             return await self.state(job_id) == state
 
-        await eventually(there, timeout=10)
+        await eventually(there, timeout=60)
 
 
 @pytest.fixture

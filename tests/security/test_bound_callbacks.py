@@ -10,11 +10,13 @@ from typing import Any
 import httpx
 import orjson
 import pytest
+from sqlalchemy import select
 
 from hipq.ingest.response_intake import signed_key_problem
 from hipq.job_types import JobTypeError, JobTypes
 from hipq.plugins import RetryStrategies
 from hipq.security.signatures import signature_headers
+from hipq.store.schema import responses
 from hipq.templates import SIGNED_BODY_ROOTS, compile_template
 from tests.security.conftest import SECRET, World
 from tests.support import make_settings
@@ -93,12 +95,20 @@ async def test_a_webhook_id_is_taken_once_per_type_whatever_the_key(world: World
 
 async def test_stored_responses_show_no_signature_headers(world: World) -> None:
     raw, headers = signed({"status": "ok", "correlation_key": "E-1"}, "msg-e")
+    # Other senders' credentials and signatures, by the names they use.
+    secrets = ("api-key", "x-auth-token", "stripe-signature", "x-hub-signature-256")
+    extra = {name: "s3cr3t-value" for name in secrets} | {"x-request-id": "r-1"}
     stored = await world.api.post(
-        "/v1/callbacks/E-1?type=charge_signed", content=raw, headers=headers
+        "/v1/callbacks/E-1?type=charge_signed", content=raw, headers={**headers, **extra}
     )
     assert stored.status_code == 202, stored.text
     shown = (await world.api.get(f"/v1/responses/{stored.json()['response_id']}")).json()
     assert not {"webhook-id", "webhook-timestamp", "webhook-signature"} & set(shown["headers"])
+    assert not set(secrets) & set(shown["headers"])
+    assert shown["headers"]["x-request-id"] == "r-1"
+    async with world.service.store.engine.connect() as conn:
+        rows = (await conn.execute(select(responses))).all()
+    assert rows and "s3cr3t-value" not in str(rows)  # nor stored
     listed = (await world.api.get("/v1/responses", params={"key": "E-1"})).json()["responses"]
     assert not any(h.startswith("webhook-") for r in listed for h in r["headers"])
 
@@ -128,6 +138,36 @@ async def test_signed_heartbeats_are_bound_to_their_job_and_taken_once(world: Wo
     )
     assert (await world.api.get(f"/v1/jobs/{job_b}")).json()["heartbeat"] is None
     assert (await world.api.get(f"/v1/jobs/{job_a}")).json()["heartbeat"]["progress"] == 1
+
+
+async def test_a_signed_message_is_taken_by_one_route_only(world: World) -> None:
+    """A heartbeat replayed byte for byte as the callback settles nothing; a callback
+    replayed as a heartbeat changes nothing."""
+    beating, settled = await _awaiting(world, "charge_beats", "HC-1", "HD-1")
+    raw, headers = signed({"correlation_key": "HC-1", "status": "ok"}, "beat-c")
+    beat = await world.api.post(
+        "/v1/callbacks/HC-1/heartbeat?type=charge_beats", content=raw, headers=headers
+    )
+    assert beat.status_code == 202, beat.text
+    as_callback = await world.api.post(
+        "/v1/callbacks/HC-1?type=charge_beats", content=raw, headers=headers
+    )
+    _refused(as_callback, "webhook-id")
+    assert "delivered as a heartbeat" in as_callback.json()["message"]
+    raw, headers = signed({"correlation_key": "HD-1", "status": "ok"}, "done-d")
+    done = await world.api.post(
+        "/v1/callbacks/HD-1?type=charge_beats", content=raw, headers=headers
+    )
+    assert done.status_code == 202, done.text
+    as_beat = await world.api.post(
+        "/v1/callbacks/HD-1/heartbeat?type=charge_beats", content=raw, headers=headers
+    )
+    _refused(as_beat, "webhook-id")
+    await world.reaches(settled, "completed")
+    for _ in range(3):
+        await world.service.loops["default"].run_once()
+    assert await world.state(beating) == "awaiting"
+    assert (await world.api.get("/v1/responses", params={"key": "HC-1"})).json()["responses"] == []
 
 
 def test_a_job_type_names_where_its_signed_body_carries_the_key() -> None:

@@ -175,7 +175,7 @@ async def _traffic(api: httpx.AsyncClient) -> list[httpx.Response]:
         states = [(await api.get(f"/v1/jobs/{i}")).json()["state"] for i in ids[:3]]
         return all(s in ("completed", "failed") for s in states)
 
-    await eventually(finished, timeout=30)
+    await eventually(finished, timeout=60)
     body = b'{"status": "ok"}'
     signed = signature_headers(WEBHOOK_SECRET, "msg-1", int(time.time()), body)
     for headers in (signed, signed, {**signed, "webhook-signature": "v1,Zm9yZ2Vk"}, {}):

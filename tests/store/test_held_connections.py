@@ -38,7 +38,7 @@ async def test_an_insert_right_after_its_connection_was_ended_is_stored(
                 alive = "SELECT count(*) FROM pg_stat_activity WHERE pid = ANY($1::int[])"
                 return await other.fetchval(alive, pids) == 0
 
-            assert await eventually(gone, timeout=30)
+            assert await eventually(gone, timeout=60)
             [result] = await store.job_insert_each([([job], None)], T0)
             assert isinstance(result, InsertResult)
         assert await other.fetchval("SELECT count(*) FROM hipq_jobs") == 11

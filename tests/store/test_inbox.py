@@ -10,12 +10,12 @@ from typing import Any
 import pytest
 from sqlalchemy import text
 
-from hipq.batch_loop.wakeup import jobs_payload, responses_payload
 from hipq.jobs import Job
 from hipq.lifecycle import State
 from hipq.outcomes import Failed, Succeeded
 from hipq.retry import AttemptError
 from hipq.store import Conflict, Match, NewResponse, NotFound, ParkedMessage, Store
+from hipq.store.wakeup import jobs_payload, responses_payload
 from tests.store.test_conformance import T0, TTL, at, claim_due, insert, new, settle_jobs
 
 RESPONSE_TTL = 3600.0

@@ -12,9 +12,9 @@ from typing import Any
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from hipq.ingest.outcome_rules import OutcomeRule
 from hipq.ingest.response_intake import new_response
 from hipq.lifecycle import State
+from hipq.outcome_rules import OutcomeRule
 from hipq.outcomes import Failed, Succeeded
 from hipq.retry import AttemptError
 from hipq.store import NewResponse, Store
@@ -229,7 +229,7 @@ async def test_a_match_by_hand_committed_while_upkeep_waits_for_the_row_is_kept(
                     )
                     return bool(blocked.scalar())
 
-            await eventually(waiting, timeout=30)
+            await eventually(waiting, timeout=60)
 
         write = operator._write
 

@@ -11,9 +11,8 @@ import asyncpg
 import pytest
 from sqlalchemy.exc import DBAPIError
 
-from hipq.batch_loop import wakeup
 from hipq.jobs import NewJob
-from hipq.store import InsertResult, Store
+from hipq.store import InsertResult, Store, wakeup
 from hipq.store.process_guard import asyncpg_dsn
 from tests.support import eventually
 
@@ -31,7 +30,7 @@ async def test_own_inserts_wake_once_and_other_senders_are_heard(postgres_url_fr
     await guard.start()
     other = await asyncpg.connect(asyncpg_dsn(postgres_url_fresh))
     try:
-        assert await eventually(guard.run_once, timeout=30)
+        assert await eventually(guard.run_once, timeout=60)
         job = NewJob(type="ok", queue="default", payload={}, run_at=T0)
         [mine] = await store.job_insert_each([([job], None)], T0)
         assert isinstance(mine, InsertResult)
@@ -39,7 +38,7 @@ async def test_own_inserts_wake_once_and_other_senders_are_heard(postgres_url_fr
         # Another process's job: NOTIFYs reach the listener in commit order, so once
         # this one is heard the echo of the insert above has come and gone.
         await other.execute("SELECT pg_notify($1, $2)", wakeup.CHANNEL, "jobs:mail")
-        await eventually(lambda: heard, timeout=30)
+        await eventually(lambda: heard, timeout=60)
         await asyncio.sleep(0.1)
         assert heard == ["jobs:mail"]
         # The insert's connection lost: its replacement's backend is known too, and the
@@ -56,11 +55,11 @@ async def test_own_inserts_wake_once_and_other_senders_are_heard(postgres_url_fr
                 return False
             return isinstance(result, InsertResult)
 
-        assert await eventually(stored, timeout=30)
+        assert await eventually(stored, timeout=60)
         held = {b for each in store.dialect._insert_engines.values() for b in each.backends}
         assert lost not in held and len(held) == 1
         await other.execute("SELECT pg_notify($1, $2)", wakeup.CHANNEL, "jobs:other")
-        await eventually(lambda: len(heard) == 2, timeout=30)
+        await eventually(lambda: len(heard) == 2, timeout=60)
         await asyncio.sleep(0.1)
         assert heard == ["jobs:mail", "jobs:other"]
         assert len(in_process) == 2
@@ -94,7 +93,7 @@ async def test_a_statement_whose_server_process_ends_gives_up_its_connection(
                 "SELECT pid FROM pg_stat_activity WHERE query = 'SELECT pg_sleep(60)'"
             )
 
-        pid = await eventually(asleep, timeout=30)
+        pid = await eventually(asleep, timeout=60)
         assert pid in {b for each in held.values() for b in each.backends}
         await other.execute("SELECT pg_terminate_backend($1)", pid)
         with pytest.raises((asyncpg.PostgresError, asyncpg.InterfaceError, OSError)):

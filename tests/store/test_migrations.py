@@ -8,12 +8,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
-from sqlalchemy import select, update
+from sqlalchemy import Column, MetaData, Table, inspect, select, update
 
 from hipq.dependencies import AFTER_PARKED
-from hipq.jobs import NewJob
 from hipq.store import Store, migrations
-from hipq.store.rows import new_row
 from hipq.store.schema import batches, job_dependencies, jobs
 from tests.services import create_database_sync, drop_database_sync, unique_database_name
 
@@ -49,29 +47,73 @@ async def test_a_schema_one_migration_behind_differs(empty_store: Store) -> None
     assert any("ix_hipq_jobs_due" in str(d) for d in differences), differences
 
 
+async def _tables_now(store: Store, *tables: Table) -> list[Table]:
+    """``tables`` with the columns the database has at its revision (today's may have
+    more), each of today's type where it has one: hipq's own types (UTC instants, JSON)."""
+    async with store.engine.connect() as conn:
+        found = await conn.run_sync(
+            lambda c: {t.name: inspect(c).get_columns(t.name) for t in tables}
+        )
+    return [
+        Table(
+            t.name,
+            MetaData(),
+            *(
+                Column(c["name"], t.c[c["name"]].type if c["name"] in t.c else c["type"])
+                for c in found[t.name]
+            ),
+        )
+        for t in tables
+    ]
+
+
+def _job_at_0022(id: int, now: datetime, **fields: object) -> dict[str, object]:
+    """A scheduled job's row as 0022 has it: its required columns, and ``fields``."""
+    return {
+        "id": id,
+        "queue": "default",
+        "type": "ok",
+        "state": "scheduled",
+        "payload": {},
+        "labels": {},
+        "retry": {},
+        "run_at": now,
+        "priority": 100,
+        "weight": 1,
+        "timeout_seconds": 86400.0,
+        "critical": False,
+        "attempt": 0,
+        "created_at": now,
+        "updated_at": now,
+        "cancel_requested": False,
+        **fields,
+    }
+
+
 async def test_a_batch_made_before_0024_finishes_after_it(empty_store: Store) -> None:
     """0022's batch, pending across the upgrade: its completion job, which waited for
     each job, waits for the batch, and runs once with the counts when it finishes."""
     await empty_store.schema_upgrade("0022")
     now = datetime.now(UTC)
-    members = [
-        {**new_row(NewJob("ok", "default", {}, now, batch_id=1), now), "id": i} for i in (1, 2)
-    ]
-    for row in members:
-        row["has_dependents"] = True
-    completion = {
-        **new_row(NewJob("ok", "default", {"r": 1}, now, notify=["hook"]), now),
-        "id": 3,
-        "after": [1, 2],
-        "after_failed": "run",
-        "waiting_for": 2,
-        "run_at": AFTER_PARKED,
-        "after_run_at": now,
-    }
+    # The rows are 0022's, written into its tables: a column added since names nothing.
+    old_batches, old_jobs, old_dependencies = await _tables_now(
+        empty_store, batches, jobs, job_dependencies
+    )
+    members = [_job_at_0022(i, now, batch_id=1, has_dependents=True) for i in (1, 2)]
+    completion = _job_at_0022(
+        3,
+        now,
+        payload={"r": 1},
+        notify=["hook"],
+        after=[1, 2],
+        after_failed="run",
+        waiting_for=2,
+        run_at=AFTER_PARKED,
+        after_run_at=now,
+    )
     async with empty_store.engine.begin() as conn:
-        # 0022's columns only: the insert names no other.
         await conn.execute(
-            batches.insert().values(
+            old_batches.insert().values(
                 id=1,
                 total=2,
                 completed=0,
@@ -83,10 +125,10 @@ async def test_a_batch_made_before_0024_finishes_after_it(empty_store: Store) ->
                 created_at=now,
             )
         )
-        await conn.execute(jobs.insert(), members)
-        await conn.execute(jobs.insert().values(completion))
+        await conn.execute(old_jobs.insert(), members)
+        await conn.execute(old_jobs.insert().values(completion))
         await conn.execute(
-            job_dependencies.insert(), [{"job_id": 3, "after_id": i} for i in (1, 2)]
+            old_dependencies.insert(), [{"job_id": 3, "after_id": i} for i in (1, 2)]
         )
     await empty_store.schema_upgrade()
     made = await empty_store.batch_get(1)

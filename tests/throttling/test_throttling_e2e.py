@@ -182,7 +182,7 @@ async def test_limits_hold_across_two_processes(postgres_url_fresh: str) -> None
     try:
         jobs = [{"type": "probe", "labels": {"region": r}} for r in ("east", "west") * 600]
         await _enqueue(second, jobs)  # posted to the process that does not own the queue
-        await eventually(lambda: len(probe.STARTED) > 300, timeout=30)
+        await eventually(lambda: len(probe.STARTED) > 300, timeout=60)
         owner = first if first.loops["default"].token is not None else second
         survivor = second if owner is first else first
         await owner.stop()  # stop() releases the lease: the survivor takes over at once

@@ -25,6 +25,12 @@ JOB_TYPES: dict[str, Any] = {
         "retry": {"strategy": "fixed", "delay": "1s", "max_attempts": 4},
         "transport": {"python": {"handler": "tests.handlers:ok"}},
     },
+    # Labels and notification targets its jobs start with.
+    "tagged": {
+        "labels": {"kind": "mail", "region": "north"},
+        "notify": ["hook"],
+        "transport": {"python": {"handler": "tests.handlers:ok"}},
+    },
     "per_attempt": {
         "correlation_key": "{payload.order}:{attempt}",
         "transport": {"python": {"handler": "tests.handlers:ok"}},
@@ -34,7 +40,12 @@ QUEUES: dict[str, Any] = {"default": {}, "mail": {"concurrency": 3}}
 
 
 def service_settings(database_url: str, **overrides: Any) -> Any:
-    fields: dict[str, Any] = {"job_types": JOB_TYPES, "queues": QUEUES, "log_level": "warning"}
+    fields: dict[str, Any] = {
+        "job_types": JOB_TYPES,
+        "queues": QUEUES,
+        "notifications": {"targets": {"hook": {"webhook": {"url": "http://127.0.0.1:9/hook"}}}},
+        "log_level": "warning",
+    }
     return make_settings(database_url, **{**fields, **overrides})
 
 

@@ -187,6 +187,21 @@ async def test_unique_for_is_read_as_the_api_reads_it(service: Service, period: 
         await engine.dispose()
 
 
+async def test_a_job_takes_its_types_labels_and_targets_as_a_post_does(
+    service: Service,
+) -> None:
+    # Without the type's labels a share by one of them would never admit the job.
+    given = {"type": "tagged", "payload": {}, "labels": {"region": "east"}}
+    [added] = await add(service, [given])
+    [bare] = await add(service, [{"type": "tagged"}])
+    posted = service.intake.resolve(dict(given), datetime.now(UTC))
+    assert (posted.labels, posted.notify) == ({"kind": "mail", "region": "east"}, ["hook"])
+    stored = await service.store.job_get(added)
+    assert (stored.labels, stored.notify) == (posted.labels, posted.notify)
+    default = await service.store.job_get(bare)
+    assert (default.labels, default.notify) == ({"kind": "mail", "region": "north"}, ["hook"])
+
+
 async def test_flags_are_stored_as_a_post_stores_them(service: Service) -> None:
     flags = ["urgent", "b", "urgent", "A", "é"]
     [job_id] = await add(service, [{**OK, "flags": flags}])

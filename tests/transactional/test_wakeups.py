@@ -9,9 +9,9 @@ from collections.abc import AsyncIterator
 import asyncpg
 import pytest
 
-from hipq.batch_loop import wakeup
 from hipq.lifecycle import State
 from hipq.service import Service
+from hipq.store import wakeup
 from tests.support import eventually
 from tests.transactional.apps import in_transaction, urls
 from tests.transactional.conftest import started
@@ -63,6 +63,6 @@ async def test_a_sleeping_loop_is_woken_by_a_job_added_in_sql(postgres_url_fresh
         async def completed() -> bool:
             return (await svc.store.job_get(job_id)).state is State.COMPLETED
 
-        assert await eventually(completed, timeout=20)
+        assert await eventually(completed, timeout=60)
     finally:
         await svc.stop()

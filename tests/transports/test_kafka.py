@@ -387,7 +387,7 @@ async def test_the_background_consumer_stores_and_wakes_and_survives_a_missing_b
     await produce(kafka_bootstrap, topic, {"key": b"bg", "value": value({"status": "ok"})})
     consumer = consumers(store, unique("g"), [{"topic": topic}])
     await consumer.start()
-    await eventually(lambda: consumer.stored, timeout=15)
+    await eventually(lambda: consumer.stored, timeout=60)
     assert consumer.ready
     assert [k for _s, k, _ok, _b in await responses_of(store, topic)] == ["bg"]
 
@@ -492,17 +492,17 @@ async def test_producer_and_consumer_connect_when_the_broker_comes_and_notice_it
         await asyncio.sleep(0.5)
         assert not transport.ready and not consumer.ready
         with broker_on(port):
-            await eventually(lambda: transport.ready, timeout=30)
+            await eventually(lambda: transport.ready, timeout=60)
             rec = Recorder()
             transport.dispatch(job("order"), rec)
-            await eventually(lambda: rec.calls, timeout=10)
+            await eventually(lambda: rec.calls, timeout=60)
             assert [c[0] for c in rec.calls] == ["sent"]
             await produce(
                 bootstrap, response_topic, {"key": b"A-17:2", "value": value({"status": "ok"})}
             )
-            await eventually(lambda: consumer.stored, timeout=30)
+            await eventually(lambda: consumer.stored, timeout=60)
             assert consumer.ready
-        await eventually(lambda: not transport.ready and not consumer.ready, timeout=15)
+        await eventually(lambda: not transport.ready and not consumer.ready, timeout=60)
         rec = Recorder()
         transport.dispatch(job("order", id=2), rec)
         failed = await rec.failure()

@@ -1,4 +1,4 @@
-"""The background-loop base (``hipq.process.activity.Loop``): it steps at its interval and when
+"""The background-loop base (``hipq.activity.Loop``): it steps at its interval and when
 woken, a step under way finishes within the grace at stop (or is cancelled after it),
 and a step that raises is logged once per fault and does not end the loop."""
 
@@ -9,7 +9,7 @@ import logging
 
 import pytest
 
-from hipq.process.activity import Activity, Loop
+from hipq.activity import Activity, Loop
 from tests.support import eventually
 
 log = logging.getLogger("hipq.test_activity")
@@ -56,7 +56,7 @@ async def test_it_steps_every_interval() -> None:
     loop = Counting(interval=0.02)
     await loop.start()
     try:
-        await eventually(lambda: loop.steps >= 5, timeout=10)
+        await eventually(lambda: loop.steps >= 5, timeout=60)
     finally:
         await loop.stop()
     assert not loop.running
@@ -66,13 +66,13 @@ async def test_a_wake_up_steps_at_once_however_long_the_interval() -> None:
     loop = Counting(interval=3600)
     await loop.start()
     try:
-        await eventually(lambda: loop.steps == 1, timeout=10)
+        await eventually(lambda: loop.steps == 1, timeout=60)
         await asyncio.sleep(0.05)
         assert loop.steps == 1  # resting for the hour
         loop.wake.set()
-        await eventually(lambda: loop.steps == 2, timeout=10)
+        await eventually(lambda: loop.steps == 2, timeout=60)
         loop.wake.set()
-        await eventually(lambda: loop.steps == 3, timeout=10)
+        await eventually(lambda: loop.steps == 3, timeout=60)
     finally:
         await loop.stop()
 
@@ -82,10 +82,10 @@ async def test_a_wake_up_during_a_step_is_not_lost() -> None:
     loop.gate = asyncio.Event()
     await loop.start()
     try:
-        await eventually(lambda: loop.steps == 1, timeout=10)
+        await eventually(lambda: loop.steps == 1, timeout=60)
         loop.wake.set()  # new input while the step runs
         loop.gate.set()
-        await eventually(lambda: loop.steps == 2, timeout=10)
+        await eventually(lambda: loop.steps == 2, timeout=60)
     finally:
         await loop.stop()
 
@@ -94,7 +94,7 @@ async def test_stop_lets_the_step_under_way_finish_within_the_grace() -> None:
     loop = Counting(interval=3600, grace=10)
     loop.gate = asyncio.Event()
     await loop.start()
-    await eventually(lambda: loop.steps == 1, timeout=10)
+    await eventually(lambda: loop.steps == 1, timeout=60)
     stopping = asyncio.create_task(loop.stop())
     await asyncio.sleep(0.05)
     assert not stopping.done()  # waits for the step, does not cut it off
@@ -107,7 +107,7 @@ async def test_a_step_that_outlasts_the_grace_is_cancelled() -> None:
     loop = Counting(interval=3600, grace=0.1)
     loop.gate = asyncio.Event()  # never set
     await loop.start()
-    await eventually(lambda: loop.steps == 1, timeout=10)
+    await eventually(lambda: loop.steps == 1, timeout=60)
     await asyncio.wait_for(loop.stop(), 10)
     assert (loop.finished, loop.closed) == (0, 1)
     assert not loop.running
@@ -121,7 +121,7 @@ async def test_a_failing_step_is_one_fault_and_the_loop_goes_on(
     with caplog.at_level(logging.INFO, logger=log.name):
         await loop.start()
         try:
-            await eventually(lambda: loop.finished >= 2, timeout=10)
+            await eventually(lambda: loop.finished >= 2, timeout=60)
         finally:
             await loop.stop()
     assert loop.steps >= 7
@@ -139,7 +139,7 @@ async def test_a_turn_of_none_steps_again_without_resting() -> None:
     loop = Backlog(interval=3600)
     await loop.start()
     try:
-        await eventually(lambda: loop.steps == 50, timeout=10)
+        await eventually(lambda: loop.steps == 50, timeout=60)
     finally:
         await loop.stop()
 
@@ -147,10 +147,10 @@ async def test_a_turn_of_none_steps_again_without_resting() -> None:
 async def test_it_starts_again_after_a_stop() -> None:
     loop = Counting(interval=3600)
     await loop.start()
-    await eventually(lambda: loop.steps == 1, timeout=10)
+    await eventually(lambda: loop.steps == 1, timeout=60)
     await loop.stop()
     await loop.start()
     try:
-        await eventually(lambda: loop.steps == 2, timeout=10)
+        await eventually(lambda: loop.steps == 2, timeout=60)
     finally:
         await loop.stop()

@@ -8,7 +8,7 @@ import sqlite3
 import pytest
 from sqlalchemy import exc as sa_exc
 
-from hipq.observability.faults import unavailable
+from hipq.faults import unavailable
 
 
 @pytest.mark.parametrize(

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from hipq.batch_loop.recovery import Drain, backoff_seconds, reconcile
+from hipq.batch_loop.recovery import RECOVERY_BACKOFF, Drain, reconcile
 from hipq.lifecycle import State
 from tests.factories import NOW, make_job
 
@@ -42,4 +42,11 @@ def test_a_draining_loop_claims_nothing_and_is_not_woken_by_due_jobs() -> None:
 
 
 def test_the_wait_before_a_reread_doubles_up_to_thirty_seconds() -> None:
-    assert [backoff_seconds(n) for n in (0, 1, 2, 3, 6, 20)] == [0.5, 1.0, 2.0, 4.0, 30.0, 30.0]
+    assert [RECOVERY_BACKOFF.delay(n) for n in (0, 1, 2, 3, 6, 20)] == [
+        0.5,
+        1.0,
+        2.0,
+        4.0,
+        30.0,
+        30.0,
+    ]

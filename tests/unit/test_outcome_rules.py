@@ -1,6 +1,6 @@
 import pytest
 
-from hipq.ingest.outcome_rules import Judgement, OutcomeRule, OutcomeRuleError, decide
+from hipq.outcome_rules import Judgement, OutcomeRule, OutcomeRuleError, decide
 
 APPROVED = OutcomeRule.from_config({"field": "status", "success": ["ok", "approved"]})
 

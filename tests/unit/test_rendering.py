@@ -3,7 +3,9 @@ from datetime import UTC, datetime
 import pytest
 
 from hipq.jobs import Job
+from hipq.templates import JOB_ROOTS
 from hipq.transports.rendering import (
+    REQUEST_ROOTS,
     RenderError,
     RequestTemplateError,
     compile_body,
@@ -210,3 +212,14 @@ def test_a_url_templates_error_does_not_repeat_its_password() -> None:
     with pytest.raises(RequestTemplateError) as caught:
         compile_url("http://user:s3cr3t@x.test/a/{payload.a", "url")
     assert "s3cr3t" not in str(caught.value)
+
+
+def test_a_request_template_reads_every_field_of_the_job_context() -> None:
+    # The roots a request may name are the job context's keys, not a list of their own:
+    # a field the context gains can be read by a request at once.
+    job = charge_job()
+    assert set(job_context(job)) == REQUEST_ROOTS
+    assert JOB_ROOTS == REQUEST_ROOTS - {"correlation_key"}
+    text = "/".join(f"{{{root}}}" for root in sorted(REQUEST_ROOTS - {"payload", "labels"}))
+    template = compile_text(text + "/{payload.amount}/{labels.region}", "request.url")
+    assert template.render(job_context(job)) == "3/A-17:3/42/charge/1200/east"

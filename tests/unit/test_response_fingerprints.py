@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from hipq.ingest.outcome_rules import ANY_RESPONSE
 from hipq.ingest.response_intake import new_response
+from hipq.outcome_rules import ANY_RESPONSE
 
 
 def webhook(body: Any, **headers: str) -> str | None:

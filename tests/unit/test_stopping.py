@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from hipq.process.stopping import finish_or_cancel
+from hipq.stopping import finish_or_cancel
 
 
 async def test_a_task_that_stops_in_time_finishes_its_work_uncancelled() -> None:

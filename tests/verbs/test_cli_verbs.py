@@ -15,16 +15,21 @@ pytestmark = pytest.mark.e2e
 def test_per_job_verbs(server: Server) -> None:
     url = ["--url", server.url]
     later = {"type": "ok", "run_in": "1h"}
-    a, b, c = (api_post(server, "/v1/jobs", later)["id"] for _ in range(3))
+    a, b, c, d = (api_post(server, "/v1/jobs", later)["id"] for _ in range(4))
     keyed = api_post(server, "/v1/jobs", {**later, "job_key": "cli/key"})["id"]
-    done, failed, moved, found = hipq_many(
+    done, failed, moved, found, cancelled = hipq_many(
         ["jobs", "complete", str(a), "--result", '{"n": 1}', *url],
         ["jobs", "fail", str(b), "--reason", "wrong customer", *url],
         ["jobs", "reschedule", str(c), "--run-in", "2h", "--priority", "9", *url],
         ["jobs", "by-key", "cli/key", *url],
+        ["jobs", "cancel", str(d), "--reason", "customer left", *url],
     )
     assert done.json()["state"] == "completed" and done.json()["result"] == {"n": 1}
     assert failed.json()["last_error"] == "wrong customer"
+    assert (cancelled.json()["state"], cancelled.json()["last_error"]) == (
+        "cancelled",
+        "customer left",
+    )
     assert moved.json()["priority"] == 9
     assert found.json()["id"] == keyed
     assert hipq("jobs", "by-key", "cli/key", "--cancel", *url).json()["state"] == "cancelled"
@@ -49,6 +54,8 @@ def test_bulk_dry_run_then_cancel_with_progress(server: Server) -> None:
     finished = hipq("jobs", "bulk", "cancel", "--label", "batch:cli-bulk", "--reason", "x", *url)
     op = finished.json()
     assert op["state"] == "done" and op["changed"] == 30
+    # Progress lines (on stderr) only with progress: never "0 matched, 0 changed".
+    assert "0 matched, 0 changed" not in finished.err, finished.err
     wait_state(server, ids[-1], "cancelled")
     shown = hipq("jobs", "bulk", "show", str(op["id"]), *url).json()
     assert shown["matched"] == 30

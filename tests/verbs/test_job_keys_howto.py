@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.client.conftest import client_config
-from tests.test_cli import REPO, _env, serving
+from tests.client.conftest import serving_the_example_config
+from tests.test_cli import REPO, _env
 
 pytestmark = pytest.mark.e2e
 
@@ -21,8 +21,7 @@ def _block(kind: str) -> str:
 
 
 def test_the_worked_example_prints_what_the_page_says(tmp_path: Path) -> None:
-    config = client_config(tmp_path / "hipq.yaml", f"sqlite+aiosqlite:///{tmp_path / 'keys.db'}")
-    with serving(config, tmp_path / "serve.log") as server:
+    with serving_the_example_config(tmp_path) as server:
         ran = subprocess.run(
             [sys.executable, "-c", _block("python")],
             capture_output=True,

@@ -175,6 +175,8 @@ async function act(el, body, done) {
   }
   flash(result.ok ? done : result.message, result.ok ? "ok" : "error");
   el.disabled = false;
+  // An action after which the page shows nothing (a deleted job): go where it says.
+  if (result.ok && el.dataset.then) { window.location.assign(el.dataset.then); return; }
   // A form that did its work closes (an open editor holds the page's refresh back).
   const editor = el.closest("details");
   if (result.ok && editor) {

@@ -11,7 +11,7 @@ from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from hipq import __version__, dashboard
+from hipq import dashboard
 from hipq.api import (
     auth,
     batches,
@@ -27,14 +27,16 @@ from hipq.api import (
     schedules,
     workers,
 )
+from hipq.api.connection_limits import REFUSING
 from hipq.api.long_polls import LongPolls
 from hipq.api.models import ReadyOut
 from hipq.api.request_guards import RequestGuards
-from hipq.observability.faults import FaultReporter, disk_full, unavailable
+from hipq.faults import FaultReporter, disk_full, unavailable
 from hipq.observability.metrics import Metrics
 from hipq.security.tokens import Tokens, load_tokens
 from hipq.service import Service
 from hipq.store.dialects import time_budget
+from hipq.version import __version__
 
 log = logging.getLogger("hipq.api")
 
@@ -117,6 +119,7 @@ def create_app(
     faults = FaultReporter(log, "API")
     app.state.database_faults = faults
     app.state.long_polls = LongPolls(service.settings.server.max_waits_per_token)
+    app.state.pull_reports = workers.PullReportWriter(service)
     errors.install(app, faults)
     auth.install(app)
     app.add_middleware(errors.BodyLimit, max_bytes=service.settings.server.max_body_bytes)
@@ -154,10 +157,15 @@ def create_app(
             failing = faults.database_failed_within(READY_AFTER_FAULT_SECONDS)
             if failing is not None and disk_full(failing):
                 problems["database"] = f"requests are failing ({failing})"
+        refusing = request.scope.get(REFUSING)
+        if refusing is not None:
+            problems["connections"] = refusing
         status = service.status()
         principal = auth.principal_of(request)
         if principal is None or not principal.reads_all:
-            del status["owner"]  # the host name and pid: only for a caller with read
+            # The host name and pid, and the config's queue names: only for a caller
+            # with read (the probe of a load balancer has no token).
+            del status["owner"], status["queues_owned"]
         if status["listener"] is False:
             problems["listen"] = (
                 "PostgreSQL LISTEN connection is down (wake-ups fall back to ticks)"

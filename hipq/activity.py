@@ -18,8 +18,8 @@ import asyncio
 import logging
 from typing import Any, Protocol, runtime_checkable
 
-from hipq.observability.faults import FaultReporter
-from hipq.process.stopping import GRACE_SECONDS, finish_or_cancel
+from hipq.faults import FaultReporter
+from hipq.stopping import GRACE_SECONDS, finish_or_cancel
 
 
 @runtime_checkable

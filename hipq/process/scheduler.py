@@ -17,11 +17,11 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from hipq.api.models import JobIn
+from hipq.activity import Loop
 from hipq.events import Events
+from hipq.ingest.job_in import JobIn
 from hipq.ingest.job_intake import Intake, IntakeError
 from hipq.jobs import NewJob
-from hipq.process.activity import Loop
 from hipq.schedules.cron import ScheduleError
 from hipq.schedules.definition import Schedule, build_schedule, check_name, job_fields, plan
 from hipq.store import Store

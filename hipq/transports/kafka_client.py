@@ -9,9 +9,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import random
 from typing import Any
 
+from hipq.backoff import Backoff
 from hipq.config import KafkaConfig
 
 log = logging.getLogger("hipq.kafka")
@@ -24,21 +24,10 @@ def client_options(kafka: KafkaConfig) -> dict[str, Any]:
     return {"bootstrap_servers": kafka.bootstrap_servers, "client_id": CLIENT_ID}
 
 
-class Backoff:
-    """Delays between reconnection attempts: doubling, capped, with jitter."""
-
-    def __init__(self, initial: float = 0.5, cap: float = 30.0) -> None:
-        self.initial, self.cap = initial, cap
-        self._next = initial
-
-    def next(self) -> float:
-        delay = self._next
-        self._next = min(self.cap, self._next * 2)
-        # Jitter spreads the reconnects of many processes after a broker restart.
-        return delay * random.uniform(0.8, 1.2)
-
-    def reset(self) -> None:
-        self._next = self.initial
+def reconnect_backoff() -> Backoff:
+    """The waits between a Kafka client's tries to reach the broker; jitter spreads the
+    reconnects of many processes after a broker restart."""
+    return Backoff(first=0.5, cap=30.0, jitter=0.2)
 
 
 async def close_quietly(client: Any) -> None:

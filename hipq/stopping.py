@@ -14,6 +14,8 @@ log = logging.getLogger("hipq.process.stopping")
 GRACE_SECONDS = 5.0
 # How often a drain looks whether the work in flight has ended.
 DRAIN_POLL_SECONDS = 0.05
+# How often, at most, a drain says how much is still in flight (at least every second).
+PROGRESS_MAX_SECONDS = 5.0
 
 
 async def finish_or_cancel(
@@ -45,14 +47,24 @@ async def drain(in_flight: Callable[[], int], deadline: float, hurry: Callable[[
     """
     left = in_flight()
     if left:
+        waiting = max(0.0, deadline - time.monotonic())
         log.warning(
             "stopping: claiming nothing more; waiting up to %.1fs for %d jobs in flight",
-            max(0.0, deadline - time.monotonic()),
+            waiting,
             left,
         )
+        # A line every few seconds while it waits: a quiet log would look like a hang.
+        every = min(PROGRESS_MAX_SECONDS, max(1.0, waiting / 5))
+        next_progress = time.monotonic() + every
     while left and not hurry() and time.monotonic() < deadline:
         await asyncio.sleep(DRAIN_POLL_SECONDS)
         left = in_flight()
+        now = time.monotonic()
+        if left and now >= next_progress and now < deadline:
+            log.warning(
+                "stopping: %d jobs still in flight; waiting up to %.1fs more", left, deadline - now
+            )
+            next_progress = now + every
     if left:
         why = "a second signal" if hurry() else "the end of the grace"
         log.warning(

@@ -34,7 +34,7 @@ from hipq.api.models import (
     job_body,
 )
 from hipq.api.paging import Cursor, json_size, within_budget
-from hipq.api.why_waiting import explained
+from hipq.api.why_waiting import as_created, explained
 from hipq.dependencies import job_field
 from hipq.durations import parse_duration
 from hipq.ingest.job_intake import NUL_MESSAGE, IntakeError, nul_field
@@ -212,9 +212,10 @@ async def create_job(
     job: JobIn, request: Request, idempotency_key: IdempotencyKey = None
 ) -> Response:
     result = await _insert(request, [job], idempotency_key, "", grouped=True)
+    made = as_created(result.jobs[0], _service(request).clock())
     if result.replayed:
-        return json_answer(job_body(result.jobs[0]), 200, {"Idempotent-Replayed": "true"})
-    return json_answer(job_body(result.jobs[0]), 201)
+        return json_answer(job_body(made), 200, {"Idempotent-Replayed": "true"})
+    return json_answer(job_body(made), 201)
 
 
 @creating.post(

@@ -23,3 +23,12 @@ async def explained(store: Store, clock: Callable[[], datetime], found: Sequence
     }
     reasons = await store.queue_wait_reasons(due, now) if due else {}
     return [waiting.explained(j, reasons.get(j.queue), now) for j in found]
+
+
+def as_created(job: Job, now: datetime) -> Job:
+    """A job as its POST answers it: the reason a reader would be shown where no read
+    is needed (it waits for other jobs, its windows or its run_at); a due job's reason
+    is its queue's, which only a read tells (``explained``), so it is left as stored."""
+    if job.state is State.SCHEDULED and not job.waiting_for and job.run_at <= now:
+        return job
+    return waiting.explained(job, None, now)

@@ -16,7 +16,7 @@ from typing import Any, ClassVar, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from hipq.durations import parse_duration
+from hipq.durations import MAX_DURATION_SECONDS, parse_duration
 from hipq.jobs import Job
 
 
@@ -58,7 +58,10 @@ class _Settings(BaseModel):
 
 
 def _seconds(value: object) -> float:
-    return parse_duration(value)
+    seconds = parse_duration(value)
+    if seconds > MAX_DURATION_SECONDS:  # now + the delay would overflow a datetime
+        raise ValueError("must be at most 3650d")
+    return seconds
 
 
 class ExponentialSettings(_Settings):

@@ -54,7 +54,7 @@ DAY_NAMES: tuple[str, ...] = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
 ALL_DAYS: frozenset[int] = frozenset(range(7))
 
 _FIELDS = ("start", "end", "tz", "days")
-_TIME = re.compile(r"(\d{1,2}):(\d{2})(?::(\d{2}))?")
+_TIME = re.compile(r"(\d{1,2}):(\d{2})(?::(\d{2}))?", re.ASCII)  # ASCII digits only
 
 # A valid window opens on at least one weekday, so it opens within a week unless that
 # day's window lies wholly in a DST gap, and then the week after. Three chunks of eight

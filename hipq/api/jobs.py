@@ -188,7 +188,9 @@ async def _insert(
     unseen = await service.store.batch_unseen(
         [new[i].batch_id or 0 for i in joining], owner_of(request)
     )
-    if unseen is not None:  # another tenant's batch: answered as one that does not exist
+    # Another tenant's batch, answered as one that does not exist before anything is
+    # written (the join's own statement refuses it too, in the store).
+    if unseen is not None:
         place = next(i for i in joining if new[i].batch_id == unseen)
         raise BadReference(f"batch {unseen} does not exist", job_field(place, len(new), "batch_id"))
     # The store wakes the queues' loops once the jobs are committed.

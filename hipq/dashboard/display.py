@@ -6,6 +6,7 @@ Pure functions, registered as Jinja filters by ``hipq.dashboard.pages``.
 
 from __future__ import annotations
 
+import unicodedata
 from datetime import UTC, datetime
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
@@ -17,6 +18,15 @@ from hipq.lifecycle import State
 # (unit, seconds): the largest unit that divides a duration exactly names it; a day
 # is only used from two on ("24 h" reads better than "1 d" for a timeout).
 _UNITS = (("d", 86_400.0), ("h", 3_600.0), ("min", 60.0), ("s", 1.0))
+
+
+def visible(text: str) -> str:
+    """``text`` with its invisible format characters (direction marks, zero widths:
+    Unicode Cf) and control characters written as ``\\u202e``: a name made before
+    such names were refused would otherwise read backwards, or as another's."""
+    return "".join(
+        f"\\u{ord(c):04x}" if unicodedata.category(c) in ("Cc", "Cf") else c for c in text
+    )
 
 
 def yes_no(value: object) -> str:

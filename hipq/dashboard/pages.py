@@ -77,6 +77,7 @@ templates.env.filters["utc_input"] = display.utc_input
 templates.env.filters["as_config"] = format_duration  # as a form field takes it back
 templates.env.filters["run_time"] = display.run_time
 templates.env.filters["in_zone"] = display.in_zone
+templates.env.filters["visible"] = display.visible
 templates.env.globals["job_duration"] = display.job_duration
 templates.env.globals["version"] = __version__
 

@@ -80,11 +80,18 @@ async def batch_set_completion(
 
 
 async def batch_join(
-    conn: AsyncConnection, batch_id: int, made: Sequence[Job], field: str, stored: int = 0
+    conn: AsyncConnection,
+    batch_id: int,
+    made: Sequence[Job],
+    field: str,
+    stored: int = 0,
+    owner: str | None = None,
 ) -> list[Job]:
     """Put ``made`` (jobs just stored, or found by their job_key) in the batch and
     count them; a job already in a batch stays in its own. ``made`` as they are now.
     ``stored``: jobs the caller stored with the batch's id, added to its total only.
+    ``owner``: the tenant the jobs are added for; another tenant's batch is refused
+    as one that does not exist (``seen_by``).
 
     The jobs' rows are taken before the batch's row, in the order a job's end takes
     them (its row, then its trigger's update of the batch), so that a join and the
@@ -107,7 +114,7 @@ async def batch_join(
     moved = {s: sum(1 for x in states.values() if x == s) for s in _COUNTED}
     counted = await conn.execute(
         update(batches)
-        .where(batches.c.id == batch_id, batches.c.finished_at.is_(None))
+        .where(batches.c.id == batch_id, batches.c.finished_at.is_(None), seen_by(owner))
         .values(
             total=batches.c.total + stored + len(states),
             **{s: getattr(batches.c, s) + n for s, n in moved.items()},
@@ -115,15 +122,14 @@ async def batch_join(
         .returning(batches.c.id)
     )
     if counted.first() is None:
-        await _refuse_join(conn, batch_id, field)
+        await _refuse_join(conn, batch_id, field, owner)
     # A job another batch took meanwhile (found by its job_key) is answered as it is.
     return [j._replace(batch_id=batch_id) if j.id in states else j for j in made]
 
 
-async def _refuse_join(conn: AsyncConnection, batch_id: int, field: str) -> None:
-    found = (
-        await conn.execute(select(batches.c.finished_at).where(batches.c.id == batch_id))
-    ).first()
+async def _refuse_join(conn: AsyncConnection, batch_id: int, field: str, owner: str | None) -> None:
+    query = select(batches.c.finished_at).where(batches.c.id == batch_id, seen_by(owner))
+    found = (await conn.execute(query)).first()
     if found is None:
         raise BadReference(f"batch {batch_id} does not exist", field)
     raise Conflict(

@@ -312,7 +312,7 @@ class JobTable(Transactions):
         made = await self._insert_new(conn, [replace(j, batch_id=batch_id) for j in new_jobs], now)
         stored = len({j.id for j in made if j.batch_id == batch_id})
         found = [j for j in made if j.batch_id is None]
-        joined = iter(await batch_join(conn, batch_id, found, "batch", stored))
+        joined = iter(await batch_join(conn, batch_id, found, "batch", stored, batch.owner))
         made = [next(joined) if j.batch_id is None else j for j in made]
         # A job may name the completion job made just now by its id.
         await self._refuse_batch_cycle(conn, batch_id, made)
@@ -330,7 +330,9 @@ class JobTable(Transactions):
         for batch_id in sorted({j.batch_id for j in new_jobs if j.batch_id}):
             places = [i for i, j in enumerate(new_jobs) if j.batch_id == batch_id]
             field = job_field(places[0], len(new_jobs), "batch_id")
-            joined = await batch_join(conn, batch_id, [made[i] for i in places], field)
+            # A request's jobs are one tenant's ('' the service's: it names any batch).
+            owner = new_jobs[places[0]].tenant or None
+            joined = await batch_join(conn, batch_id, [made[i] for i in places], field, 0, owner)
             for i, job in zip(places, joined, strict=True):
                 made[i] = job
             here = set(places)

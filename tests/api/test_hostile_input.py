@@ -362,3 +362,20 @@ async def test_a_heartbeat_refuses_an_unknown_field(sqlite_url: str) -> None:
         assert_error(unknown, 422, "pct")
         known = await api.client.post(url, json={"progress": 1, "checkpoint": {"n": 1}})
         assert_error(known, 404, "key")  # read, then no job in flight has the key
+
+
+@pytest.mark.parametrize(
+    ("job", "field"),
+    [
+        ({"retry": {"strategy": "fixed", "delay": 1e308}}, "retry"),
+        ({"retry": {"strategy": "fixed", "delay": "99999999d"}}, "retry"),
+        ({"retry": {"strategy": "exponential", "initial": 1e308}}, "retry"),
+        ({"retry": {"strategy": "exponential", "max": "3651d"}}, "retry"),
+        ({"windows": [{"start": "\u06605:00", "end": "07:00"}]}, "windows"),
+    ],
+)
+async def test_retry_delays_and_window_times_are_bounded(
+    sqlite_api: Api, job: dict[str, Any], field: str
+) -> None:
+    assert_error(await sqlite_api.client.post("/v1/jobs", json={"type": "ok", **job}), 422, field)
+    assert await sqlite_api.count_jobs() == 0

@@ -385,7 +385,7 @@ def test_a_full_queue_and_jobs_waiting_for_others_say_why_everywhere(
     waiting = dashboard.post_job(type="hold", labels={"region": "west"})
     after = dashboard.post_job(type="hold", labels={"region": "east"}, after=[busy[0]])
     full = "queue full: concurrency 2/2 in use"
-    wait_for(lambda: dashboard.job(waiting)["waiting_reason"] == full, 30, "the full reason")
+    wait_for(lambda: dashboard.job(waiting)["waiting_reason"] == full, 60, "the full reason")
 
     page.goto(f"{dashboard.url}/dashboard")
     queue = page.locator("#queue-regional")

@@ -7,8 +7,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from sqlalchemy import update
 
 from hipq.config import ConfigError
+from hipq.store.schema import schedules
 from tests.api.conftest import Api
 from tests.support import make_settings
 
@@ -58,3 +60,17 @@ def test_the_config_refuses_such_a_name_in_one_line(tmp_path: Path, name: str) -
         )
     message = str(caught.value)
     assert "\n" not in message and "schedules." in message and "'/'" in message, message
+
+
+async def test_a_name_stored_before_they_were_refused_is_shown_with_its_marks_visible(
+    sqlite_api: Api,
+) -> None:
+    made = await sqlite_api.client.post(
+        "/v1/schedules", json={"name": "invoice", "cron": "0 * * * *", "job": JOB}
+    )
+    assert made.status_code == 201, made.text
+    async with sqlite_api.service.store.engine.begin() as conn:
+        await conn.execute(update(schedules).values(name="invoice\u202etxt.exe"))
+    page = (await sqlite_api.client.get("/dashboard/schedules")).text
+    assert "<b>invoice\\u202etxt.exe</b>" in page
+    assert "\u202e" not in page.replace('data-schedule="invoice\u202etxt.exe"', "")

@@ -23,8 +23,8 @@ NEW_JOB_COLUMNS = tuple(c for c in jobs.c.keys() if c in {f.name for f in fields
 
 
 # Columns of the jobs table that ``Job`` does not carry, read by their own queries
-# (``hipq.store.requests``).
-NOT_ON_JOB = ("operator_request", "executor", "has_dependents")
+# (``hipq.store.requests``; ``tenant``: the owner every keyed lookup is scoped to).
+NOT_ON_JOB = ("operator_request", "executor", "has_dependents", "tenant")
 
 _STATES = {s.value: s for s in State}
 _ORDER = [jobs.c.keys().index(name) for name in Job._fields]

@@ -67,6 +67,7 @@ def _full_new_job(n: int) -> NewJob:
         trace_context="00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
         flags=["slow"],
         notify=["ops"],
+        tenant="acme",
     )
     stored = [f for f in fields(NewJob) if f.name in jobs.c]
     for f in stored:
@@ -238,11 +239,12 @@ async def test_every_schedule_field_round_trips(store: Store) -> None:
 # jobs and ``NewJob`` fails the test below until a new migration redefines the
 # function to set it, or it is named here as one that transactional enqueue leaves unset.
 # after, after_failed, batch_id: a job added in an application's transaction waits for
-# no job and belongs to no batch (docs/howto-transactional-enqueue.md).
+# no job and belongs to no batch (docs/howto-transactional-enqueue.md); tenant: it is
+# the service's, the column's default.
 INSERT_COLUMNS = r"INSERT INTO hipq_jobs \(([^)]*)\)"
 TRANSACTIONAL_LEAVES_UNSET = {
     "trace_context",
-    "notify",
+    "tenant",
     "after",
     "after_failed",
     "batch_id",

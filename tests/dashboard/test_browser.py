@@ -201,7 +201,7 @@ def test_jobs_are_selected_and_retried_and_all_failed_deleted_at_760px(
     assert asked == ["Retry 2 selected jobs?"]
     for job_id in ids[:2]:
         expect(page.locator(f'tr[data-job="{job_id}"] .state')).to_have_text("scheduled")
-    expect(page.locator(f'tr[data-job="{ids[0]}"] .reason')).to_have_text("queue paused")
+    expect(page.locator(f'tr[data-job="{ids[0]}"] .waiting-reason')).to_have_text("queue paused")
     assert dashboard.job(ids[2])["state"] == "failed"
 
     page.get_by_label("failed", exact=True).check()

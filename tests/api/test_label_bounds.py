@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from hipq.api.models import MAX_LABEL_NAME, MAX_LABEL_VALUE, MAX_LABELS
+from hipq.ingest.job_in import MAX_LABEL_NAME, MAX_LABEL_VALUE, MAX_LABELS
 from tests.api.conftest import Api, sqlite_api, sqlite_url
 
 __all__ = ["sqlite_api", "sqlite_url"]  # fixtures

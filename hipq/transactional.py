@@ -148,7 +148,8 @@ _KEY_CREATED_SINCE = (
     " ORDER BY created_at, id LIMIT 1"
 )
 _KEY_HOLDER = (
-    "SELECT id, state, attempt FROM hipq_jobs WHERE tenant = '' AND job_key = :job_key"
+    "SELECT id, state, attempt, waiting_for, after_run_at FROM hipq_jobs"
+    " WHERE tenant = '' AND job_key = :job_key"
     " AND state IN ({states})"
     f" ORDER BY CASE WHEN {OPEN_STATES_SQL} THEN 0 ELSE 1 END, id DESC LIMIT 1"
 )
@@ -156,6 +157,11 @@ _KEY_HOLDER = (
 _TAKE_OVER = (
     "UPDATE hipq_jobs SET job_key = NULL, retry = :retry, updated_at = :now WHERE id = :id"
     " RETURNING id"
+)
+
+# The waits of a job a keyed replace replaces (as the store's keyed replace does).
+_DROP_WAITS = (
+    "DELETE FROM hipq_job_dependencies WHERE job_id = :id AND outcome IS NULL RETURNING job_id"
 )
 
 # One statement to run, and the rows it gave back.
@@ -276,6 +282,12 @@ def _keyed(job: Resolved, now: datetime) -> Generator[Step, list[Sequence[Any]],
         yield _TAKE_OVER, sqlite_row(params)
         return None
     changes = replacing({k: v for k, v in row.items() if k in NEW_JOB_COLUMNS}, action, now)
+    if (holder[0][3] or 0) > 0:
+        # What it waits for is replaced too: a job added here waits for nothing, and
+        # runs at the new job's run_at (preserve_run_at: its own, kept while it waited).
+        yield _DROP_WAITS, {"id": holder_id}
+        changes.update(waiting_for=0, after=None, after_failed=None)
+        changes.setdefault("run_at", holder[0][4] or now)
     yield _replace(tuple(changes)), sqlite_row({**changes, "id": holder_id})
     return holder_id
 

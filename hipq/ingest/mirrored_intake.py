@@ -33,7 +33,7 @@ FIELDS = (
 _INT32 = 2147483647
 # A job's flags, as the API takes them (hipq.api.models.FlagName).
 MAX_FLAGS, MAX_FLAG_LENGTH = 20, 100
-_FLAG_CONTROL = re.compile(r"[\x00-\x1f]")
+_FLAG_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")  # C0, DEL and C1
 _RFC3339 = re.compile(r"^\d{4}-\d\d-\d\d[Tt ]\d\d:\d\d(:\d\d(\.\d+)?)?([Zz]|[+-]\d\d(:?\d\d)?)$")
 NAIVE = "needs a time zone (an aware datetime)"
 # A duration as text: seconds, or parts with a unit (hipq.durations); the SQL functions

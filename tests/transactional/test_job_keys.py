@@ -189,6 +189,34 @@ async def test_every_path_decides_alike(service: Service, case: KeyCase, path: s
         assert after.created_at == before.created_at
 
 
+@pytest.mark.parametrize("path", PATHS)
+@pytest.mark.parametrize("mode", ["replace", "preserve_run_at"])
+async def test_a_replace_of_a_waiting_job_replaces_its_waits(
+    service: Service, mode: str, path: str
+) -> None:
+    """A job added with the key of a job that waits for another takes its place and
+    waits for nothing, on every path: it runs at the new run_at (preserve_run_at: at
+    its own), not when the job it waited for ends, and not at once."""
+    if path == "sql" and not service.settings.database_url.startswith("postgresql"):
+        pytest.skip("SQL functions are PostgreSQL's")
+    now = datetime.now(UTC).replace(microsecond=0)
+    old_run_at, new_run_at = now + timedelta(hours=1), now + timedelta(hours=2)
+    first = await service.add_job("receipt", {"order": 0}, labels=LABELS, run_at=old_run_at)
+    waiting = await service.add_job(
+        "receipt", {"order": 1}, labels=LABELS, job_key="k", run_at=old_run_at, after=[first.id]
+    )
+    assert (waiting.waiting_for, waiting.after) == (1, [first.id])
+    assert await add_keyed(service, path, mode, None, new_run_at) == waiting.id
+    job = await service.store.job_get(waiting.id)
+    assert (job.payload, job.state, job.waiting_for or 0, job.after) == (
+        {"order": 2},
+        State.SCHEDULED,
+        0,
+        None,
+    )
+    assert job.run_at == (old_run_at if mode == "preserve_run_at" else new_run_at)
+
+
 @pytest.mark.postgres
 async def test_the_sql_decision_is_the_python_one(postgres_url_fresh: str) -> None:
     conn = await asyncpg.connect(urls(postgres_url_fresh)["libpq"])

@@ -53,6 +53,8 @@ REFUSED = [
     ({**OK, "flags": ["ok", ""]}, "flags[1]", "must be a flag name"),
     ({**OK, "flags": [7]}, "flags[0]", "must be a flag name"),
     ({**OK, "flags": ["a\tb"]}, "flags[0]", "no control characters"),
+    ({**OK, "flags": ["a\x7fb"]}, "flags[0]", "no control characters"),
+    ({**OK, "flags": ["ok", "a\x85b"]}, "flags[1]", "no control characters"),
     ({**OK, "flags": ["f"] * 21}, "flags", "must hold at most 20 flags"),
     ({**OK, "job_key": 7}, "job_key", "must be a string"),
     ({**OK, "job_key": ""}, "job_key", "a job_key must not be empty"),

@@ -21,7 +21,7 @@ SECRET = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
 def charge_types(external: str) -> dict[str, Any]:
     charge = {
         "correlation_key": "{payload.order_id}",
-        "timeout": "4s",
+        "timeout": "120s",  # generous: tests check that a job still waits
         "retry": {"strategy": "none"},
         "outcome": {"field": "status", "success": ["ok"]},
         "transport": {"http": {"url": f"{external}/charges", "timeout": "5s"}},
